@@ -1,0 +1,606 @@
+"""The commit log: every message of every topic, appended in one sequence of segment files.
+
+Record layout (big-endian; `MessageExtEncoder`, `CommitLog.checkMessageAndReturnSize`).
+Offsets are for IPv4 born and store hosts; an IPv6 host (sysflag 0x10 / 0x20) is
+20 bytes instead of 8 and shifts every later field by 12:
+
+    | offset | size  | field                                              |
+    |--------|-------|----------------------------------------------------|
+    |      0 | 4     | TOTALSIZE (whole record, this field included)      |
+    |      4 | 4     | MAGICCODE: V1 0xDAA320A7, V2 0xDAA320AB            |
+    |      8 | 4     | BODYCRC = crc32(stored body) & 0x7FFFFFFF          |
+    |     12 | 4     | QUEUEID                                            |
+    |     16 | 4     | FLAG (user flag)                                   |
+    |     20 | 8     | QUEUEOFFSET (0 for prepared/rollback records)      |
+    |     28 | 8     | PHYSICALOFFSET (this record's commit-log offset)   |
+    |     36 | 4     | SYSFLAG                                            |
+    |     40 | 8     | BORNTIMESTAMP (ms)                                 |
+    |     48 | 8/20  | BORNHOST: address + int port                       |
+    |     56 | 8     | STORETIMESTAMP (ms)                                |
+    |     64 | 8/20  | STOREHOSTADDRESS: address + int port               |
+    |     72 | 4     | RECONSUMETIMES                                     |
+    |     76 | 8     | PREPARED TRANSACTION OFFSET                        |
+    |     84 | 4     | BODY length, then the body bytes                   |
+    |        | 1 / 2 | TOPIC length (V1: byte, V2: short), then UTF-8     |
+    |        | 2     | PROPERTIES length (signed short), then UTF-8       |
+
+A record fits in a segment only if 8 bytes remain after it; otherwise the
+segment is closed with an 8-byte BLANK record `[int remaining][int 0xCBD43194]`
+and the record goes to the next segment. Every segment therefore ends in a blank.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import NamedTuple
+
+from .clock import Clock
+from .config import StoreConfig
+from .errors import MQClientError, StoreCorruptedError
+from .mappedfile import MappedFile, MappedFileQueue
+from .message import (
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MessageExt,
+    SysFlag,
+    create_offset_msg_id,
+    decode_properties,
+    encode_properties,
+    tags_code,
+)
+
+__all__ = [
+    "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
+    "CommitLog", "DispatchRequest", "PutResult", "PutMessageStatus", "StoredMessage",
+    "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code",
+]
+
+MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
+MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length
+BLANK_MAGIC = -875286124  # 0xCBD43194: end-of-segment filler
+
+#: The fixed part of a record with IPv4 hosts: TOTALSIZE .. BODY length (17 fields).
+HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
+#: The fields before the born host, common to every host kind.
+PREFIX = struct.Struct(">iiiiiqqiq")
+BLANK = struct.Struct(">ii")
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_USHORT = struct.Struct(">H")
+_TAIL_V4 = struct.Struct(">q4siiqi")  # store ts, store host, store port, reconsume, prepared, body len
+END_FILE_MIN_BLANK_LENGTH = BLANK.size
+_V6_EXTRA = 16 - 4  # an IPv6 address is 16 bytes where IPv4 takes 4
+MAX_PROPERTIES_LENGTH = 32767  # a signed short
+MAX_TOPIC_BYTES = 255  # HookUtils: MAX_TOPIC_LENGTH
+_V1_TOPIC_CHARS = 127  # autoMessageVersionOnTopicLen: V2 above this many characters
+_BODY_LEN_POS = HEADER.size - _INT.size  # 84
+_SYSFLAG_POS = PREFIX.size - 12  # 36: SYSFLAG sits before the born timestamp (8) and after 4 bytes
+assert HEADER.size == 88 and PREFIX.size == 48 and BLANK.size == 8 and _BODY_LEN_POS == 84 and _SYSFLAG_POS == 36
+
+STORE_HOST = ("127.0.0.1", 10911)
+#: Producer and broker are the same process, so the born host is the store host.
+DEFAULT_BORN_HOST = STORE_HOST
+
+TagsCodeFn = Callable[[str, Mapping[str, str], int], int]
+
+
+def default_tags_code(topic: str, properties: Mapping[str, str], store_timestamp: int) -> int:
+    """The Java hash of the TAGS property (0 without tags)."""
+    return tags_code(properties.get("TAGS"))
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool = False) -> int:
+    """`calMsgLength`: the total size of a record (91 + body + topic + props for IPv4/V1)."""
+    v6_extra = (_V6_EXTRA if sys_flag & SysFlag.BORNHOST_V6 else 0) + (
+        _V6_EXTRA if sys_flag & SysFlag.STOREHOSTADDRESS_V6 else 0)
+    topic_len_size = _USHORT.size if v2 else 1
+    return HEADER.size + v6_extra + body_len + topic_len_size + topic_len + _SHORT.size + props_len
+
+
+class PutMessageStatus(Enum):
+    """Outcome of a stored put (faults raise exceptions instead)."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+
+
+class PutResult:
+    """Where a put (or a batch) landed.
+
+    For a batch, `commit_log_offset`/`queue_offset` are the first record's and
+    `commit_log_offsets` lists every record's offset.
+    """
+
+    __slots__ = ("status", "commit_log_offset", "wrote_bytes", "queue_offset", "store_timestamp",
+                 "msg_num", "commit_log_offsets", "_store_ip")
+
+    def __init__(self, commit_log_offset: int, wrote_bytes: int, queue_offset: int, store_timestamp: int,
+                 msg_num: int = 1, commit_log_offsets: list[int] | None = None, store_ip: bytes = b"\x7f\0\0\1") -> None:
+        self.status = PutMessageStatus.PUT_OK
+        self.commit_log_offset = commit_log_offset
+        self.wrote_bytes = wrote_bytes
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.msg_num = msg_num
+        self.commit_log_offsets = commit_log_offsets
+        self._store_ip = store_ip
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The offset id(s) of the stored record(s), comma-joined for a batch."""
+        offsets = self.commit_log_offsets or [self.commit_log_offset]
+        return ",".join(create_offset_msg_id(self._store_ip, STORE_HOST[1], o) for o in offsets)
+
+    def __repr__(self) -> str:
+        return (f"PutResult({self.status.name}, commit_log_offset={self.commit_log_offset}, "
+                f"queue_offset={self.queue_offset}, msg_num={self.msg_num})")
+
+
+class DispatchRequest(NamedTuple):
+    """What the reput service needs to index one record (built at append or by a scan)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+
+
+def _host_bytes(host: str) -> tuple[bytes, int]:
+    ip, _, port = host.rpartition(":")
+    ip = ip.strip("[]")
+    try:
+        return socket.inet_pton(socket.AF_INET, ip), int(port)
+    except OSError:
+        return socket.inet_pton(socket.AF_INET6, ip), int(port)
+
+
+def _host_text(raw: bytes, port: int) -> str:
+    if len(raw) == 4:
+        return f"{raw[0]}.{raw[1]}.{raw[2]}.{raw[3]}:{port}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, raw)}]:{port}"
+
+
+_STORE_IP = socket.inet_aton(STORE_HOST[0])
+
+
+# -- decoding -----------------------------------------------------------------------------
+class StoredMessage(MessageExt):
+    """A `MessageExt` decoded lazily from a copy of its record.
+
+    Creating one costs a slot assignment; the body is sliced on first access and
+    the other fields are decoded together the first time any of them is read.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: bytes, broker_name: str) -> None:
+        self._raw = raw
+        self.broker_name = broker_name
+
+    def __getattr__(self, name: str) -> object:
+        if name == "body":
+            body = _body_of(self._raw)
+            self.body = body
+            return body
+        if name in _LAZY_FIELDS:
+            _decode_into(self, self._raw)
+            return object.__getattribute__(self, name)
+        raise AttributeError(name)
+
+
+_LAZY_FIELDS = frozenset(MessageExt.__slots__) | {"topic", "flag", "properties", "transaction_id"}
+
+
+def _body_offset(raw: bytes, sys_flag: int) -> int:
+    shift = (12 if sys_flag & SysFlag.BORNHOST_V6 else 0) + (12 if sys_flag & SysFlag.STOREHOSTADDRESS_V6 else 0)
+    return _BODY_LEN_POS + shift
+
+
+def _body_of(raw: bytes) -> bytes:
+    (sys_flag,) = _INT.unpack_from(raw, _SYSFLAG_POS)
+    pos = _body_offset(raw, sys_flag)
+    (length,) = _INT.unpack_from(raw, pos)
+    body = raw[pos + 4 : pos + 4 + length]
+    if sys_flag & SysFlag.COMPRESSED:
+        body = _decompress(body, sys_flag)
+    return body
+
+
+def _decompress(body: bytes, sys_flag: int) -> bytes:
+    # CompressionType.findByValue: 0 (older messages) and 3 mean zlib. LZ4 and
+    # ZSTD need libraries mqlite does not carry: the stored bytes are returned.
+    if (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8 in (0, 3):
+        try:
+            return zlib.decompress(body)
+        except zlib.error:
+            return body
+    return body
+
+
+def _decode_into(msg: MessageExt, raw: bytes) -> None:
+    try:
+        (_, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts) = PREFIX.unpack_from(raw, 0)
+        pos = PREFIX.size
+        born_len = 16 if sys_flag & SysFlag.BORNHOST_V6 else 4
+        born_ip = raw[pos : pos + born_len]
+        (born_port,) = _INT.unpack_from(raw, pos + born_len)
+        pos += born_len + 4
+        (store_ts,) = struct.unpack_from(">q", raw, pos)
+        pos += 8
+        store_len = 16 if sys_flag & SysFlag.STOREHOSTADDRESS_V6 else 4
+        store_ip = raw[pos : pos + store_len]
+        (store_port, reconsume, prepared, body_len) = struct.unpack_from(">iiqi", raw, pos + store_len)
+        pos += store_len + 4 + 4 + 8 + 4
+        body_end = pos + body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _USHORT.unpack_from(raw, body_end)
+            pos = body_end + 2
+        else:
+            topic_len = raw[body_end]
+            pos = body_end + 1
+        topic = raw[pos : pos + topic_len].decode("utf-8", "replace")
+        pos += topic_len
+        (props_len,) = _SHORT.unpack_from(raw, pos)
+        props = raw[pos + 2 : pos + 2 + max(props_len, 0)].decode("utf-8", "replace")
+    except (struct.error, IndexError, ValueError) as exc:
+        raise StoreCorruptedError(f"cannot decode the commit-log record of {len(raw)} bytes: {exc}") from None
+    msg.topic = topic
+    msg.flag = flag
+    msg.properties = decode_properties(props)
+    msg.transaction_id = None
+    msg.queue_id = qid
+    msg.queue_offset = qoff
+    msg.commit_log_offset = phys
+    msg.store_size = len(raw)
+    msg.body_crc = crc
+    msg.sys_flag = sys_flag
+    msg.born_timestamp = born_ts
+    msg.store_timestamp = store_ts
+    msg.born_host = _host_text(born_ip, born_port)
+    msg.store_host = _host_text(store_ip, store_port)
+    msg.reconsume_times = reconsume
+    msg.prepared_transaction_offset = prepared
+    msg.offset_msg_id = create_offset_msg_id(store_ip, store_port, phys)
+    body = raw[body_end - body_len : body_end]
+    msg.body = _decompress(body, sys_flag) if sys_flag & SysFlag.COMPRESSED else body
+
+
+def decode_message(raw: bytes, broker_name: str) -> StoredMessage:
+    """A fully decoded message from the bytes of one record."""
+    msg = StoredMessage(raw, broker_name)
+    _decode_into(msg, raw)
+    return msg
+
+
+def check_record(
+    buf: bytes | memoryview | object, pos: int, limit: int, check_crc: bool, tags_code_fn: TagsCodeFn | None = None
+) -> tuple[int, DispatchRequest | None]:
+    """`checkMessageAndReturnSize`: validate the record at `pos` and describe it.
+
+    Returns `(size, request)` for a valid record, `(0, None)` for a BLANK
+    end-of-segment record, `(-1, None)` for anything else (torn, zeroed,
+    garbage). Never raises on bad data. `limit` is the end of readable data.
+    """
+    remaining = limit - pos
+    if remaining <= 4:
+        return -1, None
+    try:
+        total, magic = BLANK.unpack_from(buf, pos)  # type: ignore[arg-type]
+        if magic == BLANK_MAGIC:
+            return 0, None
+        if magic not in (MAGIC_V1, MAGIC_V2) or total > remaining or total < 91:
+            return -1, None
+        raw = bytes(buf[pos : pos + total])  # type: ignore[index]
+        msg = StoredMessage(raw, "")
+        _decode_into(msg, raw)
+        sys_flag = msg.sys_flag
+        body_pos = _body_offset(raw, sys_flag)
+        (body_len,) = _INT.unpack_from(raw, body_pos)
+        if body_len < 0 or body_pos + 4 + body_len > total:
+            return -1, None
+        if check_crc and zlib.crc32(raw[body_pos + 4 : body_pos + 4 + body_len]) & 0x7FFFFFFF != msg.body_crc:
+            return -1, None
+        topic_len = len(msg.topic.encode("utf-8"))
+        end = body_pos + 4 + body_len
+        props_len = _SHORT.unpack_from(raw, end + (2 if magic == MAGIC_V2 else 1) + topic_len)[0]
+        if total != record_length(sys_flag, body_len, topic_len, props_len, magic == MAGIC_V2):
+            return -1, None
+    except (StoreCorruptedError, struct.error, IndexError, UnicodeError):
+        return -1, None
+    props = msg.properties
+    fn = tags_code_fn or default_tags_code
+    request = DispatchRequest(
+        msg.topic, msg.queue_id, msg.commit_log_offset, total, fn(msg.topic, props, msg.store_timestamp),
+        msg.store_timestamp, msg.queue_offset, props.get(PROPERTY_KEYS),
+        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
+    )
+    return total, request
+
+
+# -- the log -------------------------------------------------------------------------------
+class CommitLog:
+    """Appends records under one lock and reads them back by offset.
+
+    Queue offsets are assigned at append, per (topic, queue id), except for
+    prepared and rollback transaction records, which never enter a consume
+    queue. Each appended record leaves a `DispatchRequest` in `dispatch_queue`
+    for the reput service, so indexing never re-parses what was just written.
+    """
+
+    def __init__(self, directory: str, config: StoreConfig, clock: Clock, *, read_only: bool = False,
+                 tags_code_fn: TagsCodeFn | None = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.mapped_files = MappedFileQueue(directory, config.commitlog_file_size, read_only=read_only)
+        self.put_lock = threading.Lock()
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.dispatch_queue: deque[DispatchRequest] = deque()
+        self.tags_code_fn: TagsCodeFn = tags_code_fn or default_tags_code
+        self.last_store_timestamp = 0
+        self.appended_count = 0  # records appended by this process; reput compares its own count
+        self._topic_bytes: dict[str, bytes] = {}
+        self._born_default = (_STORE_IP, STORE_HOST[1])
+
+    # -- offsets -------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """First readable offset (`-1` when empty)."""
+        return self.mapped_files.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Offset after the last written byte."""
+        return self.mapped_files.max_offset
+
+    # -- append ----------------------------------------------------------------------
+    def _topic_prefix(self, topic: str) -> bytes:
+        """Length-prefixed topic bytes, cached (topics repeat on every put)."""
+        cached = self._topic_bytes.get(topic)
+        if cached is not None:
+            return cached
+        data = topic.encode("utf-8")
+        if len(data) > MAX_TOPIC_BYTES:
+            raise MQClientError(f"topic {topic[:40]!r}... is {len(data)} bytes; the limit is {MAX_TOPIC_BYTES}")
+        prefix = _USHORT.pack(len(data)) + data if len(topic) > _V1_TOPIC_CHARS else bytes((len(data),)) + data
+        if len(self._topic_bytes) < 100_000:
+            self._topic_bytes[topic] = prefix
+        return prefix
+
+    def _encode_tail(self, topic: str, properties: Mapping[str, str] | None) -> tuple[bytes, bytes]:
+        prefix = self._topic_prefix(topic)
+        props = encode_properties(properties).encode("utf-8") if properties else b""
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise MQClientError(
+                f"message properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_LENGTH} "
+                f"(RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body"
+            )
+        return prefix, props
+
+    def _check_body(self, body: bytes) -> None:
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            raise MQClientError(f"message body must be bytes, got {type(body).__name__}")
+        if len(body) > self.config.max_message_size:
+            raise MQClientError(
+                f"message body is {len(body)} bytes; max_message_size is {self.config.max_message_size} "
+                f"(raise it with mqlite.open(..., max_message_size=...))"
+            )
+
+    def append(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
+               flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None, born_host: str | None = None,
+               reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> PutResult:
+        """Append one record; returns where it landed. Bad input raises `MQClientError` first."""
+        self._check_body(body)
+        prefix, props = self._encode_tail(topic, properties)
+        born_ip, born_port = _host_bytes(born_host) if born_host else self._born_default
+        if len(born_ip) == 16:
+            sys_flag |= SysFlag.BORNHOST_V6
+        v2 = len(topic) > _V1_TOPIC_CHARS
+        tail = prefix + _USHORT.pack(len(props)) + props
+        total = HEADER.size + len(body) + len(tail) + (12 if sys_flag & SysFlag.BORNHOST_V6 else 0)
+        props_map = properties or {}
+        trans = sys_flag & SysFlag.TRANSACTION_MASK
+        in_queue = trans != SysFlag.TRANSACTION_PREPARED_TYPE and trans != SysFlag.TRANSACTION_ROLLBACK_TYPE
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        keys = props_map.get(PROPERTY_KEYS)
+        uniq = props_map.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        key = (topic, queue_id)
+        with self.put_lock:
+            now = self.clock.now_ms()
+            if now < self.last_store_timestamp:
+                now = self.last_store_timestamp  # store times never decrease along the log
+            self.last_store_timestamp = now
+            mf, pos = self._room_for(total)
+            phys = mf.file_from_offset + pos
+            qoff = self.topic_queue_table.get(key, 0) if in_queue else 0
+            mm = mf.mm
+            if len(born_ip) == 4:
+                HEADER.pack_into(mm, pos, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, qoff, phys,
+                                 sys_flag, born_timestamp or now, born_ip, born_port, now, _STORE_IP, STORE_HOST[1],
+                                 reconsume_times, prepared_transaction_offset, len(body))
+                body_pos = pos + HEADER.size
+            else:
+                body_pos = self._pack_v6_header(mm, pos, total, v2, crc, queue_id, flag, qoff, phys, sys_flag,
+                                                born_timestamp or now, born_ip, born_port, now, reconsume_times,
+                                                prepared_transaction_offset, len(body))
+            end = body_pos + len(body)
+            mm[body_pos:end] = body
+            mm[end : end + len(tail)] = tail
+            mf.wrote_position = pos + total
+            if in_queue:
+                self.topic_queue_table[key] = qoff + 1
+            self.appended_count += 1
+            self.dispatch_queue.append(DispatchRequest(
+                topic, queue_id, phys, total, self.tags_code_fn(topic, props_map, now), now,
+                qoff, keys, uniq, sys_flag))
+        return PutResult(phys, total, qoff, now)
+
+    def append_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
+                     properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
+                     born_timestamp: int | None = None) -> PutResult:
+        """Append records of one queue together, under one lock, in one segment.
+
+        As RocketMQ's batch: if the batch does not fit in what is left of the
+        segment, the whole batch moves to the next one.
+        """
+        if not bodies:
+            raise MQClientError("a batch needs at least one message")
+        if properties is not None and len(properties) != len(bodies):
+            raise MQClientError(f"{len(bodies)} bodies but {len(properties)} property maps")
+        rows = []
+        total_all = 0
+        empty_tail = None
+        v2 = len(topic) > _V1_TOPIC_CHARS
+        for i, body in enumerate(bodies):
+            self._check_body(body)
+            props_map = properties[i] if properties is not None else None
+            if props_map:
+                prefix, props = self._encode_tail(topic, props_map)
+                tail = prefix + _USHORT.pack(len(props)) + props
+            else:
+                if empty_tail is None:
+                    empty_tail = self._topic_prefix(topic) + b"\0\0"
+                tail = empty_tail
+            total = len(tail) + HEADER.size + len(body)
+            rows.append((body, tail, total, zlib.crc32(body) & 0x7FFFFFFF, props_map or {}))
+            total_all += total
+        if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
+            raise MQClientError(
+                f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
+                f"{self.config.commitlog_file_size} bytes; send smaller batches"
+            )
+        magic = MAGIC_V2 if v2 else MAGIC_V1
+        key = (topic, queue_id)
+        pack = HEADER.pack_into
+        fn = self.tags_code_fn
+        offsets = []
+        with self.put_lock:
+            now = max(self.clock.now_ms(), self.last_store_timestamp)
+            self.last_store_timestamp = now
+            born = born_timestamp or now
+            mf, pos = self._room_for(total_all)
+            mm, base = mf.mm, mf.file_from_offset
+            first_qoff = qoff = self.topic_queue_table.get(key, 0)
+            append_dispatch = self.dispatch_queue.append
+            for body, tail, total, crc, props_map in rows:
+                phys = base + pos
+                pack(mm, pos, total, magic, crc, queue_id, flag, qoff, phys, 0, born, _STORE_IP,
+                     STORE_HOST[1], now, _STORE_IP, STORE_HOST[1], 0, 0, len(body))
+                p = pos + HEADER.size
+                end = p + len(body)
+                mm[p:end] = body
+                mm[end : end + len(tail)] = tail
+                append_dispatch(DispatchRequest(
+                    topic, queue_id, phys, total, fn(topic, props_map, now) if props_map else 0, now, qoff,
+                    props_map.get(PROPERTY_KEYS), props_map.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), 0))
+                offsets.append(phys)
+                pos += total
+                qoff += 1
+            mf.wrote_position = pos
+            self.topic_queue_table[key] = qoff
+            self.appended_count += len(rows)
+        return PutResult(offsets[0], total_all, first_qoff, now, len(rows), offsets)
+
+    def _pack_v6_header(self, mm: object, pos: int, total: int, v2: bool, crc: int, queue_id: int, flag: int,
+                        qoff: int, phys: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int,
+                        now: int, reconsume: int, prepared: int, body_len: int) -> int:
+        PREFIX.pack_into(mm, pos, total, MAGIC_V2 if v2 else MAGIC_V1, crc, queue_id, flag, qoff, phys,  # type: ignore[arg-type]
+                         sys_flag, born_ts)
+        p = pos + PREFIX.size
+        mm[p : p + 16] = born_ip  # type: ignore[index]
+        _INT.pack_into(mm, p + 16, born_port)  # type: ignore[arg-type]
+        _TAIL_V4.pack_into(mm, p + 20, now, _STORE_IP, STORE_HOST[1], reconsume, prepared, body_len)  # type: ignore[arg-type]
+        return p + 20 + _TAIL_V4.size
+
+    def _room_for(self, total: int) -> tuple[MappedFile, int]:
+        """The segment and position for `total` bytes, closing the segment with a BLANK if needed.
+
+        Called with `put_lock` held.
+        """
+        mf = self.mapped_files.last_for_append()
+        pos = mf.wrote_position
+        size = mf.file_size
+        if pos + total + END_FILE_MIN_BLANK_LENGTH > size:
+            if total + END_FILE_MIN_BLANK_LENGTH > size:
+                raise MQClientError(f"a {total}-byte record cannot fit a {size}-byte commit-log segment")
+            BLANK.pack_into(mf.mm, pos, size - pos, BLANK_MAGIC)
+            mf.wrote_position = size
+            mf = self.mapped_files.last_for_append()
+            pos = 0
+        return mf, pos
+
+    # -- read -----------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes | None:
+        """The bytes of the record at `offset` (None when outside the log or not a record)."""
+        mf = self.mapped_files.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        raw = mf.mm[pos : pos + size]
+        if len(raw) != size or size < 8:
+            return None
+        total, magic = BLANK.unpack_from(raw, 0)
+        if total != size or (magic != MAGIC_V1 and magic != MAGIC_V2):
+            return None
+        return raw
+
+    def read_message(self, offset: int, size: int, broker_name: str) -> StoredMessage | None:
+        """The message at `offset` with the given record size, or None."""
+        raw = self.read(offset, size)
+        return None if raw is None else StoredMessage(raw, broker_name)
+
+    def record_size_at(self, offset: int) -> int:
+        """TOTALSIZE of the record at `offset` (0 when outside the log)."""
+        mf = self.mapped_files.find(offset)
+        if mf is None or offset - mf.file_from_offset + 8 > mf.file_size:
+            return 0
+        total, magic = BLANK.unpack_from(mf.mm, offset - mf.file_from_offset)
+        return total if magic in (MAGIC_V1, MAGIC_V2) and total > 0 else 0
+
+    def store_timestamp_at(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at `offset` (-1 when absent)."""
+        raw = self.read(offset, size)
+        if raw is None:
+            return -1
+        msg = StoredMessage(raw, "")
+        try:
+            return msg.store_timestamp
+        except StoreCorruptedError:
+            return -1
+
+    def scan(self, start: int, check_crc: bool = True):  # type: ignore[no-untyped-def]
+        """Walk records from `start`: yields `(offset, size, request)`; stops at the first bad record.
+
+        BLANK records move on to the next segment. The generator's return value
+        (via StopIteration) is not used; callers track the last offset they saw.
+        """
+        offset = start
+        fn = self.tags_code_fn
+        while True:
+            mf = self.mapped_files.find(offset)
+            if mf is None:
+                return
+            pos = offset - mf.file_from_offset
+            size, request = check_record(mf.mm, pos, mf.file_size, check_crc, fn)
+            if size > 0:
+                yield offset, size, request
+                offset += size
+            elif size == 0:
+                offset = mf.file_from_offset + mf.file_size
+            else:
+                return
+
+    def close(self) -> None:
+        """Unmap the segments."""
+        self.mapped_files.close()

@@ -1,0 +1,768 @@
+"""The message key index: RocketMQ's ``IndexFile`` and ``IndexService``.
+
+One index file is a fixed-size hash table with chained entries, big-endian. Regions:
+header (``INDEX_HEADER``, 40 bytes), then ``hash_slot_num`` slots (``INDEX_SLOT``, 4 bytes
+each: the newest entry number of the bucket, 0 = empty), then ``index_num`` entries
+(``INDEX_ENTRY``, 20 bytes each; entry 0 is never used)::
+
+    header                                      entry
+    +--------+------+-----------------+        +--------+------+------------+
+    | offset | size | field           |        | offset | size | field      |
+    +========+======+=================+        +========+======+============+
+    |      0 |    8 | beginTimestamp  |        |      0 |    4 | keyHash    |
+    |      8 |    8 | endTimestamp    |        |      4 |    8 | phyOffset  |
+    |     16 |    8 | beginPhyOffset  |        |     12 |    4 | timeDiff   |
+    |     24 |    8 | endPhyOffset    |        |     16 |    4 | prevIndex  |
+    |     32 |    4 | hashSlotCount   |        +--------+------+------------+
+    |     36 |    4 | indexCount      |
+    +--------+------+-----------------+
+
+``keyHash`` is ``abs(String.hashCode(key))`` (``Integer.MIN_VALUE`` -> 0) and the bucket is
+``keyHash % hash_slot_num``. ``timeDiff`` is whole seconds since ``beginTimestamp``.
+``prevIndex`` links to the previous entry of the same bucket (0 ends the chain).
+``indexCount`` starts at 1, so a file holds ``index_num - 1`` entries. The three
+``struct.Struct`` objects below are the only source of sizes and offsets.
+
+Files live in ``<root>/index/`` named by their creation time in local time,
+``yyyyMMddHHmmssSSS``. Keys are ``topic + "#" + key``; only hashes are stored, so a
+lookup can return offsets of other keys and the caller must check the message's keys.
+
+>>> import os, tempfile
+>>> f = IndexFile(os.path.join(tempfile.mkdtemp(), "20240101000000000"), 8, 16)
+>>> f.put_key("TopicTest#KEY1", 100, 1_700_000_000_000)
+True
+>>> f.select_phy_offsets("TopicTest#KEY1", 10, 0, 2**62)
+[100]
+>>> f.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from mqlite.errors import ConfigError, IllegalStateError, StoreCorruptedError
+
+__all__ = [
+    "INDEX_ENTRY", "INDEX_HEADER", "INDEX_SLOT", "IndexFile", "IndexService",
+    "index_file_size", "index_key_hash",
+]
+
+_log = logging.getLogger(__name__)
+
+#: beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset (longs), hashSlotCount,
+#: indexCount (ints).
+INDEX_HEADER = struct.Struct(">qqqqii")
+#: One bucket: the number of the newest entry in it, 0 when empty.
+INDEX_SLOT = struct.Struct(">i")
+#: keyHash (int), phyOffset (long), timeDiff in seconds (int), prevIndex (int).
+INDEX_ENTRY = struct.Struct(">iqii")
+
+# numpy views of the same layouts, used by verify() to scan millions of slots at once.
+_SLOT_DTYPE = np.dtype(">i4")
+_ENTRY_DTYPE = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
+assert _SLOT_DTYPE.itemsize == INDEX_SLOT.size and _ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
+
+_INT_MIN = -(2**31)
+_INT_MAX = 2**31 - 1
+_UTF16_UNIT = struct.Struct(">H")
+_NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
+_MAX_PROBLEMS_PER_KIND = 10  # verify() reports this many examples of each problem, then a count
+
+# Header field positions in the unpacked INDEX_HEADER tuple.
+_BEGIN_TS, _END_TS, _BEGIN_PHY, _END_PHY, _SLOT_COUNT, _INDEX_COUNT = range(6)
+
+
+def _java_hash(s: str) -> int:
+    """Java ``String.hashCode`` of *s*: ``h = 31*h + unit`` over UTF-16 code units, int32.
+
+    Cost: O(len(s)) Python steps. Lone surrogates are hashed as Java would see them.
+    """
+    h = 0
+    if s.isascii():
+        # ASCII code points are their own UTF-16 code units; bytes iterate as ints.
+        for unit in s.encode("ascii"):
+            h = (31 * h + unit) & 0xFFFFFFFF
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        for (unit,) in _UTF16_UNIT.iter_unpack(data):
+            h = (31 * h + unit) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def index_key_hash(key: str) -> int:
+    """The non-negative hash RocketMQ stores for an index key (``indexKeyHashMethod``).
+
+    ``abs(key.hashCode())``, where Java's ``abs(Integer.MIN_VALUE)`` stays negative and is
+    therefore mapped to 0.
+
+    >>> index_key_hash("TopicTest#KEY1")
+    1656969516
+    """
+    h = _java_hash(key)
+    return 0 if h == _INT_MIN else abs(h)
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of one index file: header, slot table and entry area."""
+    return INDEX_HEADER.size + hash_slot_num * INDEX_SLOT.size + index_num * INDEX_ENTRY.size
+
+
+def _check_shape(hash_slot_num: int, index_num: int) -> None:
+    if hash_slot_num <= 0 or index_num < 2 or index_num > _INT_MAX:
+        raise ConfigError(
+            f"index shape hash_slot_num={hash_slot_num}, index_num={index_num} is invalid; "
+            "hash_slot_num must be >= 1 and index_num between 2 and 2**31-1 "
+            "(entry 0 is never used, so index_num=1 could hold nothing)"
+        )
+
+
+class IndexFile:
+    """One index file, mapped into memory.
+
+    Writable mode creates the file (sparse, via ``ftruncate``) when it is missing or empty,
+    with ``begin = end = (end_phy_offset, end_timestamp)`` inherited from the previous file
+    as RocketMQ does; an existing file's header is loaded. Header fields are cached and
+    written through to the map on every ``put_key``.
+
+    Read-only mode maps the file without write access and re-reads the header on every
+    call, so it can follow a writer in another process; every slot and link read from the
+    file is bounds-checked and chain walks are capped, so torn or garbage data yields
+    wrong-but-bounded answers, never an exception or an endless loop.
+
+    A file of the wrong size raises ``StoreCorruptedError`` (other index settings than the
+    ones the store was created with). Not thread-safe: ``IndexService`` serialises access.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+        read_only: bool = False,
+    ) -> None:
+        _check_shape(hash_slot_num, index_num)
+        self.path = path
+        self.file_name = os.path.basename(path)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        self.file_size = index_file_size(hash_slot_num, index_num)
+        self._entries_at = INDEX_HEADER.size + hash_slot_num * INDEX_SLOT.size
+        # Guards the map's lifetime only: flush() may run outside IndexService's lock.
+        self._map_lock = threading.Lock()
+        self._hdr = [0, 0, 0, 0, 0, 1]
+        self._raw_index_count = 1  # as stored, before "<= 0 reads as 1"
+        created = False
+        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0 and not read_only:
+                # A new file, or one torn between create and truncate: nothing was written.
+                os.ftruncate(fd, self.file_size)
+                created = True
+            elif size != self.file_size:
+                raise StoreCorruptedError(
+                    f"index file {path} is {size} bytes; hash_slot_num={hash_slot_num} and "
+                    f"index_num={index_num} need {self.file_size} (open the store with the "
+                    "index settings it was created with, or delete the index directory so "
+                    "it is rebuilt from the commit log)"
+                )
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self._map: mmap.mmap | None = mmap.mmap(fd, self.file_size, access=access)
+        finally:
+            os.close(fd)  # the map keeps its own descriptor
+        if created:
+            if end_phy_offset > 0:
+                self._hdr[_BEGIN_PHY] = self._hdr[_END_PHY] = end_phy_offset
+            if end_timestamp > 0:
+                self._hdr[_BEGIN_TS] = self._hdr[_END_TS] = end_timestamp
+            INDEX_HEADER.pack_into(self._map, 0, *self._hdr)
+        else:
+            self._load_header()
+
+    # -- header ---------------------------------------------------------------------------
+
+    def _load_header(self) -> None:
+        assert self._map is not None
+        self._hdr = list(INDEX_HEADER.unpack_from(self._map, 0))
+        self._raw_index_count = self._hdr[_INDEX_COUNT]
+        if self._hdr[_INDEX_COUNT] <= 0:
+            self._hdr[_INDEX_COUNT] = 1
+
+    def _header(self) -> list[int]:
+        """The header fields; re-read from the map in read-only mode (a writer may append)."""
+        if self.read_only and self._map is not None:
+            self._load_header()
+        return self._hdr
+
+    @property
+    def begin_timestamp(self) -> int:
+        """Store time (ms) of the first entry, or the inherited end time of the previous file."""
+        return self._header()[_BEGIN_TS]
+
+    @property
+    def end_timestamp(self) -> int:
+        """Store time (ms) of the newest entry."""
+        return self._header()[_END_TS]
+
+    @property
+    def begin_phy_offset(self) -> int:
+        """Commit-log offset of the first entry (or inherited, see ``begin_timestamp``)."""
+        return self._header()[_BEGIN_PHY]
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Commit-log offset of the newest entry."""
+        return self._header()[_END_PHY]
+
+    @property
+    def hash_slot_count(self) -> int:
+        """Number of slots that became non-empty."""
+        return self._header()[_SLOT_COUNT]
+
+    @property
+    def index_count(self) -> int:
+        """Number of the next entry to write (entries are ``1 .. index_count - 1``)."""
+        return self._header()[_INDEX_COUNT]
+
+    def _require_map(self) -> mmap.mmap:
+        if self._map is None:
+            raise IllegalStateError(f"index file {self.path} is closed")
+        return self._map
+
+    # -- RocketMQ operations -------------------------------------------------------------
+
+    def is_write_full(self) -> bool:
+        """True when no entry is left (``indexCount >= indexNum``). O(1)."""
+        return self._header()[_INDEX_COUNT] >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Append an entry for *key*; False when the file is full (RocketMQ ``putKey``).
+
+        Cost: one hash, four small writes into the map, no I/O wait (the OS writes the pages
+        back; ``flush()`` forces it). Writable mode only.
+        """
+        m = self._require_map()
+        if self.read_only:
+            raise IllegalStateError(f"index file {self.path} is open read-only")
+        hdr = self._hdr
+        count = hdr[_INDEX_COUNT]
+        if count >= self.index_num:
+            return False
+        key_hash = index_key_hash(key)
+        slot_at = INDEX_HEADER.size + (key_hash % self.hash_slot_num) * INDEX_SLOT.size
+        (slot_value,) = INDEX_SLOT.unpack_from(m, slot_at)
+        if slot_value <= 0 or slot_value > count:
+            slot_value = 0
+        begin_ts = hdr[_BEGIN_TS]
+        if begin_ts <= 0:
+            time_diff = 0
+        else:
+            # Floor vs Java's truncating division only differs below zero, which is clamped.
+            time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+        # Entry, then slot, then header: a concurrent reader that sees the new slot value
+        # finds a complete entry behind it.
+        entry_at = self._entries_at + count * INDEX_ENTRY.size
+        INDEX_ENTRY.pack_into(m, entry_at, key_hash, phy_offset, time_diff, slot_value)
+        INDEX_SLOT.pack_into(m, slot_at, count)
+        if count <= 1:
+            # After timeDiff was computed: a new file's first entry is timed against the
+            # previous file's end, then begin moves to this message (RocketMQ quirk).
+            hdr[_BEGIN_PHY] = phy_offset
+            hdr[_BEGIN_TS] = store_timestamp
+        if slot_value == 0:
+            hdr[_SLOT_COUNT] += 1
+        hdr[_INDEX_COUNT] = count + 1
+        hdr[_END_PHY] = phy_offset
+        hdr[_END_TS] = store_timestamp
+        INDEX_HEADER.pack_into(m, 0, *hdr)
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """True when ``[begin, end]`` (ms) overlaps this file's time range (RocketMQ's test)."""
+        hdr = self._header()
+        lo, hi = hdr[_BEGIN_TS], hdr[_END_TS]
+        return (begin < lo and end > hi) or (lo <= begin <= hi) or (lo <= end <= hi)
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commit-log offsets of entries whose hash equals *key*'s, stored in ``[begin, end]``.
+
+        Newest first, at most *max_num*. Only hashes are compared, so other keys can appear.
+        Walks the bucket's chain from the slot and stops at an invalid link, a self link, a
+        negative timeDiff, or an entry older than *begin* (RocketMQ ``selectPhyOffset``).
+        Cost: O(chain length), capped at ``index_count`` steps.
+        """
+        m = self._require_map()
+        hdr = self._header()
+        begin_ts, count = hdr[_BEGIN_TS], hdr[_INDEX_COUNT]
+        result: list[int] = []
+        if count <= 1 or max_num <= 0:
+            return result
+        key_hash = index_key_hash(key)
+        slot_at = INDEX_HEADER.size + (key_hash % self.hash_slot_num) * INDEX_SLOT.size
+        (entry_no,) = INDEX_SLOT.unpack_from(m, slot_at)
+        # RocketMQ accepts links up to indexCount (a reader may see the new slot before the
+        # new count); entries must also lie inside the file, which garbage may not respect.
+        last = min(count, self.index_num - 1)
+        entries_at, entry_size = self._entries_at, INDEX_ENTRY.size
+        for _ in range(last):  # a chain of distinct entries is at most this long
+            if entry_no <= 0 or entry_no > last:
+                break
+            key_hash_read, phy_offset, time_diff, prev = INDEX_ENTRY.unpack_from(
+                m, entries_at + entry_no * entry_size
+            )
+            if time_diff < 0:
+                break
+            time_read = begin_ts + time_diff * 1000
+            if key_hash_read == key_hash and begin <= time_read <= end:
+                result.append(phy_offset)
+                if len(result) >= max_num:
+                    break
+            if prev == entry_no or time_read < begin:
+                break
+            entry_no = prev
+        return result
+
+    # -- checks and lifecycle ------------------------------------------------------------
+
+    def _header_problems(self, strict: bool = False) -> list[str]:
+        """Header values no writer can produce; cheap. The loose form (used to skip garbage
+        in read-only mode) also accepts torn reads of a live header and files written by
+        RocketMQ 4.x, which counted every put in hashSlotCount."""
+        hdr, problems = self._header(), []
+        count = hdr[_INDEX_COUNT]
+        if not 0 <= self._raw_index_count <= self.index_num:
+            problems.append(f"indexCount {self._raw_index_count} is outside [0, {self.index_num}]")
+        top = count - 1 if strict else self.index_num
+        if not 0 <= hdr[_SLOT_COUNT] <= top:
+            problems.append(f"hashSlotCount {hdr[_SLOT_COUNT]} is outside [0, {top}]")
+        names = ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset")
+        for name, value in zip(names, hdr[:4], strict=True):
+            if value < 0:
+                problems.append(f"{name} {value} is negative")
+        return problems
+
+    def verify(self) -> list[str]:
+        """Human-readable problems in this file; ``[]`` when it is consistent. Never raises
+        on garbage (raises ``IllegalStateError`` only when closed).
+
+        Checks the header, that every slot points at the newest entry of its bucket, that
+        every ``prevIndex`` is below its own entry number (so chains end, no loops) and links
+        the previous entry of the same bucket, that timeDiff and keyHash are not negative,
+        and that begin/end offsets match the first/last entry. Cost: O(hash_slot_num +
+        index_count) in numpy, about 40 bytes of memory per entry (800 MB for a full
+        default-sized file). Run it on a quiescent
+        file: a concurrent writer makes it report transient problems.
+        """
+        problems = self._header_problems(strict=True)
+        count = min(self._header()[_INDEX_COUNT], self.index_num)
+        slots, key_hash, time_diff, prev, ends = self._read_arrays(count)
+        if count > 1:
+            problems += self._check_ends(ends)
+        problems += _check_chains(slots, key_hash, time_diff, prev, self._hdr[_SLOT_COUNT])
+        return problems
+
+    def _read_arrays(
+        self, count: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+        """Native-int copies of the slots and of entries ``0 .. count-1``, plus the offsets
+        of entries 1 and count-1. The numpy views that pin the map die with this frame."""
+        m = self._require_map()
+        slots = np.frombuffer(m, _SLOT_DTYPE, self.hash_slot_num, INDEX_HEADER.size)
+        entries = np.frombuffer(m, _ENTRY_DTYPE, count, self._entries_at)
+        phy = entries["phy_offset"]
+        ends = (int(phy[1]), int(phy[-1])) if count > 1 else (0, 0)
+        return (
+            slots.astype(np.int32),
+            entries["key_hash"].astype(np.int32),
+            entries["time_diff"].astype(np.int32),
+            entries["prev_index"].astype(np.int32),
+            ends,
+        )
+
+    def _check_ends(self, ends: tuple[int, int]) -> list[str]:
+        hdr, problems = self._hdr, []
+        if hdr[_BEGIN_PHY] != ends[0]:
+            problems.append(f"beginPhyOffset {hdr[_BEGIN_PHY]} != first entry's offset {ends[0]}")
+        if hdr[_END_PHY] != ends[1]:
+            problems.append(f"endPhyOffset {hdr[_END_PHY]} != last entry's offset {ends[1]}")
+        return problems
+
+    def flush(self) -> None:
+        """Write the header and msync the whole map (RocketMQ ``IndexFile.flush``).
+
+        Blocks until dirty pages are on disk. No-op when read-only or closed. May run on a
+        different thread than ``put_key`` (the file is full by then).
+        """
+        with self._map_lock:
+            if self._map is None or self.read_only:
+                return
+            INDEX_HEADER.pack_into(self._map, 0, *self._hdr)
+            self._map.flush()
+
+    def close(self) -> None:
+        """Flush (writable mode) and unmap. Idempotent."""
+        self.flush()
+        with self._map_lock:
+            if self._map is not None:
+                self._map.close()
+                self._map = None
+
+    def destroy(self) -> None:
+        """Close and delete the file. Writable mode only."""
+        if self.read_only:
+            raise IllegalStateError(f"index file {self.path} is open read-only; cannot delete it")
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def __repr__(self) -> str:
+        hdr = self._hdr
+        return (
+            f"IndexFile({self.file_name!r}, entries={hdr[_INDEX_COUNT] - 1}/{self.index_num - 1}, "
+            f"phy=[{hdr[_BEGIN_PHY]}, {hdr[_END_PHY]}], time=[{hdr[_BEGIN_TS]}, {hdr[_END_TS]}])"
+        )
+
+
+def _examples(kind: str, where: np.ndarray, describe: Callable[[int], str]) -> list[str]:
+    """Up to ``_MAX_PROBLEMS_PER_KIND`` messages for the positions in *where*, then a count."""
+    found = [describe(int(i)) for i in where[:_MAX_PROBLEMS_PER_KIND]]
+    if len(where) > _MAX_PROBLEMS_PER_KIND:
+        found.append(f"... and {len(where) - _MAX_PROBLEMS_PER_KIND} more {kind}")
+    return found
+
+
+def _check_chains(
+    slots: np.ndarray,
+    key_hash: np.ndarray,
+    time_diff: np.ndarray,
+    prev: np.ndarray,
+    slot_count: int,
+) -> list[str]:
+    """Compare the slot table and links with the ones ``put_key`` would have written.
+
+    Entries ``1 .. n-1`` are in use. In bucket ``b``, each entry must link to the previous
+    entry of ``b`` (0 for the first) and the slot must hold the newest one.
+    """
+    n, num_slots = len(key_hash), len(slots)
+    problems: list[str] = []
+    used = np.arange(1, n)
+    problems += _examples("negative key hashes", used[key_hash[1:] < 0],
+                          lambda i: f"entry {i}: keyHash {key_hash[i]} is negative")
+    problems += _examples("negative time diffs", used[time_diff[1:] < 0],
+                          lambda i: f"entry {i}: timeDiff {time_diff[i]} is negative")
+    wild = used[(prev[1:] < 0) | (prev[1:] >= used)]
+    problems += _examples("links that do not point back", wild,
+                          lambda i: f"entry {i}: prevIndex {prev[i]} is not in [0, {i})")
+    bad_slot = np.flatnonzero((slots != 0) & ((slots < 1) | (slots >= n)))
+    problems += _examples("slots out of range", bad_slot,
+                          lambda s: f"slot {s} holds {slots[s]}, outside [1, {n})")
+    # What put_key would have built: entries grouped by bucket, in entry order (stable).
+    bucket = key_hash % num_slots  # numpy's % is non-negative for a positive divisor
+    order = used[np.argsort(bucket[1:], kind="stable")]
+    same = bucket[order[1:]] == bucket[order[:-1]]  # order[k+1] follows order[k] in a bucket
+    expected_prev = np.zeros(n, dtype=np.int64)
+    expected_prev[order[1:][same]] = order[:-1][same]
+    newest = order[np.append(~same, True)] if n > 1 else order  # last of each bucket group
+    expected_slots = np.zeros(num_slots, dtype=np.int64)
+    expected_slots[bucket[newest]] = newest
+    ok_link = np.ones(n, dtype=bool)
+    ok_link[wild] = False
+    broken = used[(prev[1:] != expected_prev[1:]) & ok_link[1:]]
+    problems += _examples("broken chain links", broken, lambda i: (
+        f"entry {i}: prevIndex {prev[i]}, but the previous entry of slot "
+        f"{bucket[i]} is {expected_prev[i]}"))
+    in_range = (slots == 0) | ((slots >= 1) & (slots < n))
+    stale = np.flatnonzero((slots != expected_slots) & in_range)
+    problems += _examples("slots not pointing at their newest entry", stale, lambda s: (
+        f"slot {s} holds {slots[s]}, but its newest entry is {expected_slots[s]}"))
+    non_empty = int(np.count_nonzero(slots))
+    if slot_count < non_empty:
+        problems.append(f"hashSlotCount {slot_count} is below the {non_empty} non-empty slots")
+    return problems
+
+
+def _format_name(ms: int) -> str:
+    """RocketMQ's ``timeMillisToHumanString``: local time as ``yyyyMMddHHmmssSSS``."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ms // 1000)) + f"{ms % 1000:03d}"
+
+
+def _parse_name(name: str) -> int | None:
+    """Epoch ms of an index file name (local time), or None if it is not one."""
+    if len(name) != _NAME_DIGITS or not name.isdigit():
+        return None
+    try:
+        seconds = int(datetime.datetime.strptime(name[:-3], "%Y%m%d%H%M%S").timestamp())
+    except (ValueError, OverflowError, OSError):
+        return None
+    return seconds * 1000 + int(name[-3:])
+
+
+class IndexService:
+    """The index files of a store, oldest first (RocketMQ ``IndexService``).
+
+    The reput thread calls ``build_index``; any thread may call ``query_offsets``. One lock
+    serialises them; ``on_file_full`` (which lets the store record the last full file's end
+    time in the checkpoint) runs after that lock is released, on the ``build_index`` caller.
+
+    Read-only mode never creates, deletes or writes a file; files of the wrong size or with
+    an impossible header are skipped with a warning, so a reader can follow a live writer in
+    another process (``load()`` sees the files present at that moment).
+    """
+
+    def __init__(
+        self,
+        index_dir: str,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        max_msgs_num_batch: int = 64,
+        read_only: bool = False,
+        on_file_full: Callable[[int], None] | None = None,
+        name_clock: Callable[[], int] | None = None,
+    ) -> None:
+        """Remember the settings; touches no file until ``load()`` or ``build_index()``."""
+        _check_shape(hash_slot_num, index_num)
+        self.index_dir = index_dir
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.max_msgs_num_batch = max_msgs_num_batch
+        self.read_only = read_only
+        self._on_file_full = on_file_full
+        self._name_clock = name_clock or (lambda: int(time.time() * 1000))
+        self._files: list[IndexFile] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def files(self) -> list[IndexFile]:
+        """A snapshot of the open index files, oldest first."""
+        with self._lock:
+            return list(self._files)
+
+    def _check_open(self, writing: bool = False) -> None:
+        if self._closed:
+            raise IllegalStateError(f"index service for {self.index_dir} is closed")
+        if writing and self.read_only:
+            raise IllegalStateError(f"index service for {self.index_dir} is read-only")
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """Open the files in name order. After an abnormal exit (writable mode), destroy the
+        files whose ``end_timestamp > index_msg_timestamp``: recovery re-dispatches them.
+
+        Names that are not 17 digits are ignored. A wrong-sized file raises
+        ``StoreCorruptedError`` in writable mode and is skipped in read-only mode.
+        Cost: one open and map per file.
+        """
+        with self._lock:
+            self._check_open()
+            if self._files:
+                raise IllegalStateError(f"index service for {self.index_dir} is already loaded")
+            try:
+                names = sorted(os.listdir(self.index_dir))
+            except FileNotFoundError:
+                names = []
+            try:
+                for name in names:
+                    path = os.path.join(self.index_dir, name)
+                    if _parse_name(name) is None or not os.path.isfile(path):
+                        _log.warning("ignoring %s: not an index file name", path)
+                        continue
+                    f = self._open_existing(path)
+                    if f is None:
+                        continue
+                    dirty = not (last_exit_ok or self.read_only)
+                    if dirty and f.end_timestamp > index_msg_timestamp:
+                        _log.info("abnormal exit: dropping %s, newer than the checkpoint", path)
+                        f.destroy()
+                        continue
+                    self._files.append(f)
+            except BaseException:
+                for f in self._files:
+                    f.close()
+                self._files.clear()
+                raise
+
+    def _open_existing(self, path: str) -> IndexFile | None:
+        if not self.read_only:
+            return IndexFile(path, self.hash_slot_num, self.index_num)
+        try:
+            f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=True)
+        except (StoreCorruptedError, OSError, ValueError) as e:
+            _log.warning("skipping index file %s: %s", path, e)
+            return None
+        problems = f._header_problems()
+        if problems:
+            _log.warning("skipping index file %s: %s", path, "; ".join(problems))
+            f.close()
+            return None
+        return f
+
+    def build_index(
+        self,
+        topic: str,
+        commit_log_offset: int,
+        store_timestamp: int,
+        uniq_key: str | None,
+        keys: str | None,
+        is_rollback: bool = False,
+    ) -> None:
+        """Index one dispatched record under ``topic#uniq_key`` and ``topic#k`` for each
+        non-empty space-separated ``k`` in *keys* (RocketMQ ``buildIndex``).
+
+        Skips records below the newest file's ``end_phy_offset`` (already indexed) and
+        rollback records. Rolls to a new file when one fills: the full file is flushed
+        (msync) and ``on_file_full(end_timestamp)`` called, both after the lock is released.
+        Writable mode; call from one thread (the reput service).
+        """
+        full: list[IndexFile] = []
+        with self._lock:
+            self._check_open(writing=True)
+            f = self._writable_file(full)
+            if commit_log_offset >= f.end_phy_offset and not is_rollback:
+                index_keys = [] if uniq_key is None else [uniq_key]
+                if keys:
+                    index_keys += [k for k in keys.split(" ") if k]
+                for k in index_keys:
+                    full_key = f"{topic}#{k}"
+                    while not f.put_key(full_key, commit_log_offset, store_timestamp):
+                        f = self._writable_file(full)
+        # RocketMQ flushes a full file on a separate thread so lookups do not wait for msync.
+        for prev in full:
+            prev.flush()
+            if self._on_file_full is not None and prev.end_timestamp > 0:
+                self._on_file_full(prev.end_timestamp)
+
+    def _writable_file(self, full: list[IndexFile]) -> IndexFile:
+        """The newest file if it has room, else a new one (the old one is added to *full*).
+
+        A new file inherits the previous file's end offset and time as its begin and end.
+        """
+        last = self._files[-1] if self._files else None
+        if last is not None and not last.is_write_full():
+            return last
+        os.makedirs(self.index_dir, exist_ok=True)
+        f = IndexFile(
+            self._new_file_path(),
+            self.hash_slot_num,
+            self.index_num,
+            end_phy_offset=last.end_phy_offset if last else 0,
+            end_timestamp=last.end_timestamp if last else 0,
+        )
+        self._files.append(f)
+        if last is not None:
+            full.append(last)
+        return f
+
+    def _new_file_path(self) -> str:
+        """A free name from ``name_clock``, bumped by 1 ms while taken.
+
+        Names must also sort after the newest file (files load in name order), so a clock
+        that stepped back starts from the newest name plus 1 ms.
+        """
+        ms = self._name_clock()
+        newest = self._files[-1].file_name if self._files else ""
+        newest_ms = _parse_name(newest)
+        if newest_ms is not None:
+            ms = max(ms, newest_ms + 1)
+        while True:
+            name = _format_name(ms)
+            path = os.path.join(self.index_dir, name)
+            if name > newest and not os.path.exists(path):
+                return path
+            ms += 1
+
+    def query_offsets(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Commit-log offsets indexed under ``topic#key`` with store time in ``[begin, end]``.
+
+        Newest first, at most ``min(max_num, max_msgs_num_batch)``. Hash matches only: the
+        caller must check each message's keys. Scans files newest to oldest, only those whose
+        time range overlaps, and stops after a file that begins before *begin*
+        (RocketMQ ``queryOffset``). Cost: one chain walk per matched file; takes the lock.
+        """
+        max_num = min(max_num, self.max_msgs_num_batch)
+        result: list[int] = []
+        full_key = f"{topic}#{key}"
+        with self._lock:
+            self._check_open()
+            for f in reversed(self._files):
+                if f.is_time_matched(begin, end):
+                    result += f.select_phy_offsets(full_key, max_num - len(result), begin, end)
+                if f.begin_timestamp < begin or len(result) >= max_num:
+                    break
+        return result
+
+    def delete_expired(self, min_commit_log_offset: int) -> int:
+        """Delete the oldest files whose ``end_phy_offset < min_commit_log_offset``, stopping
+        at the first that is not; never the newest file. Returns how many were deleted.
+
+        Writable mode. Cost: one unmap and unlink per file, under the lock.
+        """
+        with self._lock:
+            self._check_open(writing=True)
+            doomed = 0
+            for f in self._files[:-1]:
+                if f.end_phy_offset >= min_commit_log_offset:
+                    break
+                doomed += 1
+            for f in self._files[:doomed]:
+                f.destroy()
+            del self._files[:doomed]
+            return doomed
+
+    def verify(self) -> list[str]:
+        """Problems of every file (prefixed with its name) and of their order; ``[]`` = OK.
+
+        Cost: ``IndexFile.verify`` per file, under the lock.
+        """
+        with self._lock:
+            self._check_open()
+            problems: list[str] = []
+            for i, f in enumerate(self._files):
+                problems += [f"{f.file_name}: {p}" for p in f.verify()]
+                # Records are indexed in commit-log order, so files must not overlap.
+                prev_end = self._files[i - 1].end_phy_offset if i else 0
+                if f.index_count > 1 and f.begin_phy_offset < prev_end:
+                    problems.append(
+                        f"{f.file_name}: beginPhyOffset {f.begin_phy_offset} is below the "
+                        f"previous file's endPhyOffset {prev_end}"
+                    )
+            return problems
+
+    def flush(self) -> None:
+        """msync every file (no-op when read-only or closed). Blocks for the disk writes."""
+        with self._lock:
+            for f in self._files:
+                f.flush()
+
+    def close(self) -> None:
+        """Flush (writable) and unmap every file. Idempotent."""
+        with self._lock:
+            for f in self._files:
+                f.close()
+            self._files.clear()
+            self._closed = True
+
+    def destroy(self) -> None:
+        """Close and delete every index file. Writable mode only."""
+        with self._lock:
+            self._check_open(writing=True)
+            for f in self._files:
+                f.destroy()
+            self._files.clear()
+            self._closed = True

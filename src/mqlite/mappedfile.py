@@ -1,0 +1,348 @@
+"""Segmented, memory-mapped files: RocketMQ's `MappedFile` and `MappedFileQueue`.
+
+A queue of files in one directory, each named by its 20-digit starting offset
+(`00000000000000000000`, `00000000001073741824`, ...), all of one size, created
+sparse at that size and mapped whole. The commit log, every consume queue and
+(through its own class) the index use this layout.
+
+Writers append through the map; `flush()` makes the written range durable with
+`fdatasync` on the file (on Linux it writes back pages dirtied through a shared
+map, and unlike `mmap.flush` it releases the GIL while it waits for the disk).
+Readers in other processes map files read-only and never write.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Callable
+
+from .errors import StoreCorruptedError
+
+__all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "OS_PAGE_SIZE"]
+
+log = logging.getLogger("mqlite")
+
+OS_PAGE_SIZE = 4096
+FILE_NAME_DIGITS = 20
+
+
+def offset_to_file_name(offset: int) -> str:
+    """`UtilAll.offset2FileName`: the offset zero-padded to 20 digits."""
+    return f"{offset:0{FILE_NAME_DIGITS}d}"
+
+
+class MappedFile:
+    """One segment file, mapped whole.
+
+    `wrote_position` is the end of written data inside the file, `flushed_position`
+    the end of what `flush()` made durable. Positions are file-relative; add
+    `file_from_offset` for absolute offsets.
+    """
+
+    __slots__ = ("path", "file_from_offset", "file_size", "read_only", "mm", "_fd",
+                 "wrote_position", "flushed_position", "_closed")
+
+    def __init__(self, path: str, file_size: int, *, read_only: bool = False) -> None:
+        self.path = path
+        self.file_from_offset = int(os.path.basename(path))
+        self.file_size = file_size
+        self.read_only = read_only
+        self._closed = False
+        if read_only:
+            self._fd = os.open(path, os.O_RDONLY)
+            self.mm = mmap.mmap(self._fd, file_size, prot=mmap.PROT_READ)
+        else:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(self._fd).st_size < file_size:
+                os.ftruncate(self._fd, file_size)  # sparse, like RandomAccessFile.setLength
+            self.mm = mmap.mmap(self._fd, file_size)
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def is_full(self) -> bool:
+        """True when the file takes no more writes."""
+        return self.wrote_position >= self.file_size
+
+    @property
+    def end_offset(self) -> int:
+        """Absolute offset just after the written data."""
+        return self.file_from_offset + self.wrote_position
+
+    def last_modified(self) -> float:
+        """The file's modification time in epoch seconds (0 when it vanished)."""
+        try:
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return 0.0
+
+    # -- I/O -----------------------------------------------------------------
+    def flush(self, least_pages: int) -> int:
+        """Make written data durable when at least `least_pages` dirty pages wait (0: any).
+
+        Returns the flushed position. Blocks on the disk; the GIL is released.
+        """
+        wrote = self.wrote_position
+        if self._able_to_flush(wrote, least_pages) and not self._closed and not self.read_only:
+            os.fdatasync(self._fd)
+            self.flushed_position = wrote
+        return self.flushed_position
+
+    def _able_to_flush(self, wrote: int, least_pages: int) -> bool:
+        # DefaultMappedFile.isAbleToFlush
+        if wrote <= self.flushed_position:
+            return False
+        if self.is_full:
+            return True
+        if least_pages > 0:
+            return wrote // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE >= least_pages
+        return True
+
+    def read(self, position: int, size: int) -> bytes:
+        """A copy of `size` bytes at file position `position` (short at the file end)."""
+        return self.mm[position : position + size]
+
+    def touch(self) -> None:
+        """Mark the file modified now (clean-up keys expiry on modification time)."""
+        try:
+            os.utime(self.path)
+        except OSError:
+            pass
+
+    # -- lifecycle -------------------------------------------------------------
+    def close(self) -> None:
+        """Unmap and close. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.mm.close()
+        except BufferError:
+            # A memoryview into the map is still alive somewhere; the map goes
+            # when that view is released. Closing the descriptor is still safe.
+            log.debug("map of %s still exported; left to the garbage collector", self.path)
+        os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
+
+
+class MappedFileQueue:
+    """The ordered files of one directory, all `file_size` bytes.
+
+    Thread-safety: one writer thread appends and rolls; other threads may look
+    files up concurrently (the file list is replaced, never mutated in place,
+    so a reader always sees a consistent snapshot).
+    """
+
+    def __init__(self, directory: str, file_size: int, *, read_only: bool = False) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.read_only = read_only
+        self.files: list[MappedFile] = []
+        self._lock = threading.Lock()  # guards replacing `files`
+        self.flushed_where = 0
+
+    # -- load --------------------------------------------------------------------
+    def load(self, *, strict: bool = True) -> None:
+        """Map the directory's files in name order, each as fully written.
+
+        A file whose size differs from `file_size` makes a writer refuse to
+        load (as RocketMQ's `doLoad`) unless it is the last one and empty; a
+        reader (`strict=False`) stops at it. Names that are not 20 digits are ignored.
+        """
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if len(n) == FILE_NAME_DIGITS and n.isdigit())
+        except FileNotFoundError:
+            names = []
+        files: list[MappedFile] = []
+        for index, name in enumerate(names):
+            path = os.path.join(self.directory, name)
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                if index == len(names) - 1 and size == 0 and not self.read_only:
+                    os.unlink(path)  # an empty last file is a crash during creation
+                    continue
+                if strict:
+                    raise StoreCorruptedError(
+                        f"{path} is {size} bytes but files here are {self.file_size} bytes; "
+                        f"the store was written with another file size (check config/store.json)"
+                    )
+                log.warning("%s has size %d, expected %d; ignoring it and later files", path, size, self.file_size)
+                break
+            if files and int(name) != files[-1].file_from_offset + self.file_size:
+                if strict:
+                    raise StoreCorruptedError(f"{path} does not follow {files[-1].path}: a segment is missing")
+                log.warning("%s does not follow %s; ignoring it and later files", path, files[-1].path)
+                break
+            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            files.append(mf)
+        self.files = files
+
+    def _map_new_files(self) -> list[MappedFile]:
+        """Read-only: map files that follow the last mapped one."""
+        files = list(self.files)
+        while True:
+            next_offset = files[-1].file_from_offset + self.file_size if files else None
+            if next_offset is None:
+                self.load(strict=False)
+                for mf in self.files:
+                    mf.wrote_position = 0  # the consume queues say how much is written
+                return self.files
+            path = os.path.join(self.directory, offset_to_file_name(next_offset))
+            try:
+                if os.path.getsize(path) != self.file_size:
+                    break
+                files.append(MappedFile(path, self.file_size, read_only=True))
+            except OSError:
+                break
+        with self._lock:
+            self.files = files
+        return files
+
+    # -- look-up -------------------------------------------------------------------
+    @property
+    def last(self) -> MappedFile | None:
+        """The newest file, or None."""
+        files = self.files
+        return files[-1] if files else None
+
+    def last_for_append(self, start_offset: int = 0) -> MappedFile:
+        """The file to append to, creating the next one when the last is full or none exists.
+
+        `start_offset` is where the first file starts when the queue is empty.
+        """
+        files = self.files
+        if files and not files[-1].is_full:
+            return files[-1]
+        if files:
+            create_offset = files[-1].file_from_offset + self.file_size
+        else:
+            create_offset = start_offset - start_offset % self.file_size
+        return self.create_file(create_offset)
+
+    def create_file(self, offset: int) -> MappedFile:
+        """Create and append the file starting at absolute `offset`."""
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(offset)), self.file_size)
+        with self._lock:
+            self.files = [*self.files, mf]
+        if not self.files[:-1]:
+            self.flushed_where = offset
+        return mf
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding absolute `offset`, or None when outside the queue.
+
+        A read-only queue maps files a live writer created since the last look.
+        """
+        files = self.files
+        if self.read_only and (not files or offset >= files[-1].file_from_offset + self.file_size):
+            files = self._map_new_files()
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        index = (offset - first) // self.file_size
+        if 0 <= index < len(files):
+            mf = files[index]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return None
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the first file, or -1 when empty (as RocketMQ)."""
+        files = self.files
+        return files[0].file_from_offset if files else -1
+
+    @property
+    def max_offset(self) -> int:
+        """End of written data in the last file (0 when empty)."""
+        last = self.last
+        return last.end_offset if last else 0
+
+    # -- flush -----------------------------------------------------------------------
+    def flush(self, least_pages: int) -> bool:
+        """Flush the file that holds `flushed_where` (`MappedFileQueue.flush`).
+
+        Returns True when nothing was flushed (RocketMQ's "result == old position").
+        """
+        mf = self.find(self.flushed_where) or (self.files[0] if self.files and self.flushed_where == 0 else None)
+        if mf is None:
+            return True
+        where = mf.file_from_offset + mf.flush(least_pages)
+        done = where == self.flushed_where
+        self.flushed_where = where
+        return done
+
+    def flush_all(self) -> None:
+        """Flush every file with unflushed writes."""
+        for mf in self.files:
+            mf.flush(0)
+        last = self.last
+        if last is not None:
+            self.flushed_where = last.end_offset
+
+    # -- truncation and deletion ----------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything at or after absolute `offset` (`truncateDirtyFiles`)."""
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.file_from_offset + self.file_size <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                mf.wrote_position = mf.flushed_position = pos
+                keep.append(mf)
+            else:
+                mf.destroy()
+        with self._lock:
+            self.files = keep
+        self.flushed_where = min(self.flushed_where, offset) if keep else offset
+
+    def delete_files(self, victims: Callable[[MappedFile], bool], batch_max: int) -> int:
+        """Delete leading files while `victims(file)` holds; never the last file.
+
+        Stops at the first file that is not a victim (no holes), after `batch_max`.
+        """
+        files = self.files
+        doomed: list[MappedFile] = []
+        for mf in files[:-1]:
+            if len(doomed) >= batch_max or not victims(mf):
+                break
+            doomed.append(mf)
+        if not doomed:
+            return 0
+        with self._lock:
+            self.files = files[len(doomed) :]
+        for mf in doomed:
+            mf.destroy()
+        return len(doomed)
+
+    def destroy(self) -> None:
+        """Delete every file and the directory if empty."""
+        files, self.files = self.files, []
+        for mf in files:
+            mf.destroy()
+        try:
+            os.rmdir(self.directory)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Unmap every file."""
+        for mf in self.files:
+            mf.close()

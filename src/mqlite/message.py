@@ -1,0 +1,401 @@
+"""Messages, message queues, property names, ids and the Java string hash.
+
+These are RocketMQ's client-side value types (`Message`, `MessageExt`,
+`MessageQueue`, `MessageConst`, `MessageSysFlag`, `MessageClientIDSetter`,
+`MessageDecoder`'s id and property codecs), in snake_case. Tags, keys and the
+delay level live in the property map under RocketMQ's names, exactly as in Java,
+so a message round-trips through the commit log unchanged.
+"""
+
+from __future__ import annotations
+
+import calendar
+import functools
+import itertools
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .errors import MQClientError
+
+__all__ = [
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "SysFlag",
+    "java_string_hash",
+    "tags_code",
+    "encode_properties",
+    "decode_properties",
+    "create_offset_msg_id",
+    "decode_offset_msg_id",
+    "UniqIdGenerator",
+    "RESERVED_PROPERTY_NAMES",
+]
+
+# -- property names (MessageConst) -------------------------------------------------
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+KEY_SEPARATOR = " "
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+#: `MessageConst.STRING_HASH_SET`: names a user property may not take.
+RESERVED_PROPERTY_NAMES = frozenset(
+    """TRACE_ON MSG_REGION KEYS TAGS WAIT DELAY RETRY_TOPIC REAL_TOPIC REAL_QID TRAN_MSG PGROUP
+    MIN_OFFSET MAX_OFFSET BUYER_ID ORIGIN_MESSAGE_ID TRANSFER_FLAG CORRECTION_FLAG MQ2_FLAG
+    RECONSUME_TIME UNIQ_KEY MAX_RECONSUME_TIMES CONSUME_START_TIME POP_CK POP_CK_OFFSET 1ST_POP_TIME
+    TRAN_PREPARED_QUEUE_OFFSET DUP_INFO EXTEND_UNIQ_INFO INSTANCE_ID CORRELATION_ID REPLY_TO_CLIENT
+    TTL ARRIVE_TIME PUSH_REPLY_TIME CLUSTER MSG_TYPE INNER_MULTI_QUEUE_OFFSET TIMER_DELAY_MS
+    TIMER_DELAY_SEC TIMER_DELIVER_MS TIMER_ENQUEUE_MS TIMER_DEQUEUE_MS TIMER_ROLL_TIMES TIMER_OUT_MS
+    TIMER_DEL_UNIQKEY TIMER_DELAY_LEVEL BORN_HOST BORN_TIMESTAMP DLQ_ORIGIN_TOPIC
+    DLQ_ORIGIN_MESSAGE_ID __CRC32#""".split()
+)
+
+
+class SysFlag:
+    """`MessageSysFlag` bits of a record's SYSFLAG field."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_NOT_TYPE = 0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    TRANSACTION_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOSTADDRESS_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+    COMPRESSION_ZLIB_TYPE = 0x300
+    COMPRESSION_TYPE_MASK = 0x700
+
+    @staticmethod
+    def transaction_value(flag: int) -> int:
+        """The transaction type bits (`getTransactionValue`)."""
+        return flag & SysFlag.TRANSACTION_MASK
+
+    @staticmethod
+    def reset_transaction_value(flag: int, type_: int) -> int:
+        """Replace the transaction type bits (`resetTransactionValue`)."""
+        return (flag & ~SysFlag.TRANSACTION_MASK) | type_
+
+
+# -- Java String.hashCode ---------------------------------------------------------------
+def java_string_hash(s: str) -> int:
+    """Java's `String.hashCode()`: `31*h + c` over UTF-16 code units, 32-bit signed.
+
+    >>> java_string_hash("TagA"), java_string_hash("TopicTest#KEY1")
+    (2598919, -1656969516)
+    """
+    h = 0
+    if s.isascii():
+        units: Iterable[int] = s.encode("ascii")
+    else:
+        data = s.encode("utf-16-be")
+        units = (data[i] << 8 | data[i + 1] for i in range(0, len(data), 2))
+    for c in units:
+        h = (31 * h + c) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@functools.lru_cache(maxsize=4096)
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tags code of a TAGS value (`tagsString2tagsCode`); 0 when empty.
+
+    Cached: the set of tags in a system is small and this runs once per message.
+    """
+    return java_string_hash(tags) if tags else 0
+
+
+# -- properties codec (MessageDecoder.messageProperties2String / string2messageProperties) ---
+def encode_properties(properties: Mapping[str, str]) -> str:
+    """`name\\x01value\\x02` per entry, with the trailing separator Java writes."""
+    return "".join([f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None])
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Parse a property string; segments with an empty name or value are dropped, as in Java.
+
+    >>> decode_properties("k1\\x01v1\\x02k2\\x01\\x02")
+    {'k1': 'v1'}
+    """
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for part in text.split("\x02"):
+        i = part.find("\x01")
+        if 0 < i < len(part) - 1:
+            result[part[:i]] = part[i + 1 :]
+    return result
+
+
+# -- ids -----------------------------------------------------------------------------------
+def create_offset_msg_id(ip: bytes, port: int, commit_log_offset: int) -> str:
+    """`MessageDecoder.createMessageId`: store host, port and offset as 32 (or 56) hex chars.
+
+    >>> create_offset_msg_id(bytes([127, 0, 0, 1]), 9103, 123456)
+    '7F0000010000238F000000000001E240'
+    """
+    return (ip + port.to_bytes(4, "big", signed=True) + commit_log_offset.to_bytes(8, "big", signed=True)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """Inverse of `create_offset_msg_id`: `(ip, port, commit_log_offset)`.
+
+    Raises `MQClientError` when the text is not a 32- or 56-character hex id.
+    """
+    if len(msg_id) not in (32, 56):
+        raise MQClientError(f"{msg_id!r} is not an offset message id (32 or 56 hex characters)")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MQClientError(f"{msg_id!r} is not an offset message id (not hexadecimal)") from None
+    ip_len = 4 if len(raw) == 16 else 16
+    ip = socket.inet_ntop(socket.AF_INET if ip_len == 4 else socket.AF_INET6, raw[:ip_len])
+    port = int.from_bytes(raw[ip_len : ip_len + 4], "big", signed=True)
+    return ip, port, int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
+
+
+def _local_ip() -> bytes:
+    """`UtilAll.getIP()` in spirit: a non-loopback IPv4 address of this host, else 127.0.0.1."""
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            ip = info[4][0]
+            if not str(ip).startswith("127."):
+                return socket.inet_aton(str(ip))
+    except OSError:
+        pass
+    return socket.inet_aton("127.0.0.1")
+
+
+class UniqIdGenerator:
+    """`MessageClientIDSetter`: 16-byte client message ids as 32 uppercase hex characters.
+
+    Layout: IP (4) + pid (short) + class-loader hash (int; a random int per
+    process here) + ms since the start of the local month (int) + counter (short).
+    Thread-safe; ids from one process are unique and increase with the counter.
+    """
+
+    def __init__(self) -> None:
+        prefix = _local_ip() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
+        self._prefix_hex = prefix.hex().upper()
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._month_start = 0
+        self._next_month_start = 0
+
+    def _month_bounds(self, now_ms: int) -> None:
+        lt = time.localtime(now_ms / 1000)
+        start = time.mktime((lt.tm_year, lt.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+        days = calendar.monthrange(lt.tm_year, lt.tm_mon)[1]
+        end = time.mktime((lt.tm_year, lt.tm_mon, days, 0, 0, 0, 0, 0, -1)) + 86400
+        self._month_start, self._next_month_start = int(start * 1000), int(end * 1000)
+
+    def next_id(self) -> str:
+        """A new unique id."""
+        now = time.time_ns() // 1_000_000
+        with self._lock:
+            if now >= self._next_month_start:
+                self._month_bounds(now)
+            diff = now - self._month_start
+            count = next(self._counter) & 0xFFFF
+        return f"{self._prefix_hex}{diff & 0xFFFFFFFF:08X}{count:04X}"
+
+
+# -- value types ---------------------------------------------------------------------------
+@dataclass(frozen=True, order=True, slots=True)
+class MessageQueue:
+    """One queue of a topic on a broker; ordered by (topic, broker_name, queue_id).
+
+    >>> str(MessageQueue("T", "mqlite", 0))
+    'MessageQueue [topic=T, brokerName=mqlite, queueId=0]'
+    """
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
+
+class Message:
+    """A message to send: topic, body, and a property map holding tags, keys and delay.
+
+    >>> m = Message("orders", b"hi", tags="TagA", keys=["k1", "k2"])
+    >>> m.properties["KEYS"], m.tags, m.keys
+    ('k1 k2', 'TagA', ['k1', 'k2'])
+    """
+
+    __slots__ = ("topic", "body", "flag", "properties", "transaction_id")
+
+    topic: str
+    body: bytes
+    flag: int
+    properties: dict[str, str]
+    transaction_id: str | None
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        flag: int = 0,
+        properties: Mapping[str, str] | None = None,
+        delay_time_level: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.flag = flag
+        self.transaction_id = None
+        self.properties = dict(properties) if properties else {}
+        if tags:
+            self.properties[PROPERTY_TAGS] = tags
+        if keys:
+            self.keys = keys  # type: ignore[assignment]
+        if delay_time_level:
+            self.delay_time_level = delay_time_level
+        # Java's Message constructors always set waitStoreMsgOK = true.
+        self.properties.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+
+    @property
+    def tags(self) -> str | None:
+        """The TAGS property."""
+        return self.properties.get(PROPERTY_TAGS)
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        if value:
+            self.properties[PROPERTY_TAGS] = value
+        else:
+            self.properties.pop(PROPERTY_TAGS, None)
+
+    @property
+    def keys(self) -> list[str]:
+        """The KEYS property split on spaces (empty list when none)."""
+        text = self.properties.get(PROPERTY_KEYS)
+        return [k for k in text.split(KEY_SEPARATOR) if k] if text else []
+
+    @keys.setter
+    def keys(self, value: str | Iterable[str] | None) -> None:
+        text = value if isinstance(value, str) else KEY_SEPARATOR.join(value) if value else ""
+        if text:
+            self.properties[PROPERTY_KEYS] = text
+        else:
+            self.properties.pop(PROPERTY_KEYS, None)
+
+    @property
+    def delay_time_level(self) -> int:
+        """The DELAY property as an int (0 when absent)."""
+        text = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        return int(text) if text and text.lstrip("-").isdigit() else 0
+
+    @delay_time_level.setter
+    def delay_time_level(self, level: int) -> None:
+        if level:
+            self.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        else:
+            self.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+
+    def put_user_property(self, name: str, value: str) -> None:
+        """Set a user property; RocketMQ's reserved names and blank names or values are refused."""
+        if not name or not name.strip() or value is None or not str(value).strip():
+            raise MQClientError("user property name and value must be non-blank strings")
+        if name in RESERVED_PROPERTY_NAMES:
+            raise MQClientError(f"{name!r} is a reserved RocketMQ property name; choose another name")
+        self.properties[name] = str(value)
+
+    def get_user_property(self, name: str) -> str | None:
+        """A property by name, or None."""
+        return self.properties.get(name)
+
+    def get_property(self, name: str) -> str | None:
+        """A property by name, or None (system properties too)."""
+        return self.properties.get(name)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(topic={self.topic!r}, body={len(self.body)} bytes, properties={self.properties!r})"
+
+
+class MessageExt(Message):
+    """A stored message, as consumers and queries see it (`MessageExt`/`MessageClientExt`).
+
+    `msg_id` is the client unique id (`UNIQ_KEY`) when present, else `offset_msg_id`.
+    """
+
+    __slots__ = (
+        "queue_id",
+        "queue_offset",
+        "commit_log_offset",
+        "store_size",
+        "body_crc",
+        "sys_flag",
+        "born_timestamp",
+        "store_timestamp",
+        "born_host",
+        "store_host",
+        "reconsume_times",
+        "prepared_transaction_offset",
+        "broker_name",
+        "offset_msg_id",
+    )
+
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    store_size: int
+    body_crc: int
+    sys_flag: int
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    prepared_transaction_offset: int
+    broker_name: str
+    offset_msg_id: str
+
+    @property
+    def msg_id(self) -> str:
+        """The client unique id, or the offset id for a message without one."""
+        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        """The queue this message was stored in."""
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+            f"msg_id={self.msg_id!r}, body={len(self.body)} bytes, properties={self.properties!r})"
+        )

@@ -1,0 +1,72 @@
+"""`StoreReader`: read a store from another process, beside a live writer.
+
+No lock, no threads, no writes. It maps the files read-only, finds where each
+consume queue's valid units end, and reads only records those units point to,
+so it never returns a record the writer has not finished. `refresh()` (also
+done by every read of a queue) picks up what the writer dispatched since.
+It reads stores written by a RocketMQ broker too: sizes come from
+`config/store.json` when present, else from the files themselves.
+
+>>> import tempfile, mqlite.store
+>>> d = tempfile.mkdtemp()
+>>> with mqlite.store.MessageStore(d, mqlite.store.StoreConfig(commitlog_file_size=1 << 20)) as s:
+...     _ = s.put("T", 0, b"x")
+>>> with StoreReader(d) as r:
+...     r.max_offset("T", 0), r.get_messages("T", 0, 0).messages[0].body
+(1, b'x')
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import StoreCorruptedError
+from .storebase import StoreFiles, config_for
+
+__all__ = ["StoreReader"]
+
+
+class StoreReader(StoreFiles):
+    """A read-only view of the store at `root` (see the module docstring)."""
+
+    def __init__(self, root: str, **settings: Any) -> None:
+        if not os.path.isdir(root):
+            raise StoreCorruptedError(f"{root} is not a store directory (it does not exist)")
+        super().__init__(root, config_for(root, settings), read_only=True)
+        self.load_files(last_exit_ok=True)
+        for cq in self.consume_queues.values():
+            cq.recover()
+        self._end_of_log()
+
+    def _end_of_log(self) -> None:
+        """Mark the newest segment as written up to the end of the last dispatched record."""
+        files = self.commitlog.mapped_files.files
+        if not files:
+            return
+        end = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=0)
+        last = files[-1]
+        last.wrote_position = max(0, min(last.file_size, end - last.file_from_offset))
+
+    def refresh(self) -> None:
+        """Pick up consume queues, segments and units the writer added since the last look."""
+        for cq in self._load_consume_queues():
+            cq.recover()
+        for cq in self.consume_queues.values():
+            cq.refresh()
+        self._end_of_log()
+
+    def settings(self) -> Mapping[str, Any]:
+        """The settings this reader uses (stored, inferred or default)."""
+        return self.config.to_json()
+
+    def close(self) -> None:
+        """Unmap everything. Idempotent."""
+        self.close_files()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

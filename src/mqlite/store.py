@@ -1,0 +1,322 @@
+"""`MessageStore`: the writer's facade over the commit log, consume queues and index.
+
+Opening takes the directory's exclusive lock, recovers (normally, or abnormally
+when `abort` is present), writes `abort` and starts three services:
+`mqlite-reput` (dispatch), `mqlite-flush` and `mqlite-clean`. `close()` stops
+them in order, flushes, writes the checkpoint, removes `abort` and unlocks.
+
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as d, MessageStore(d, StoreConfig(commitlog_file_size=1 << 20)) as store:
+...     r = store.put("TopicTest", 0, b"Hello", {"TAGS": "TagA"})
+...     _ = store.wait_dispatched()
+...     store.get_messages("TopicTest", 0, 0).messages[0].body
+b'Hello'
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .clock import SYSTEM_CLOCK, Clock
+from .commitlog import DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
+from .config import StoreConfig, store_config_path, write_json_atomic
+from .errors import IllegalStateError, StoreLockedError
+from .message import SysFlag
+from .recovery import RecoveryReport, recover_store
+from .storebase import StoreFiles, config_for
+from .storeservices import CleanService, FlushService, GroupCommit, ReputService, file_expired
+
+__all__ = ["MessageStore", "ArrivalListener", "open_store_config"]
+
+log = logging.getLogger("mqlite")
+
+ArrivalListener = Callable[[str, int, int], None]
+_NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+
+
+def open_store_config(root: str, settings: Mapping[str, Any]) -> StoreConfig:
+    """Settings for a writer opening `root` (stored ones, keyword overrides, format checks)."""
+    return config_for(root, settings)
+
+
+class _DirectoryLock:
+    """The exclusive `lock` file (fcntl): one writer process per store, holder's pid inside."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, "lock")
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(self._fd)
+            os.close(self._fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            who = f"process {holder}" if holder else "another process"
+            same = " (this process: close the other Broker first)" if holder == os.getpid() else ""
+            raise StoreLockedError(
+                f"{root} is open for writing by {who}{same}; open it with read_only=True to read beside it",
+                pid=holder,
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = -1
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+class MessageStore(StoreFiles):
+    """The writable store. Thread-safe: any thread may put and read.
+
+    `put` costs one lock acquisition and one `pack_into`; under SYNC_FLUSH it
+    then waits for the group commit. Messages become readable once the reput
+    service has dispatched them (`wait_dispatched()` waits for that).
+    """
+
+    def __init__(self, root: str, config: StoreConfig | None = None, *, clock: Clock = SYSTEM_CLOCK,
+                 tags_code_fn: TagsCodeFn | None = None, on_arrival: ArrivalListener | None = None) -> None:
+        os.makedirs(root, exist_ok=True)
+        config = config or open_store_config(root, {})
+        self._lock = _DirectoryLock(root)
+        try:
+            super().__init__(root, config, read_only=False, clock=clock, tags_code_fn=tags_code_fn)
+            os.makedirs(os.path.dirname(store_config_path(root)), exist_ok=True)
+            write_json_atomic(store_config_path(root), config.to_json())
+            self.on_arrival = on_arrival
+            self._abort_path = os.path.join(root, "abort")
+            self.last_exit_ok = not os.path.exists(self._abort_path)
+            self.load_files(self.last_exit_ok)
+            self.recovery: RecoveryReport = recover_store(
+                self.commitlog, self.consume_queues, last_exit_ok=self.last_exit_ok,
+                checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
+                check_crc=config.check_crc_on_recover, dispatch=self._dispatch_one)
+        except BaseException:
+            self._lock.release()
+            raise
+        with open(self._abort_path, "w") as f:
+            f.write(str(os.getpid()))
+        self._dispatch_cv = threading.Condition()
+        self._dispatched_count = 0
+        self._flush_lock = threading.Lock()
+        self._closed = False
+        self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout)
+        self._group_commit.reset(self.commitlog.max_offset)
+        self._reput = ReputService(self)
+        self._flush = FlushService(self)
+        self._clean = CleanService(self)
+        for service in (self._reput, self._flush, self._clean):
+            service.start()
+
+    # -- writing -----------------------------------------------------------------------------
+    def put(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
+            flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None, born_host: str | None = None,
+            reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> PutResult:
+        """Append one message. Under SYNC_FLUSH, returns once it is on disk (or FLUSH_DISK_TIMEOUT)."""
+        self._check_open()
+        result = self.commitlog.append(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                                       born_timestamp=born_timestamp, born_host=born_host,
+                                       reconsume_times=reconsume_times,
+                                       prepared_transaction_offset=prepared_transaction_offset)
+        self._reput.nudge()
+        if self.config.sync_flush:
+            self._await_flush(result)
+        return result
+
+    def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
+                  properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
+                  born_timestamp: int | None = None) -> PutResult:
+        """Append messages of one queue together (one lock, one segment, consecutive offsets)."""
+        self._check_open()
+        result = self.commitlog.append_batch(topic, queue_id, bodies, properties, flag=flag,
+                                             born_timestamp=born_timestamp)
+        self._reput.nudge()
+        if self.config.sync_flush:
+            self._await_flush(result)
+        return result
+
+    def _await_flush(self, result: PutResult) -> None:
+        if not self._group_commit.wait(result.commit_log_offset + result.wrote_bytes):
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError(f"the store at {self.root} is closed")
+
+    # -- dispatch (reput) ---------------------------------------------------------------------------
+    def _dispatch_one(self, request: DispatchRequest) -> None:
+        topic, queue_id, offset, size, code, store_ts, qoff, keys, uniq, sys_flag = request
+        trans = sys_flag & SysFlag.TRANSACTION_MASK
+        if trans not in _NOT_IN_QUEUE:
+            cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
+            assert cq is not None
+            if not cq.put(offset, size, code, qoff):
+                log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
+            self.checkpoint.logics_msg_timestamp = store_ts
+        if self.config.message_index_enable and (uniq or keys):
+            self.index.build_index(topic, offset, store_ts, uniq, keys,
+                                   is_rollback=trans == SysFlag.TRANSACTION_ROLLBACK_TYPE)
+
+    def dispatch_pending(self) -> int:
+        """Dispatch every appended record not yet dispatched; returns how many. Reput thread only."""
+        queue = self.commitlog.dispatch_queue
+        touched: dict[tuple[str, int], int] = {}
+        done = 0
+        dispatch = self._dispatch_one
+        while queue:
+            request = queue.popleft()
+            dispatch(request)
+            touched[(request.topic, request.queue_id)] = request.queue_offset + 1
+            done += 1
+        if done:
+            with self._dispatch_cv:
+                self._dispatched_count += done
+                self._dispatch_cv.notify_all()
+            listener = self.on_arrival
+            if listener is not None:
+                for (topic, queue_id), next_offset in touched.items():
+                    try:
+                        listener(topic, queue_id, next_offset)
+                    except Exception:
+                        log.exception("arrival listener failed for %s/%d", topic, queue_id)
+        return done
+
+    def wait_dispatched(self, timeout: float | None = 10.0) -> bool:
+        """Block until everything appended so far is readable; False on timeout."""
+        target = self.commitlog.appended_count
+        self._reput.wakeup()
+        with self._dispatch_cv:
+            return self._dispatch_cv.wait_for(lambda: self._dispatched_count >= target, timeout)
+
+    # -- flushing ----------------------------------------------------------------------------------------
+    def _flush_all_commitlog(self) -> int:
+        """Flush the log up to its current end; returns the durable offset."""
+        with self._flush_lock:
+            target = self.commitlog.max_offset
+            queue = self.commitlog.mapped_files
+            while queue.flushed_where < target and not queue.flush(0):
+                pass
+            return queue.flushed_where
+
+    def flush_commitlog(self, least_pages: int) -> None:
+        """One round of the ASYNC flush (least_pages 0 means thorough)."""
+        with self._flush_lock:
+            last_ts = self.commitlog.last_store_timestamp
+            queue = self.commitlog.mapped_files
+            queue.flush(least_pages)
+            if least_pages == 0 and queue.flushed_where >= self.commitlog.max_offset and last_ts:
+                self.checkpoint.physic_msg_timestamp = last_ts
+
+    def flush_queues(self, least_pages: int) -> None:
+        """Flush consume queues and the index (FlushConsumeQueueService)."""
+        logics_ts = self.checkpoint.logics_msg_timestamp
+        for cq in list(self.consume_queues.values()):
+            cq.flush(least_pages)
+        if least_pages == 0:
+            self.index.flush()
+            self.checkpoint.logics_msg_timestamp = logics_ts
+
+    def flush(self) -> None:
+        """Make everything written so far durable (log, queues, index, checkpoint)."""
+        self._flush_all_commitlog()
+        for cq in list(self.consume_queues.values()):
+            cq.flush_all()
+        self.index.flush()
+        self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+        self.checkpoint.flush()
+
+    # -- clean-up ------------------------------------------------------------------------------------------
+    def delete_expired_files(self, *, force: bool = False) -> int:
+        """One clean-up round; `force` deletes expired files whatever the hour. Returns segments deleted."""
+        config = self.config
+        now_ms = self.clock.now_ms()
+        ratio = self._clean.disk_used_ratio()
+        clean_immediately = config.clean_file_forcibly_enable and ratio >= config.disk_space_clean_forcibly_ratio
+        hour = _local_hour(now_ms)
+        if not (force or hour in config.delete_hours or ratio * 100 >= config.disk_max_used_space_ratio
+                or clean_immediately):
+            return 0
+        deleted = self.commitlog.mapped_files.delete_files(
+            lambda mf: clean_immediately or file_expired(mf.last_modified(), now_ms, config.file_reserved_time),
+            config.delete_file_batch_max)
+        if deleted:
+            self.correct_min_offsets()
+        return deleted
+
+    def correct_min_offsets(self) -> None:
+        """After segments were deleted: drop queue and index files that point into them."""
+        min_phys = self.commitlog.min_offset
+        for cq in list(self.consume_queues.values()):
+            cq.delete_expired(min_phys, self.config.delete_file_batch_max)
+            cq.correct_min_offset(min_phys)
+        self.index.delete_expired(min_phys)
+
+    # -- topics ------------------------------------------------------------------------------------------------
+    def delete_topic(self, topic: str) -> None:
+        """Delete the consume queues of `topic` (its records stay in the log until expiry)."""
+        self.wait_dispatched()
+        with self._cq_lock:
+            doomed = [key for key in self.consume_queues if key[0] == topic]
+            queues = dict(self.consume_queues)
+            for key in doomed:
+                queues.pop(key).destroy()
+            self.consume_queues = queues
+        with self.commitlog.put_lock:
+            for key in doomed:
+                self.commitlog.topic_queue_table.pop(key, None)
+        try:
+            os.rmdir(os.path.join(self.root, "consumequeue", topic))
+        except OSError:
+            pass
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop services (reput catches up first), flush, checkpoint, remove `abort`, unlock. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._clean.stop()
+        self._reput.stop()
+        self._flush.stop()
+        self.flush()
+        self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
+        self.checkpoint.flush()
+        self.close_files()
+        try:
+            os.unlink(self._abort_path)
+        except FileNotFoundError:
+            pass
+        self._lock.release()
+
+    @property
+    def closed(self) -> bool:
+        """True after `close()`."""
+        return self._closed
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _local_hour(now_ms: int) -> int:
+    import time
+
+    return time.localtime(now_ms / 1000).tm_hour

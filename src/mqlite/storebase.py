@@ -1,0 +1,328 @@
+"""The files of a store and the read path shared by the writer and read-only readers.
+
+`StoreFiles` maps the commit log, the consume queues, the index and the
+checkpoint, and answers reads: messages of a queue from an offset (with
+RocketMQ's statuses), a record by commit-log offset, messages by key, queue
+offsets and offsets by time. `MessageStore` (the writer) and `StoreReader`
+(read-only, other processes) both build on it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, Protocol
+
+from .checkpoint import StoreCheckpoint
+from .clock import SYSTEM_CLOCK, Clock
+from .commitlog import BLANK, MAGIC_V1, MAGIC_V2, CommitLog, StoredMessage, TagsCodeFn
+from .config import CQ_UNIT, StoreConfig, resolve_config
+from .consumequeue import CQ_UNIT_STRUCT, LOWER, ConsumeQueue
+from .errors import MessageNotFoundError
+from .indexfile import INDEX_HEADER, IndexService
+from .message import PROPERTY_KEYS, MessageExt
+
+__all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter", "infer_format_settings", "config_for"]
+
+MAX_PULL_MSG_SIZE = 128 * 1024 * 1024  # DefaultMessageStore: a batch never exceeds this
+_FILTER_SCAN_BYTES = 16000  # maxFilterMessageSize: CQ bytes scanned per filtered pull
+
+
+class GetMessageStatus(Enum):
+    """`GetMessageStatus` of RocketMQ's store."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class GetMessageResult:
+    """Messages read from one queue, with the offset to read from next."""
+
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages")
+
+    def __init__(self, status: GetMessageStatus, next_begin_offset: int, min_offset: int, max_offset: int,
+                 messages: list[MessageExt] | None = None) -> None:
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages: list[MessageExt] = messages if messages is not None else []
+
+    def __repr__(self) -> str:
+        return (f"GetMessageResult({self.status.name}, next_begin_offset={self.next_begin_offset}, "
+                f"min={self.min_offset}, max={self.max_offset}, messages={len(self.messages)})")
+
+
+class MessageFilter(Protocol):
+    """RocketMQ's `MessageFilter`: a cheap check on the unit, an exact one on the message."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        """False rules the message out from its 20-byte unit alone."""
+        ...
+
+    def is_matched_by_commit_log(self, message: MessageExt) -> bool:
+        """The exact match, on the stored message."""
+        ...
+
+
+def infer_format_settings(root: str) -> dict[str, Any]:
+    """File sizes read off a store without `config/store.json` (one a RocketMQ broker wrote)."""
+    inferred: dict[str, Any] = {}
+    commitlog = os.path.join(root, "commitlog")
+    for name in sorted(_listdir(commitlog)):
+        size = os.path.getsize(os.path.join(commitlog, name))
+        if len(name) == 20 and name.isdigit() and size > 0:
+            inferred["commitlog_file_size"] = size
+            break
+    cq_root = os.path.join(root, "consumequeue")
+    for topic in _listdir(cq_root):
+        for qid in _listdir(os.path.join(cq_root, topic)):
+            for name in _listdir(os.path.join(cq_root, topic, qid)):
+                size = os.path.getsize(os.path.join(cq_root, topic, qid, name))
+                if size > 0 and size % CQ_UNIT == 0:
+                    inferred["consumequeue_file_size"] = size
+                    break
+            if "consumequeue_file_size" in inferred:
+                break
+        if "consumequeue_file_size" in inferred:
+            break
+    index_dir = os.path.join(root, "index")
+    for name in _listdir(index_dir):
+        size = os.path.getsize(os.path.join(index_dir, name))
+        # The broker's default keeps max_index_num = 4 * max_hash_slot_num: size = 40 + 84 * slots.
+        slots, rest = divmod(size - INDEX_HEADER.size, 84)
+        if size > INDEX_HEADER.size and rest == 0:
+            inferred["max_hash_slot_num"], inferred["max_index_num"] = slots, slots * 4
+            break
+    return inferred
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+class StoreFiles:
+    """The mapped files of one store directory and every read on them."""
+
+    def __init__(self, root: str, config: StoreConfig, *, read_only: bool, clock: Clock = SYSTEM_CLOCK,
+                 tags_code_fn: TagsCodeFn | None = None) -> None:
+        self.root = root
+        self.config = config
+        self.clock = clock
+        self.read_only = read_only
+        self.broker_name = config.broker_name
+        self.commitlog = CommitLog(os.path.join(root, "commitlog"), config, clock, read_only=read_only,
+                                   tags_code_fn=tags_code_fn)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._cq_lock = threading.Lock()
+        self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=read_only)
+        self.index = IndexService(os.path.join(root, "index"), config.max_hash_slot_num, config.max_index_num,
+                                  max_msgs_num_batch=config.max_msgs_num_batch, read_only=read_only,
+                                  on_file_full=self._on_index_file_full)
+
+    def _on_index_file_full(self, end_timestamp: int) -> None:
+        self.checkpoint.index_msg_timestamp = end_timestamp
+
+    # -- loading ---------------------------------------------------------------------------
+    def load_files(self, last_exit_ok: bool) -> None:
+        """Map every commit-log, consume-queue and index file (`DefaultMessageStore.load`)."""
+        self.commitlog.mapped_files.load(strict=not self.read_only)
+        self._load_consume_queues()
+        if self.config.message_index_enable or self.read_only:
+            self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
+
+    def _load_consume_queues(self) -> list[ConsumeQueue]:
+        """Map the consume queues on disk that are not mapped yet; returns the new ones."""
+        cq_root = os.path.join(self.root, "consumequeue")
+        fresh: dict[tuple[str, int], ConsumeQueue] = {}
+        for topic in sorted(_listdir(cq_root)):
+            for qid in sorted(_listdir(os.path.join(cq_root, topic))):
+                if qid.isdigit() and (topic, int(qid)) not in self.consume_queues:
+                    cq = ConsumeQueue(cq_root, topic, int(qid), self.config.consumequeue_file_size,
+                                      read_only=self.read_only)
+                    cq.load()
+                    fresh[(topic, int(qid))] = cq
+        if fresh:
+            self.consume_queues = {**self.consume_queues, **fresh}
+        return list(fresh.values())
+
+    def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue id); created on demand by the writer."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None and create and not self.read_only:
+            with self._cq_lock:
+                cq = self.consume_queues.get((topic, queue_id))
+                if cq is None:
+                    cq = ConsumeQueue(os.path.join(self.root, "consumequeue"), topic, queue_id,
+                                      self.config.consumequeue_file_size)
+                    self.consume_queues = {**self.consume_queues, (topic, queue_id): cq}
+        return cq
+
+    # -- topics and offsets -------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        """Topics that have consume queues, sorted."""
+        return sorted({topic for topic, _ in self.consume_queues})
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queue ids of `topic` that have consume queues, sorted."""
+        return sorted(qid for t, qid in self.consume_queues if t == topic)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Smallest readable queue offset (0 for an unknown queue)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.min_offset if cq else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Next queue offset to be written, counting dispatched messages only (0 for an unknown queue)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        cq.refresh()
+        return cq.max_offset
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = LOWER) -> int:
+        """`getOffsetInQueueByTime` (0 for an unknown queue)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.offset_by_time(timestamp, self.commitlog.store_timestamp_at, boundary) if cq else 0
+
+    def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store time of the message at `queue_offset` (-1 when absent)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        unit = cq.unit_at(queue_offset) if cq else None
+        return self.commitlog.store_timestamp_at(unit[0], unit[1]) if unit else -1
+
+    # -- messages ----------------------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     message_filter: MessageFilter | None = None) -> GetMessageResult:
+        """Up to `max_count` messages of a queue from `offset` (`DefaultMessageStore.getMessage`).
+
+        Never blocks; returns RocketMQ's status when there is nothing to return.
+        Cost: one slice of units plus one record copy per message; filters
+        first test the tags code on the unit, then the message.
+        """
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        cq.refresh()
+        low, high = cq.min_offset, cq.max_offset
+        if high == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, low, high)
+        if offset < low:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, low, low, high)
+        if offset == high:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, low, high)
+        if offset > high:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high, low, high)
+        if message_filter is None:
+            return self._get_unfiltered(cq, offset, min(max_count, high - offset), low, high)
+        return self._get_filtered(cq, offset, max_count, message_filter, low, high)
+
+    def _get_unfiltered(self, cq: ConsumeQueue, offset: int, count: int, low: int, high: int) -> GetMessageResult:
+        messages: list[MessageExt] = []
+        append = messages.append
+        broker = self.broker_name
+        find = self.commitlog.mapped_files.find
+        qoff = offset
+        removed = 0
+        total_bytes = 0
+        mf = None
+        while qoff < offset + count:
+            data = cq.read_units(qoff, offset + count - qoff)
+            if not data:
+                break
+            for phys, size, _ in CQ_UNIT_STRUCT.iter_unpack(data):
+                if phys < 0 or size <= 0:
+                    count = qoff - offset  # a reader ran into units not yet written
+                    break
+                if mf is None or not mf.file_from_offset <= phys < mf.file_from_offset + mf.file_size:
+                    mf = find(phys)
+                raw = mf.mm[phys - mf.file_from_offset : phys - mf.file_from_offset + size] if mf else b""
+                qoff += 1
+                if len(raw) != size or BLANK.unpack_from(raw)[1] not in (MAGIC_V1, MAGIC_V2):
+                    removed += 1
+                    continue
+                append(StoredMessage(raw, broker))
+                total_bytes += size
+                if total_bytes >= MAX_PULL_MSG_SIZE:
+                    count = qoff - offset
+                    break
+        if messages:
+            status = GetMessageStatus.FOUND
+        elif removed:
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, qoff, low, high, messages)
+
+    def _get_filtered(self, cq: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter,
+                      low: int, high: int) -> GetMessageResult:
+        messages: list[MessageExt] = []
+        scan_limit = max(_FILTER_SCAN_BYTES // CQ_UNIT, max_count)
+        qoff = offset
+        read = self.commitlog.read_message
+        for qoff_, phys, size, code in cq.iter_units(offset, min(high, offset + scan_limit)):
+            qoff = qoff_ + 1
+            if not message_filter.is_matched_by_consume_queue(code):
+                continue
+            msg = read(phys, size, self.broker_name)
+            if msg is None or not message_filter.is_matched_by_commit_log(msg):
+                continue
+            messages.append(msg)
+            if len(messages) >= max_count:
+                break
+        status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, qoff, low, high, messages)
+
+    def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage:
+        """The message whose record starts at `commit_log_offset`; `MessageNotFoundError` when none."""
+        size = self.commitlog.record_size_at(commit_log_offset)
+        msg = self.commitlog.read_message(commit_log_offset, size, self.broker_name) if size else None
+        if msg is None:
+            raise MessageNotFoundError(f"no message starts at commit-log offset {commit_log_offset}")
+        return msg
+
+    def query_message(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        """Messages of `topic` whose UNIQ_KEY or one of whose KEYS equals `key`, newest first.
+
+        The index compares only hashes; the keys are checked here, as
+        RocketMQ's `MQAdminImpl.queryMessage` does on the client.
+        """
+        end = end if end is not None else 2**63 - 1
+        found: list[MessageExt] = []
+        for offset in self.index.query_offsets(topic, key, max_num, begin, end):
+            try:
+                msg = self.look_message_by_offset(offset)
+            except MessageNotFoundError:
+                continue
+            if msg.topic != topic:
+                continue
+            keys = msg.properties.get(PROPERTY_KEYS, "")
+            if msg.msg_id == key or key in keys.split(" "):
+                found.append(msg)
+        return found
+
+    def close_files(self) -> None:
+        """Unmap everything."""
+        self.commitlog.close()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.index.close()
+        self.checkpoint.close()
+
+
+def config_for(root: str, settings: Mapping[str, Any]) -> StoreConfig:
+    """Settings for opening `root`: stored (or inferred from a broker's files), then `settings`."""
+    return resolve_config(root, settings, infer_format_settings(root))
