@@ -851,7 +851,8 @@ def _cross_check_index(store_dir: str, records: list[dict[str, Any]], hash_slot_
     problems = []
     paths = index_files(store_dir)
     if not paths:
-        return ["no index files under <store>/index"] if records else []
+        expected = [key for rec in records for key in _record_index_keys(rec)]
+        return ["no index files under <store>/index"] if expected else []
     for path in paths:
         problems += decode_index_file(path, hash_slot_num=hash_slot_num)["problems"]
     for rec in records:
