@@ -34,6 +34,9 @@ class Service(abc.ABC):
         self._cv = threading.Condition()
         self._woken = False
         self._stopping = False
+        # True while the loop sleeps; producers of work read it without the lock
+        # and wake the service only then (`has_work` closes the race, see below).
+        self.idle = False
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -74,10 +77,18 @@ class Service(abc.ABC):
     def wait_for_running(self, timeout: float) -> bool:
         """Sleep up to `timeout` or until woken; False once stopping."""
         with self._cv:
-            if not self._woken and not self._stopping:
+            # Publish `idle` before the last look for work: a producer that
+            # queued work before seeing idle=True is caught by has_work().
+            self.idle = True
+            if not self._woken and not self._stopping and not self.has_work():
                 self._cv.wait(timeout)
+            self.idle = False
             self._woken = False
             return not self._stopping
+
+    def has_work(self) -> bool:
+        """True when work is already waiting (the loop then skips its sleep)."""
+        return False
 
     @abc.abstractmethod
     def run_once(self) -> None:

@@ -159,6 +159,41 @@ class ConsumeQueue:
         self.max_physic_offset = offset + size
         return True
 
+    def put_batch(self, first_offset: int, sizes: list[int], tags_codes: list[int] | None, first_queue_offset: int) -> bool:
+        """Append units for contiguous records (a batch); one numpy write per file touched."""
+        if first_offset + sizes[-1] <= self.max_physic_offset or len(sizes) == 1:
+            offset = first_offset
+            codes = tags_codes or [0] * len(sizes)
+            ok = True
+            for i, size in enumerate(sizes):
+                ok = self.put(offset, size, codes[i], first_queue_offset + i) and ok
+                offset += size
+            return ok
+        units = np.empty(len(sizes), dtype=CQ_DTYPE)
+        size_array = np.asarray(sizes, dtype=np.int64)
+        units["size"] = size_array
+        offsets = np.empty(len(sizes), dtype=np.int64)
+        offsets[0] = first_offset
+        np.cumsum(size_array[:-1], out=offsets[1:])
+        offsets[1:] += first_offset
+        units["offset"] = offsets
+        units["tags_code"] = tags_codes if tags_codes is not None else 0
+        data = units.tobytes()
+        done = 0
+        while done < len(sizes):
+            expect = (first_queue_offset + done) * _UNIT
+            mf = self._file_for(expect)
+            if mf is None or mf.file_from_offset + mf.wrote_position != expect:
+                return False
+            room = (self.file_size - mf.wrote_position) // _UNIT
+            take = min(room, len(sizes) - done)
+            pos = mf.wrote_position
+            mf.mm[pos : pos + take * _UNIT] = data[done * _UNIT : (done + take) * _UNIT]
+            mf.wrote_position = pos + take * _UNIT
+            done += take
+        self.max_physic_offset = int(offsets[-1]) + sizes[-1]
+        return True
+
     def _file_for(self, expect: int) -> MappedFile | None:
         queue = self.mapped_files
         last = queue.last

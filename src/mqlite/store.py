@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
+from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
 from .config import StoreConfig, store_config_path, write_json_atomic
 from .errors import IllegalStateError, StoreLockedError
 from .message import SysFlag
@@ -116,6 +116,7 @@ class MessageStore(StoreFiles):
         self._dispatched_count = 0
         self._flush_lock = threading.Lock()
         self._closed = False
+        self._sync_flush = config.sync_flush
         self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout)
         self._group_commit.reset(self.commitlog.max_offset)
         self._reput = ReputService(self)
@@ -128,15 +129,18 @@ class MessageStore(StoreFiles):
     def put(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
             flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None, born_host: str | None = None,
             reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> PutResult:
-        """Append one message. Under SYNC_FLUSH, returns once it is on disk (or FLUSH_DISK_TIMEOUT)."""
-        self._check_open()
-        result = self.commitlog.append(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                                       born_timestamp=born_timestamp, born_host=born_host,
-                                       reconsume_times=reconsume_times,
-                                       prepared_transaction_offset=prepared_transaction_offset)
-        self._reput.nudge()
-        if self.config.sync_flush:
-            self._await_flush(result)
+        """Append one message. Under SYNC_FLUSH, returns once it is on disk (or FLUSH_DISK_TIMEOUT).
+
+        Bad input raises `MQClientError` before anything is written.
+        """
+        if self._closed:
+            raise IllegalStateError(f"the store at {self.root} is closed")
+        result = self.commitlog.append(topic, queue_id, body, properties, flag, sys_flag, born_timestamp or 0,
+                                       born_host, reconsume_times, prepared_transaction_offset)
+        if self._reput.idle:
+            self._reput.wakeup()
+        if self._sync_flush:
+            return self._await_flush(result)
         return result
 
     def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
@@ -146,14 +150,16 @@ class MessageStore(StoreFiles):
         self._check_open()
         result = self.commitlog.append_batch(topic, queue_id, bodies, properties, flag=flag,
                                              born_timestamp=born_timestamp)
-        self._reput.nudge()
-        if self.config.sync_flush:
-            self._await_flush(result)
+        if self._reput.idle:
+            self._reput.wakeup()
+        if self._sync_flush:
+            return self._await_flush(result)
         return result
 
-    def _await_flush(self, result: PutResult) -> None:
+    def _await_flush(self, result: PutResult) -> PutResult:
         if not self._group_commit.wait(result.commit_log_offset + result.wrote_bytes):
-            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            return result._replace(status=PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        return result
 
     def _check_open(self) -> None:
         if self._closed:
@@ -173,16 +179,37 @@ class MessageStore(StoreFiles):
             self.index.build_index(topic, offset, store_ts, uniq, keys,
                                    is_rollback=trans == SysFlag.TRANSACTION_ROLLBACK_TYPE)
 
+    def _dispatch_batch(self, batch: BatchDispatch) -> None:
+        cq = self.consume_queues.get((batch.topic, batch.queue_id)) or self.consume_queue(
+            batch.topic, batch.queue_id, create=True)
+        assert cq is not None
+        if not cq.put_batch(batch.first_commit_log_offset, batch.sizes, batch.tags_codes, batch.first_queue_offset):
+            log.error("consume queue %s/%d out of step at queue offset %d", batch.topic, batch.queue_id,
+                      batch.first_queue_offset)
+        self.checkpoint.logics_msg_timestamp = batch.store_timestamp
+        if self.config.message_index_enable and (batch.keys or batch.uniq_keys):
+            offset = batch.first_commit_log_offset
+            keys = batch.keys or [None] * len(batch.sizes)
+            uniqs = batch.uniq_keys or [None] * len(batch.sizes)
+            for size, key, uniq in zip(batch.sizes, keys, uniqs):
+                if key or uniq:
+                    self.index.build_index(batch.topic, offset, batch.store_timestamp, uniq, key)
+                offset += size
+
     def dispatch_pending(self) -> int:
-        """Dispatch every appended record not yet dispatched; returns how many. Reput thread only."""
+        """Dispatch every appended record not yet dispatched; returns how many entries. Reput thread only."""
         queue = self.commitlog.dispatch_queue
         touched: dict[tuple[str, int], int] = {}
         done = 0
         dispatch = self._dispatch_one
         while queue:
             request = queue.popleft()
-            dispatch(request)
-            touched[(request.topic, request.queue_id)] = request.queue_offset + 1
+            if type(request) is BatchDispatch:
+                self._dispatch_batch(request)
+                touched[(request.topic, request.queue_id)] = request.first_queue_offset + len(request.sizes)
+            else:
+                dispatch(request)  # type: ignore[arg-type]
+                touched[(request[0], request[1])] = request[6] + 1
             done += 1
         if done:
             with self._dispatch_cv:

@@ -27,7 +27,8 @@ from .message import PROPERTY_KEYS, MessageExt
 __all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter", "infer_format_settings", "config_for"]
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024  # DefaultMessageStore: a batch never exceeds this
-_FILTER_SCAN_BYTES = 16000  # maxFilterMessageSize: CQ bytes scanned per filtered pull
+_FILTER_SCAN_BYTES = 16000
+_MAGICS = (BLANK.pack(0, MAGIC_V1)[4:], BLANK.pack(0, MAGIC_V2)[4:])  # maxFilterMessageSize: CQ bytes scanned per filtered pull
 
 
 class GetMessageStatus(Enum):
@@ -233,6 +234,7 @@ class StoreFiles:
         messages: list[MessageExt] = []
         append = messages.append
         broker = self.broker_name
+        new = StoredMessage.of
         find = self.commitlog.mapped_files.find
         qoff = offset
         removed = 0
@@ -250,10 +252,10 @@ class StoreFiles:
                     mf = find(phys)
                 raw = mf.mm[phys - mf.file_from_offset : phys - mf.file_from_offset + size] if mf else b""
                 qoff += 1
-                if len(raw) != size or BLANK.unpack_from(raw)[1] not in (MAGIC_V1, MAGIC_V2):
+                if len(raw) != size or raw[4:8] not in _MAGICS:
                     removed += 1
                     continue
-                append(StoredMessage(raw, broker))
+                append(new(raw, broker))
                 total_bytes += size
                 if total_bytes >= MAX_PULL_MSG_SIZE:
                     count = qoff - offset

@@ -39,13 +39,11 @@ class ReputService(Service):
     def run_once(self) -> None:
         self.store.dispatch_pending()
 
+    def has_work(self) -> bool:
+        return bool(self.store.commitlog.dispatch_queue)
+
     def on_stop(self) -> None:
         self.store.dispatch_pending()  # catch up before the store flushes and closes
-
-    def nudge(self) -> None:
-        """Wake the service unless a wakeup is already pending (cheap on the put path)."""
-        if not self._woken:
-            self.wakeup()
 
 
 class FlushService(Service):
