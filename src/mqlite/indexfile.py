@@ -50,7 +50,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mqlite.errors import ConfigError, IllegalStateError, StoreCorruptedError
+from .errors import ConfigError, IllegalStateError, StoreCorruptedError
+from .message import java_string_hash as _java_hash
 
 __all__ = [
     "INDEX_ENTRY", "INDEX_HEADER", "INDEX_SLOT", "IndexFile", "IndexService",
@@ -76,29 +77,11 @@ assert _SLOT_DTYPE.itemsize == INDEX_SLOT.size and _ENTRY_DTYPE.itemsize == INDE
 
 _INT_MIN = -(2**31)
 _INT_MAX = 2**31 - 1
-_UTF16_UNIT = struct.Struct(">H")
 _NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
 _MAX_PROBLEMS_PER_KIND = 10  # verify() reports this many examples of each problem, then a count
 
 # Header field positions in the unpacked INDEX_HEADER tuple.
 _BEGIN_TS, _END_TS, _BEGIN_PHY, _END_PHY, _SLOT_COUNT, _INDEX_COUNT = range(6)
-
-
-def _java_hash(s: str) -> int:
-    """Java ``String.hashCode`` of *s*: ``h = 31*h + unit`` over UTF-16 code units, int32.
-
-    Cost: O(len(s)) Python steps. Lone surrogates are hashed as Java would see them.
-    """
-    h = 0
-    if s.isascii():
-        # ASCII code points are their own UTF-16 code units; bytes iterate as ints.
-        for unit in s.encode("ascii"):
-            h = (31 * h + unit) & 0xFFFFFFFF
-    else:
-        data = s.encode("utf-16-be", "surrogatepass")
-        for (unit,) in _UTF16_UNIT.iter_unpack(data):
-            h = (31 * h + unit) & 0xFFFFFFFF
-    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def index_key_hash(key: str) -> int:

@@ -119,7 +119,8 @@ def java_string_hash(s: str) -> int:
     if s.isascii():
         units: Iterable[int] = s.encode("ascii")
     else:
-        data = s.encode("utf-16-be")
+        # surrogatepass: Java strings may hold lone surrogates; hash them as code units too.
+        data = s.encode("utf-16-be", "surrogatepass")
         units = (data[i] << 8 | data[i + 1] for i in range(0, len(data), 2))
     for c in units:
         h = (31 * h + c) & 0xFFFFFFFF
