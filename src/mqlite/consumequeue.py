@@ -102,7 +102,7 @@ class ConsumeQueue:
             if count < self.units_per_file:
                 break
         if not self.read_only:
-            self.mapped_files.truncate_dirty_files(end)
+            self.mapped_files.truncate_dirty_files(end, self.file_size)
         else:
             self._set_end(end)
         files = self.mapped_files.files
@@ -318,27 +318,34 @@ class ConsumeQueue:
         self.min_logic_offset = max(self.min_logic_offset, low * _UNIT)
 
     def truncate_dirty(self, phy_offset: int) -> None:
-        """`truncateDirtyLogicFiles`: drop units pointing at or beyond `phy_offset`."""
+        """`truncateDirtyLogicFiles`: drop units pointing at or beyond `phy_offset`.
+
+        Walks back from the last file: a file whose first real unit is at or
+        beyond the cut goes whole; in the first file that keeps a unit, the cut
+        units are zeroed.
+        """
+        queue = self.mapped_files
         while True:
-            last = self.mapped_files.last
+            last = queue.last
             if last is None:
                 self.max_physic_offset = -1
                 return
             count = last.wrote_position // _UNIT
-            if count == 0 and len(self.mapped_files.files) == 1:
-                return
             units = np.frombuffer(last.mm[: count * _UNIT], dtype=CQ_DTYPE)  # a copy: no map export
             real = units["size"] != BLANK_UNIT[1]
-            if count == 0 or (units["offset"][0] >= phy_offset and real[0]):
-                self.mapped_files.truncate_dirty_files(last.file_from_offset)
-                continue
             # Units are in commit-log order, so the ones to keep are a prefix.
             keep = int(np.count_nonzero((units["offset"] < phy_offset) | ~real))
+            if keep == 0 and len(queue.files) > 1:
+                queue.delete_last_file()
+                continue
             kept_real = np.flatnonzero(real[:keep])
             if kept_real.size:
                 i = int(kept_real[-1])
                 self.max_physic_offset = int(units["offset"][i]) + int(units["size"][i])
-            self.mapped_files.truncate_dirty_files(last.file_from_offset + keep * _UNIT)
+            elif len(queue.files) == 1:
+                self.max_physic_offset = -1
+            if keep < count:
+                queue.truncate_dirty_files(last.file_from_offset + keep * _UNIT, (count - keep) * _UNIT)
             return
 
     def delete_expired(self, min_commit_log_offset: int, batch_max: int = 10) -> int:

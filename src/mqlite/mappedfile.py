@@ -139,6 +139,25 @@ class MappedFile:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
 
 
+def _zero_dirty_tail(mf: MappedFile, start: int, limit: int) -> None:
+    """Zero bytes from `start` until an all-zero page or `limit` (then flush)."""
+    mm = mf.mm
+    pos = start
+    zeroed = False
+    while pos < limit:
+        end = min(limit, (pos // OS_PAGE_SIZE + 1) * OS_PAGE_SIZE)
+        if not any(mm[pos:end]):
+            if pos > start and end - pos == OS_PAGE_SIZE:
+                break  # a whole clean page: the damage ended before it
+        else:
+            mm[pos:end] = bytes(end - pos)
+            zeroed = True
+        pos = end
+    if zeroed:
+        mf.flushed_position = 0
+        mf.flush(0)
+
+
 class MappedFileQueue:
     """The ordered files of one directory, all `file_size` bytes.
 
@@ -297,14 +316,21 @@ class MappedFileQueue:
             self.flushed_where = last.end_offset
 
     # -- truncation and deletion ----------------------------------------------------------
-    def truncate_dirty_files(self, offset: int) -> None:
-        """Drop everything at or after absolute `offset` (`truncateDirtyFiles`)."""
+    def truncate_dirty_files(self, offset: int, zero_limit: int = 0) -> None:
+        """Drop everything at or after absolute `offset` (`truncateDirtyFiles`).
+
+        In the file that holds `offset`, up to `zero_limit` bytes after it are
+        zeroed (stopping at the first all-zero page), so that a reader in another
+        process never mistakes what was cut for data.
+        """
         keep: list[MappedFile] = []
         for mf in self.files:
             if mf.file_from_offset + self.file_size <= offset:
                 keep.append(mf)
             elif mf.file_from_offset <= offset:
                 pos = offset - mf.file_from_offset
+                if zero_limit and not self.read_only:
+                    _zero_dirty_tail(mf, pos, min(self.file_size, pos + zero_limit))
                 mf.wrote_position = mf.flushed_position = pos
                 keep.append(mf)
             else:
@@ -312,6 +338,15 @@ class MappedFileQueue:
         with self._lock:
             self.files = keep
         self.flushed_where = min(self.flushed_where, offset) if keep else offset
+
+    def delete_last_file(self) -> None:
+        """Delete the newest file (recovery cutting a consume queue back)."""
+        files = self.files
+        if files:
+            with self._lock:
+                self.files = files[:-1]
+            files[-1].destroy()
+            self.flushed_where = min(self.flushed_where, self.max_offset)
 
     def delete_files(self, victims: Callable[[MappedFile], bool], batch_max: int) -> int:
         """Delete leading files while `victims(file)` holds; never the last file.

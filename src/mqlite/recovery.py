@@ -73,10 +73,15 @@ def recover_store(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQue
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
         for cq in queues.values():
             cq.truncate_dirty(process_offset)
-    commitlog.mapped_files.truncate_dirty_files(process_offset)
+    # Zero what follows the cut (a torn record is at most a whole record long).
+    commitlog.mapped_files.truncate_dirty_files(process_offset, _max_record_bytes(commitlog))
     commitlog.mapped_files.flushed_where = process_offset
     _rebuild_queue_table(commitlog, queues)
     return report
+
+
+def _max_record_bytes(commitlog: CommitLog) -> int:
+    return commitlog.config.max_message_size + 64 * 1024 + 64 * 1024  # body + properties + header room
 
 
 def _first_record(commitlog: CommitLog, mf: MappedFile) -> DispatchRequest | None:
