@@ -80,7 +80,7 @@ END_FILE_MIN_BLANK_LENGTH = BLANK.size
 _V6_EXTRA = 16 - 4  # an IPv6 address is 16 bytes where IPv4 takes 4
 MAX_PROPERTIES_LENGTH = 32767  # a signed short
 MAX_TOPIC_BYTES = 255  # HookUtils: MAX_TOPIC_LENGTH
-_V1_TOPIC_CHARS = 127  # autoMessageVersionOnTopicLen: V2 above this many characters
+_V1_TOPIC_BYTES = 127  # V1's topic length is a signed byte: longer topics need V2's short
 _BODY_LEN_POS = HEADER.size - _INT.size  # 84
 _SYSFLAG_POS = PREFIX.size - 12  # 36: SYSFLAG sits before the born timestamp (8) and after 4 bytes
 assert HEADER.size == 88 and PREFIX.size == 48 and BLANK.size == 8 and _BODY_LEN_POS == 84 and _SYSFLAG_POS == 36
@@ -382,6 +382,7 @@ class CommitLog:
         self.appended_count = 0  # dispatch entries appended by this process; reput counts the ones it did
         self._topic_bytes: dict[str, bytes] = {}
         self._empty_tails: dict[str, bytes] = {}
+        self._v2_topics: set[str] = set()  # topics written with MAGIC_V2 (filled by _topic_prefix)
         self._born_default = (_STORE_IP, _STORE_PORT)
         self._max_body = config.max_message_size
         self._system_clock = isinstance(clock, SystemClock)  # lets the put path read time_ns directly
@@ -407,7 +408,13 @@ class CommitLog:
         data = topic.encode("utf-8")
         if len(data) > MAX_TOPIC_BYTES:
             raise MQClientError(f"topic {topic[:40]!r}... is {len(data)} bytes; the limit is {MAX_TOPIC_BYTES}")
-        prefix = _USHORT.pack(len(data)) + data if len(topic) > _V1_TOPIC_CHARS else bytes((len(data),)) + data
+        # RocketMQ picks V2 above 127 characters; a topic of fewer characters but more
+        # UTF-8 bytes would overflow V1's signed length byte, so mqlite counts bytes.
+        if len(data) > _V1_TOPIC_BYTES:
+            prefix = _USHORT.pack(len(data)) + data
+            self._v2_topics.add(topic)
+        else:
+            prefix = bytes((len(data),)) + data
         if len(self._topic_bytes) < 100_000:
             self._topic_bytes[topic] = prefix
         return prefix
@@ -449,6 +456,8 @@ class CommitLog:
         else:
             tail = self._empty_tails.get(topic) or self._empty_tail(topic)
             keys = uniq = None
+        if sys_flag & _HOST_V6_FLAGS:
+            sys_flag &= ~_HOST_V6_FLAGS  # the addresses decide these bits, not the caller
         if born_host:
             born_ip, born_port = _host_bytes(born_host)
             if len(born_ip) == 16:
@@ -476,13 +485,13 @@ class CommitLog:
             qoff = self.topic_queue_table.get(key, 0) if in_queue else 0
             mm = mf.mm
             if len(born_ip) == 4:
-                HEADER.pack_into(mm, pos, total, MAGIC_V2 if len(topic) > _V1_TOPIC_CHARS else MAGIC_V1, crc,
+                HEADER.pack_into(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
                                  queue_id, flag, qoff, phys, sys_flag, born_timestamp or now, born_ip, born_port,
                                  now, _STORE_IP, _STORE_PORT, reconsume_times, prepared_transaction_offset,
                                  len(body))
                 body_pos = pos + HEADER.size
             else:
-                body_pos = self._pack_v6_header(mm, pos, total, len(topic) > _V1_TOPIC_CHARS, crc, queue_id, flag,
+                body_pos = self._pack_v6_header(mm, pos, total, topic in self._v2_topics, crc, queue_id, flag,
                                                 qoff, phys, sys_flag, born_timestamp or now, born_ip, born_port,
                                                 now, reconsume_times, prepared_transaction_offset, len(body))
             end = body_pos + len(body)
@@ -545,7 +554,7 @@ class CommitLog:
                 f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
                 f"{self.config.commitlog_file_size} bytes; send smaller batches"
             )
-        magic = MAGIC_V2 if len(topic) > _V1_TOPIC_CHARS else MAGIC_V1
+        magic = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
         key = (topic, queue_id)
         pack = HEADER.pack_into
         with self.put_lock:

@@ -153,6 +153,9 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
         if size > 0:
             assert request is not None
             report.records_scanned += 1
+            if request.store_timestamp > commitlog.last_store_timestamp:
+                # Store times never go backwards, across restarts too.
+                commitlog.last_store_timestamp = request.store_timestamp
             if not last_exit_ok or offset + size > dispatched_to:
                 dispatch(request)
                 report.records_dispatched += 1

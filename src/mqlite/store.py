@@ -107,6 +107,10 @@ class MessageStore(StoreFiles):
                 self.commitlog, self.consume_queues, last_exit_ok=self.last_exit_ok,
                 checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
                 check_crc=config.check_crc_on_recover, dispatch=self._dispatch_one)
+            # A clock behind the newest record must not make store times go backwards.
+            self.commitlog.last_store_timestamp = max(self.commitlog.last_store_timestamp,
+                                                      self.checkpoint.physic_msg_timestamp,
+                                                      self.checkpoint.logics_msg_timestamp)
         except BaseException:
             self._lock.release()
             raise
@@ -265,7 +269,8 @@ class MessageStore(StoreFiles):
         for cq in list(self.consume_queues.values()):
             cq.flush_all()
         self.index.flush()
-        self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+        if self.commitlog.last_store_timestamp:
+            self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
         self.checkpoint.flush()
 
     # -- clean-up ------------------------------------------------------------------------------------------

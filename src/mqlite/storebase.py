@@ -131,7 +131,7 @@ class StoreFiles:
         self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=read_only)
         self.index = IndexService(os.path.join(root, "index"), config.max_hash_slot_num, config.max_index_num,
                                   max_msgs_num_batch=config.max_msgs_num_batch, read_only=read_only,
-                                  on_file_full=self._on_index_file_full)
+                                  on_file_full=self._on_index_file_full, name_clock=clock.now_ms)
 
     def _on_index_file_full(self, end_timestamp: int) -> None:
         self.checkpoint.index_msg_timestamp = end_timestamp

@@ -1,0 +1,595 @@
+"""Tests for mqlite.commitlog: RocketMQ's AppendCallbackTest and record-format facts, plus round trips.
+
+Byte positions are written out from the reference (rocketmq-formats.md section 1.1) rather than
+taken from the module's structs, and records are compared with tests/refformat.py, an independent
+encoder/decoder written from the same reference.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mqlite.commitlog import (
+    BLANK,
+    BLANK_MAGIC,
+    END_FILE_MIN_BLANK_LENGTH,
+    HEADER,
+    MAGIC_V1,
+    MAGIC_V2,
+    CommitLog,
+    StoredMessage,
+    check_record,
+    decode_message,
+    record_length,
+)
+from mqlite.config import StoreConfig
+from mqlite.errors import MessageNotFoundError, MQClientError
+from mqlite.message import SysFlag, java_string_hash
+from mqlite.store import MessageStore
+
+sys.path.insert(0, os.path.dirname(__file__))
+import refformat as rf  # noqa: E402
+
+T0 = 1_700_000_000_000
+SEGMENT = 4096  # the smallest segment StoreConfig allows
+STORE_HOST = ("127.0.0.1", 10911)  # mqlite writes this as both born and store host by default
+
+
+class ManualClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start_ms: int = T0) -> None:
+        self.ms = start_ms
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def monotonic(self) -> float:
+        return self.ms / 1000.0
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+def _config(**overrides: object) -> StoreConfig:
+    settings_: dict[str, object] = dict(commitlog_file_size=SEGMENT, consumequeue_file_size=20 * 100,
+                                        max_hash_slot_num=1000, max_index_num=4000)
+    settings_.update(overrides)
+    return StoreConfig(**settings_)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def log(tmp_path: Path, clock: ManualClock) -> Iterator[CommitLog]:
+    commitlog = CommitLog(str(tmp_path / "commitlog"), _config(), clock)
+    yield commitlog
+    commitlog.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    with MessageStore(str(tmp_path / "store"), _config(commitlog_file_size=1 << 20)) as s:
+        yield s
+
+
+def _raw(log: CommitLog, offset: int, size: int) -> bytes:
+    mf = log.mapped_files.find(offset)
+    assert mf is not None
+    pos = offset - mf.file_from_offset
+    return bytes(mf.mm[pos : pos + size])
+
+
+def _int(raw: bytes, at: int) -> int:
+    return struct.unpack_from(">i", raw, at)[0]
+
+
+def _long(raw: bytes, at: int) -> int:
+    return struct.unpack_from(">q", raw, at)[0]
+
+
+def _body_of_size(total: int, topic: str = "T") -> bytes:
+    """A body that makes a property-less IPv4/V1 record exactly `total` bytes."""
+    return b"b" * (total - 91 - len(topic.encode()))
+
+
+# -- constants and sizes -----------------------------------------------------------------------------------
+def test_struct_sizes_and_magic_codes() -> None:
+    assert HEADER.size == 88  # TOTALSIZE .. BODY length, IPv4 hosts
+    assert BLANK.size == END_FILE_MIN_BLANK_LENGTH == 8
+    assert MAGIC_V1 == -626843481 and MAGIC_V1 & 0xFFFFFFFF == 0xDAA320A7
+    assert MAGIC_V2 == -626843477 and MAGIC_V2 & 0xFFFFFFFF == 0xDAA320AB
+    assert BLANK_MAGIC == -875286124 and BLANK_MAGIC & 0xFFFFFFFF == 0xCBD43194
+
+
+def test_record_length_formula() -> None:
+    assert record_length(0, 5, 9, 0) == 105  # "TopicTest", b"Hello", no properties
+    assert record_length(0, 0, 0, 0) == 91
+    assert record_length(0, 5, 9, 0, v2=True) == 106  # a 2-byte topic length
+    assert record_length(SysFlag.BORNHOST_V6, 5, 9, 0) == 117
+    assert record_length(SysFlag.BORNHOST_V6 | SysFlag.STOREHOSTADDRESS_V6, 5, 9, 0) == 129
+    for body, topic, props in [(0, 1, 0), (100, 20, 300), (4096, 200, 32767)]:
+        for v2 in (False, True):
+            expected = rf.cal_msg_length(2 if v2 else 1, 0, body, topic, props)
+            assert record_length(0, body, topic, props, v2=v2) == expected
+
+
+@pytest.mark.parametrize("data, crc", [
+    (b"hello!q!", 1020379427), (b"a", 1756872259), (b"body", 1537739698),
+    (b"Once, there was a chance for me!", 151131488), (b"", 0),
+])
+def test_body_crc_is_zlib_crc32_without_the_top_bit(log: CommitLog, data: bytes, crc: int) -> None:
+    assert zlib.crc32(data) & 0x7FFFFFFF == crc
+    r = log.append("TopicTest", 0, data)
+    assert _int(_raw(log, r.commit_log_offset, r.wrote_bytes), 8) == crc
+
+
+# -- one record, every field -------------------------------------------------------------------------------
+def test_topic_test_hello_is_105_bytes_and_every_field_reads_back(log: CommitLog, clock: ManualClock) -> None:
+    log.append("Other", 3, b"first")  # so that the record under test is not at offset 0
+    clock.advance(10)
+    r = log.append("TopicTest", 3, b"Hello", flag=7, born_timestamp=T0 - 5, reconsume_times=2,
+                   prepared_transaction_offset=1234)
+    assert r.wrote_bytes == 105
+    assert r.queue_offset == 0
+    assert r.store_timestamp == T0 + 10
+    raw = _raw(log, r.commit_log_offset, 105)
+
+    # Raw reads at the positions RocketMQ names (MessageDecoder constants, damageCommitLog's +84).
+    assert _int(raw, 0) == 105  # TOTALSIZE
+    assert _int(raw, 4) == MAGIC_V1  # MESSAGE_MAGIC_CODE_POSITION
+    assert _int(raw, 8) == zlib.crc32(b"Hello") & 0x7FFFFFFF
+    assert _int(raw, 12) == 3  # QUEUEID
+    assert _int(raw, 16) == 7  # MESSAGE_FLAG_POSITION
+    assert _long(raw, 20) == 0  # QUEUE_OFFSET_POSITION
+    assert _long(raw, 28) == r.commit_log_offset  # PHY_POS_POSITION
+    assert _int(raw, 36) == 0  # SYSFLAG_POSITION
+    assert _long(raw, 40) == T0 - 5  # BORNTIMESTAMP
+    assert raw[48:52] == bytes([127, 0, 0, 1]) and _int(raw, 52) == 10911  # BORNHOST
+    assert _long(raw, 56) == T0 + 10  # MESSAGE_STORE_TIMESTAMP_POSITION
+    assert raw[64:68] == bytes([127, 0, 0, 1]) and _int(raw, 68) == 10911  # STOREHOSTADDRESS
+    assert _int(raw, 72) == 2  # RECONSUMETIMES
+    assert _long(raw, 76) == 1234  # PREPARED TRANSACTION OFFSET
+    assert _int(raw, 84) == 5  # BODY length
+    assert raw[88:93] == b"Hello"
+    assert raw[93] == 9 and raw[94:103] == b"TopicTest"  # V1: 1-byte topic length
+    assert struct.unpack_from(">h", raw, 103)[0] == 0  # no properties
+
+    # The independent encoder produces the same bytes.
+    assert raw == rf.encode_record(
+        topic="TopicTest", queue_id=3, body=b"Hello", flag=7, queue_offset=0,
+        physical_offset=r.commit_log_offset, born_timestamp=T0 - 5, born_host=STORE_HOST,
+        store_timestamp=T0 + 10, store_host=STORE_HOST, reconsume_times=2, prepared_transaction_offset=1234)
+
+    for msg in (decode_message(raw, "b1"), StoredMessage(raw, "b1")):
+        assert msg.topic == "TopicTest"
+        assert msg.body == b"Hello"
+        assert msg.queue_id == 3
+        assert msg.flag == 7
+        assert msg.queue_offset == 0
+        assert msg.commit_log_offset == r.commit_log_offset
+        assert msg.sys_flag == 0
+        assert msg.born_timestamp == T0 - 5
+        assert msg.store_timestamp == T0 + 10
+        assert msg.born_host == "127.0.0.1:10911"
+        assert msg.store_host == "127.0.0.1:10911"
+        assert msg.reconsume_times == 2
+        assert msg.prepared_transaction_offset == 1234
+        assert msg.store_size == 105
+        assert msg.body_crc == zlib.crc32(b"Hello") & 0x7FFFFFFF
+        assert msg.properties == {}
+        assert msg.broker_name == "b1"
+        assert msg.offset_msg_id == rf.offset_msg_id(STORE_HOST, r.commit_log_offset) == r.offset_msg_id
+        assert msg.msg_id == msg.offset_msg_id  # no UNIQ_KEY
+
+
+def test_properties_are_written_with_a_trailing_separator(log: CommitLog) -> None:
+    r = log.append("TopicTest", 0, b"x", {"TAGS": "TagA", "KEYS": "k1 k2"})
+    raw = _raw(log, r.commit_log_offset, r.wrote_bytes)
+    props = "TAGS\x01TagA\x02KEYS\x01k1 k2\x02".encode()
+    assert raw.endswith(struct.pack(">h", len(props)) + props)
+    assert r.wrote_bytes == 91 + 1 + 9 + len(props)
+    decoded = rf.decode_record(raw, 0)
+    assert isinstance(decoded, dict)
+    assert decoded["properties"] == {"TAGS": "TagA", "KEYS": "k1 k2"}
+    assert decoded["computed_crc_ok"] and decoded["computed_length_ok"]
+
+
+def test_born_timestamp_defaults_to_the_store_time(log: CommitLog, clock: ManualClock) -> None:
+    clock.advance(123)
+    r = log.append("T", 0, b"x")
+    msg = decode_message(_raw(log, r.commit_log_offset, r.wrote_bytes), "b")
+    assert msg.born_timestamp == msg.store_timestamp == T0 + 123
+
+
+def test_store_timestamps_never_decrease_when_the_clock_steps_back(log: CommitLog, clock: ManualClock) -> None:
+    first = log.append("T", 0, b"a")
+    clock.advance(-5000)
+    second = log.append("T", 0, b"b")
+    assert second.store_timestamp == first.store_timestamp == T0
+    raw = _raw(log, second.commit_log_offset, second.wrote_bytes)
+    assert _long(raw, 56) == T0
+
+
+def test_queue_offsets_are_assigned_per_topic_and_queue(log: CommitLog) -> None:
+    offsets = [log.append(t, q, b"x").queue_offset for t, q in
+               [("A", 0), ("A", 0), ("A", 1), ("B", 0), ("A", 0), ("A", 1)]]
+    assert offsets == [0, 1, 0, 0, 2, 1]
+    assert log.topic_queue_table == {("A", 0): 3, ("A", 1): 2, ("B", 0): 1}
+
+
+# -- end of segment ------------------------------------------------------------------------------------------
+def test_a_record_that_does_not_fit_leaves_a_blank_and_moves_on(log: CommitLog) -> None:
+    # AppendCallbackTest.testAppendMessageEndOfFile in our words.
+    first = log.append("T", 0, _body_of_size(100))
+    assert (first.commit_log_offset, first.wrote_bytes) == (0, 100)
+    size = SEGMENT - 100 - 8 + 1  # one byte too many: fewer than 8 bytes would remain
+    second = log.append("T", 0, _body_of_size(size))
+    assert second.commit_log_offset == SEGMENT
+    assert second.queue_offset == 1
+    blank = _raw(log, 100, 8)
+    assert blank == struct.pack(">ii", SEGMENT - 100, BLANK_MAGIC)
+    assert blank == struct.pack(">I", SEGMENT - 100) + bytes.fromhex("CBD43194")
+    assert log.mapped_files.files[0].wrote_position == SEGMENT
+    assert len(log.mapped_files.files) == 2
+    assert check_record(log.mapped_files.files[0].mm, 100, SEGMENT, True) == (0, None)
+    assert rf.decode_record(_raw(log, 0, SEGMENT), 100) == "BLANK"
+
+
+def test_a_record_leaving_exactly_eight_bytes_fits(log: CommitLog) -> None:
+    log.append("T", 0, _body_of_size(100))
+    r = log.append("T", 0, _body_of_size(SEGMENT - 100 - 8))
+    assert r.commit_log_offset == 100
+    assert len(log.mapped_files.files) == 1
+    # The next record of any size closes the segment with an 8-byte blank.
+    nxt = log.append("T", 0, b"")
+    assert nxt.commit_log_offset == SEGMENT
+    assert _raw(log, SEGMENT - 8, 8) == struct.pack(">ii", 8, BLANK_MAGIC)
+
+
+def test_scan_walks_records_across_segments_skipping_blanks(log: CommitLog) -> None:
+    offsets = [log.append("T", i % 3, bytes([i]) * (i * 37 % 900)).commit_log_offset for i in range(40)]
+    assert len(log.mapped_files.files) > 3
+    seen = list(log.scan(0))
+    assert [offset for offset, _, _ in seen] == offsets
+    for i, (offset, size, request) in enumerate(seen):
+        assert request is not None
+        assert request.commit_log_offset == offset and request.size == size
+        assert request.queue_id == i % 3
+        assert request.topic == "T"
+    assert rf.scan_commitlog(str(Path(log.mapped_files.directory).parent)).problems == []
+
+
+def test_a_record_bigger_than_a_segment_is_refused(log: CommitLog) -> None:
+    log.append("T", 0, b"x")
+    before = log.max_offset
+    with pytest.raises(MQClientError):
+        log.append("T", 0, _body_of_size(SEGMENT - 7))
+    assert log.max_offset == before
+    assert log.append("T", 0, b"y").queue_offset == 1  # the refused record took no queue offset
+
+
+def test_a_batch_that_does_not_fit_moves_whole_to_the_next_segment(log: CommitLog) -> None:
+    # AppendCallbackTest.testAppendMessageBatchEndOfFile: the whole batch goes to the next file.
+    log.append("T", 0, _body_of_size(3000))
+    bodies = [b"m%d" % i + b"." * 40 for i in range(10)]  # 10 records of 135 bytes: 1350 > 1096 left
+    r = log.append_batch("T", 0, bodies)
+    assert r.msg_num == 10
+    assert r.commit_log_offset == SEGMENT
+    assert r.queue_offset == 1
+    assert _raw(log, 3000, 8) == struct.pack(">ii", SEGMENT - 3000, BLANK_MAGIC)
+    assert r.commit_log_offsets is not None and r.commit_log_offsets[0] == SEGMENT
+    expected_offsets = [SEGMENT + sum(91 + 1 + len(b) for b in bodies[:i]) for i in range(10)]
+    assert r.commit_log_offsets == expected_offsets
+    assert r.wrote_bytes == sum(91 + 1 + len(b) for b in bodies)
+    for i, offset in enumerate(expected_offsets):
+        msg = decode_message(_raw(log, offset, 91 + 1 + len(bodies[i])), "b")
+        assert msg.body == bodies[i]
+        assert msg.queue_offset == 1 + i
+        assert msg.commit_log_offset == offset
+    assert len(r.offset_msg_id.split(",")) == 10
+    assert log.topic_queue_table[("T", 0)] == 11
+
+
+def test_a_batch_bigger_than_a_segment_is_refused_before_anything_is_stored(log: CommitLog) -> None:
+    before = log.max_offset
+    with pytest.raises(MQClientError, match="batch"):
+        log.append_batch("T", 0, [b"x" * 1000] * 5)
+    with pytest.raises(MQClientError):
+        log.append_batch("T", 0, [])
+    with pytest.raises(MQClientError):
+        log.append_batch("T", 0, [b"ok", "not bytes"])  # type: ignore[list-item]
+    assert log.max_offset == before
+    assert ("T", 0) not in log.topic_queue_table
+
+
+# -- V2 topics, IPv6 hosts -----------------------------------------------------------------------------------------
+def test_a_topic_over_127_chars_uses_magic_v2(log: CommitLog) -> None:
+    topic = "%RETRY%" + "g" * 150
+    r = log.append(topic, 0, b"Hello", {"k": "v"})
+    raw = _raw(log, r.commit_log_offset, r.wrote_bytes)
+    assert _int(raw, 4) == MAGIC_V2
+    assert r.wrote_bytes == 91 + 5 + 1 + 157 + 4  # one extra byte for the short topic length, "k\1v\2"
+    assert struct.unpack_from(">h", raw, 84 + 4 + 5)[0] == 157  # V2: 2-byte topic length after the body
+    assert raw[95 : 95 + 157] == topic.encode()
+    msg = decode_message(raw, "b")
+    assert msg.topic == topic and msg.body == b"Hello" and msg.properties == {"k": "v"}
+    size, request = check_record(raw, 0, len(raw), True)
+    assert size == r.wrote_bytes and request is not None and request.topic == topic
+    decoded = rf.decode_record(raw, 0)
+    assert isinstance(decoded, dict) and decoded["version"] == 2 and decoded["topic"] == topic
+
+
+def test_a_topic_over_127_utf8_bytes_stays_readable_by_rocketmq(log: CommitLog) -> None:
+    topic = "é" * 100  # 100 characters, 200 UTF-8 bytes
+    try:
+        r = log.append(topic, 0, b"x")
+    except MQClientError:
+        return  # refusing it is a correct answer
+    decoded = rf.decode_record(_raw(log, r.commit_log_offset, r.wrote_bytes), 0)
+    assert isinstance(decoded, dict) and decoded["topic"] == topic
+
+
+@pytest.mark.parametrize("length, magic", [(127, MAGIC_V1), (128, MAGIC_V2), (255, MAGIC_V2)])
+def test_the_v2_threshold_is_127_characters(log: CommitLog, length: int, magic: int) -> None:
+    topic = "t" * length
+    r = log.append(topic, 0, b"")
+    raw = _raw(log, r.commit_log_offset, r.wrote_bytes)
+    assert _int(raw, 4) == magic
+    assert decode_message(raw, "b").topic == topic
+
+
+def test_an_ipv6_born_host_sets_the_flag_and_decodes_back(log: CommitLog) -> None:
+    r = log.append("TopicTest", 0, b"Hello", born_host="[::1]:1234", born_timestamp=T0 - 1)
+    assert r.wrote_bytes == 105 + 12
+    raw = _raw(log, r.commit_log_offset, r.wrote_bytes)
+    assert _int(raw, 36) & SysFlag.BORNHOST_V6 == 0x10
+    assert _int(raw, 36) & SysFlag.STOREHOSTADDRESS_V6 == 0
+    assert raw[48:64] == bytes(15) + b"\x01" and _int(raw, 64) == 1234
+    assert _long(raw, 56 + 12) == T0  # the store timestamp moves by 12
+    assert _int(raw, 84 + 12) == 5
+    msg = decode_message(raw, "b")
+    assert msg.born_host == "[::1]:1234"
+    assert msg.store_host == "127.0.0.1:10911"
+    assert msg.sys_flag & 0x10
+    assert msg.body == b"Hello" and msg.topic == "TopicTest" and msg.born_timestamp == T0 - 1
+    assert check_record(raw, 0, len(raw), True)[0] == 117
+    assert raw == rf.encode_record(
+        topic="TopicTest", queue_id=0, body=b"Hello", queue_offset=0, physical_offset=r.commit_log_offset,
+        sys_flag=0, born_timestamp=T0 - 1, born_host="[::1]:1234", store_timestamp=T0, store_host=STORE_HOST)
+
+
+def test_an_ipv4_born_host_is_kept(log: CommitLog) -> None:
+    r = log.append("T", 0, b"x", born_host="10.1.2.3:5555")
+    msg = decode_message(_raw(log, r.commit_log_offset, r.wrote_bytes), "b")
+    assert msg.born_host == "10.1.2.3:5555"
+    assert msg.sys_flag == 0
+
+
+def test_ipv6_with_a_v2_topic(log: CommitLog) -> None:
+    topic = "%RETRY%" + "x" * 130
+    r = log.append(topic, 1, b"body", {"a": "b"}, born_host="[2001:db8::7]:9")
+    raw = _raw(log, r.commit_log_offset, r.wrote_bytes)
+    assert _int(raw, 4) == MAGIC_V2
+    msg = decode_message(raw, "b")
+    assert (msg.topic, msg.body, msg.born_host, msg.properties) == (topic, b"body", "[2001:db8::7]:9", {"a": "b"})
+    assert check_record(raw, 0, len(raw), True)[0] == len(raw)
+
+
+# -- transactions ------------------------------------------------------------------------------------------------------
+def test_prepared_and_rollback_records_take_no_queue_offset(store: MessageStore) -> None:
+    n0 = store.put("Tx", 0, b"normal-0")
+    prepared = store.put("Tx", 0, b"half", sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE)
+    rollback = store.put("Tx", 0, b"rollback", sys_flag=SysFlag.TRANSACTION_ROLLBACK_TYPE,
+                         prepared_transaction_offset=prepared.commit_log_offset)
+    commit = store.put("Tx", 0, b"commit", sys_flag=SysFlag.TRANSACTION_COMMIT_TYPE,
+                       prepared_transaction_offset=prepared.commit_log_offset)
+    n1 = store.put("Tx", 0, b"normal-1")
+    assert [r.queue_offset for r in (n0, prepared, rollback, commit, n1)] == [0, 0, 0, 1, 2]
+    assert store.wait_dispatched()
+    assert store.max_offset("Tx", 0) == 3
+    bodies = [m.body for m in store.get_messages("Tx", 0, 0).messages]
+    assert bodies == [b"normal-0", b"commit", b"normal-1"]
+    half = store.look_message_by_offset(prepared.commit_log_offset)
+    assert half.queue_offset == 0 and half.sys_flag & 0xC == 0x4 and half.body == b"half"
+    rb = store.look_message_by_offset(rollback.commit_log_offset)
+    assert rb.sys_flag & 0xC == 0xC and rb.prepared_transaction_offset == prepared.commit_log_offset
+
+
+def test_look_up_by_commit_log_offset(tmp_path: Path) -> None:
+    with MessageStore(str(tmp_path / "s"), _config()) as store:
+        first = store.put("T", 0, _body_of_size(3000))
+        second = store.put("T", 0, _body_of_size(2000))  # does not fit: a blank at 3000, then 4096
+        assert second.commit_log_offset == SEGMENT
+        assert store.look_message_by_offset(first.commit_log_offset).store_size == 3000
+        assert store.look_message_by_offset(SEGMENT).queue_offset == 1
+        for nowhere in (3000, 17, SEGMENT + 5, 10 * SEGMENT, -1):
+            with pytest.raises(MessageNotFoundError):
+                store.look_message_by_offset(nowhere)
+        assert store.commitlog.read(3000, 8) is None  # the blank is not a record
+
+
+# -- check_record --------------------------------------------------------------------------------------------------------
+def _one_record(log: CommitLog) -> bytes:
+    r = log.append("TopicTest", 2, b"Hello world", {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U1"})
+    return _raw(log, r.commit_log_offset, r.wrote_bytes)
+
+
+def test_check_record_describes_a_valid_record(log: CommitLog) -> None:
+    raw = _one_record(log)
+    size, request = check_record(raw + bytes(50), 0, len(raw) + 50, True)
+    assert size == len(raw)
+    assert request is not None
+    assert request.topic == "TopicTest" and request.queue_id == 2
+    assert request.size == len(raw)
+    assert request.tags_code == java_string_hash("TagA") == 2598919
+    assert request.keys == "k1 k2" and request.uniq_key == "U1"
+    assert request.store_timestamp == T0
+    assert request.sys_flag == 0
+
+
+def test_check_record_on_zeros_garbage_and_blank(log: CommitLog) -> None:
+    assert check_record(bytes(4096), 0, 4096, True) == (-1, None)
+    assert check_record(b"\xff" * 4096, 0, 4096, True) == (-1, None)
+    assert check_record(os.urandom(4096), 0, 4096, True)[0] in (-1, 0)
+    blank = struct.pack(">ii", 500, BLANK_MAGIC) + bytes(492)
+    assert check_record(blank, 0, 500, True) == (0, None)
+    assert check_record(b"\0\0\0", 0, 3, True) == (-1, None)
+    raw = _one_record(log)
+    assert check_record(raw, 0, 4, True) == (-1, None)  # 4 bytes or fewer remain
+
+
+def test_check_record_rejects_a_torn_record(log: CommitLog) -> None:
+    raw = _one_record(log)
+    for cut in (5, 20, 88, len(raw) - 1):
+        assert check_record(raw[:cut], 0, cut, True) == (-1, None)
+        assert check_record(raw, 0, cut, True) == (-1, None)  # limit short of TOTALSIZE
+
+
+def test_check_record_checks_the_body_crc_when_asked(log: CommitLog) -> None:
+    raw = bytearray(_one_record(log))
+    raw[88] ^= 0x01  # first body byte
+    assert check_record(bytes(raw), 0, len(raw), True) == (-1, None)
+    assert check_record(bytes(raw), 0, len(raw), False)[0] == len(raw)
+
+
+def test_check_record_rejects_a_size_that_disagrees_with_the_fields(log: CommitLog) -> None:
+    raw = bytearray(_one_record(log))
+    raw[0:4] = struct.pack(">i", len(raw) - 1)
+    assert check_record(bytes(raw), 0, len(raw), True) == (-1, None)
+    raw = bytearray(_one_record(log))
+    topic_len_at = 84 + 4 + 11
+    raw[topic_len_at : topic_len_at + 16] = bytes(16)  # DefaultMessageStoreTest.damageCommitLog
+    assert check_record(bytes(raw), 0, len(raw), True) == (-1, None)
+    raw = bytearray(_one_record(log))
+    raw[4:8] = struct.pack(">i", 0x12345678)  # unknown magic
+    assert check_record(bytes(raw), 0, len(raw), False) == (-1, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(min_size=0, max_size=400), pos=st.integers(0, 64), check_crc=st.booleans())
+def test_check_record_never_raises_on_random_bytes(data: bytes, pos: int, check_crc: bool) -> None:
+    size, request = check_record(data, pos, len(data), check_crc)
+    assert size in (-1, 0) or size > 0
+    assert (request is not None) == (size > 0)
+    if size > 0:
+        assert size <= len(data) - pos
+
+
+_VALID = rf.encode_record(topic="TopicTest", queue_id=1, body=b"payload-123", properties_raw="TAGS\x01A\x02",
+                          queue_offset=4, physical_offset=0, born_timestamp=T0, store_timestamp=T0,
+                          born_host=STORE_HOST, store_host=STORE_HOST)
+
+
+def test_the_independent_encoder_agrees_with_check_record() -> None:
+    size, request = check_record(_VALID, 0, len(_VALID), True)
+    assert size == len(_VALID) and request is not None and request.queue_offset == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(at=st.integers(0, len(_VALID) - 1), value=st.integers(0, 255), check_crc=st.booleans())
+def test_check_record_never_raises_on_a_damaged_record(at: int, value: int, check_crc: bool) -> None:
+    damaged = bytearray(_VALID)
+    damaged[at] = value
+    size, request = check_record(bytes(damaged), 0, len(damaged), check_crc)
+    assert size in (-1, 0, len(damaged))
+    if size > 0:
+        assert request is not None
+        decode_message(bytes(damaged), "b")  # a record check_record accepts also decodes
+
+
+# -- bad input ---------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["body_too_big", "body_not_bytes", "body_none", "properties_too_long",
+                                  "topic_too_long", "topic_too_long_in_utf8"])
+def test_bad_input_is_refused_before_anything_is_stored(tmp_path: Path, case: str) -> None:
+    config = _config(commitlog_file_size=1 << 17, max_message_size=1000)
+    with MessageStore(str(tmp_path / "s"), config) as store:
+        store.put("T", 0, b"before")
+        before = store.commitlog.max_offset
+        args: dict[str, object] = {"topic": "T", "queue_id": 0, "body": b"x", "properties": None}
+        if case == "body_too_big":
+            args["body"] = b"x" * 1001
+        elif case == "body_not_bytes":
+            args["body"] = "text"
+        elif case == "body_none":
+            args["body"] = None
+        elif case == "properties_too_long":
+            args["properties"] = {"k": "v" * 32765}  # "k\1" + 32765 + "\2" = 32768 bytes
+        elif case == "topic_too_long":
+            args["topic"] = "t" * 256
+        else:
+            args["topic"] = "é" * 128  # 128 characters, 256 UTF-8 bytes
+        with pytest.raises(MQClientError):
+            store.put(**args)  # type: ignore[arg-type]
+        assert store.commitlog.max_offset == before
+        after = store.put("T", 0, b"after")
+        assert after.queue_offset == 1  # the refused message consumed no queue offset
+        assert after.commit_log_offset == before
+        assert store.wait_dispatched()
+        assert [m.body for m in store.get_messages("T", 0, 0).messages] == [b"before", b"after"]
+
+
+def test_limits_are_inclusive(tmp_path: Path) -> None:
+    config = _config(commitlog_file_size=1 << 17, max_message_size=1000)
+    with MessageStore(str(tmp_path / "s"), config) as store:
+        store.put("T", 0, b"x" * 1000)
+        store.put("T", 0, b"x", {"k": "v" * 32764})  # exactly 32767 property bytes
+        store.put("t" * 255, 0, b"x")
+        store.put("T", 0, bytearray(b"mutable"))  # type: ignore[arg-type]  # any bytes-like body
+        assert store.wait_dispatched()
+        msgs = store.get_messages("T", 0, 0).messages
+        assert [len(m.body) for m in msgs] == [1000, 1, 7]
+        assert msgs[1].properties == {"k": "v" * 32764}
+        assert store.get_messages("t" * 255, 0, 0).messages[0].topic == "t" * 255
+
+
+# -- round trip through the store --------------------------------------------------------------------------------------------
+_TOPIC = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_%|-", min_size=1, max_size=200)
+_PROP_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"),
+                     min_size=1, max_size=30)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(topic=_TOPIC, queue_id=st.integers(0, 7), body=st.binary(max_size=2000),
+       flag=st.integers(-(2**31), 2**31 - 1), properties=st.dictionaries(_PROP_TEXT, _PROP_TEXT, max_size=8),
+       born_timestamp=st.integers(1, 2**62), reconsume_times=st.integers(0, 2**31 - 1))
+def test_put_then_read_back_equal(store: MessageStore, topic: str, queue_id: int, body: bytes, flag: int,
+                                  properties: dict[str, str], born_timestamp: int, reconsume_times: int) -> None:
+    r = store.put(topic, queue_id, body, properties, flag=flag, born_timestamp=born_timestamp,
+                  reconsume_times=reconsume_times)
+    assert store.wait_dispatched()
+    result = store.get_messages(topic, queue_id, r.queue_offset, 1)
+    assert len(result.messages) == 1
+    by_offset = store.look_message_by_offset(r.commit_log_offset)
+    for msg in (result.messages[0], by_offset):
+        assert msg.topic == topic
+        assert msg.queue_id == queue_id
+        assert msg.body == body
+        assert msg.flag == flag
+        assert msg.properties == properties
+        assert msg.born_timestamp == born_timestamp
+        assert msg.reconsume_times == reconsume_times
+        assert msg.queue_offset == r.queue_offset
+        assert msg.commit_log_offset == r.commit_log_offset
+        assert msg.store_timestamp == r.store_timestamp
+        assert msg.store_size == r.wrote_bytes
+        assert msg.body_crc == zlib.crc32(body) & 0x7FFFFFFF
+    # The independent decoder reads the same record.
+    raw = _raw(store.commitlog, r.commit_log_offset, r.wrote_bytes)
+    decoded = rf.decode_record(raw, 0)
+    assert isinstance(decoded, dict)
+    assert decoded["computed_crc_ok"] and decoded["computed_length_ok"]
+    assert (decoded["topic"], decoded["body"], decoded["properties"]) == (topic, body, properties)
+    assert decoded["version"] == (2 if len(topic) > 127 else 1)
