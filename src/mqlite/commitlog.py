@@ -439,7 +439,7 @@ class CommitLog:
             )
 
     def append(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None,
-               flag: int = 0, sys_flag: int = 0, born_timestamp: int = 0, born_host: str | None = None,
+               flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None, born_host: str | None = None,
                reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> PutResult:
         """Append one record; returns where it landed. Bad input raises `MQClientError` first.
 
@@ -484,19 +484,22 @@ class CommitLog:
             phys = mf.file_from_offset + pos
             qoff = self.topic_queue_table.get(key, 0) if in_queue else 0
             mm = mf.mm
-            if len(born_ip) == 4:
-                HEADER.pack_into(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
-                                 queue_id, flag, qoff, phys, sys_flag, born_timestamp or now, born_ip, born_port,
-                                 now, _STORE_IP, _STORE_PORT, reconsume_times, prepared_transaction_offset,
-                                 len(body))
-                body_pos = pos + HEADER.size
-            else:
-                body_pos = self._pack_v6_header(mm, pos, total, topic in self._v2_topics, crc, queue_id, flag,
-                                                qoff, phys, sys_flag, born_timestamp or now, born_ip, born_port,
-                                                now, reconsume_times, prepared_transaction_offset, len(body))
+            born = now if born_timestamp is None else born_timestamp
+            # Body and tail first, header last: a writer killed mid-copy leaves no
+            # TOTALSIZE/magic, so recovery never takes a half-written record for whole.
+            body_pos = pos + HEADER.size + (_V6_EXTRA if len(born_ip) == 16 else 0)
             end = body_pos + len(body)
             mm[body_pos:end] = body
             mm[end : end + len(tail)] = tail
+            if len(born_ip) == 4:
+                HEADER.pack_into(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
+                                 queue_id, flag, qoff, phys, sys_flag, born, born_ip, born_port,
+                                 now, _STORE_IP, _STORE_PORT, reconsume_times, prepared_transaction_offset,
+                                 len(body))
+            else:
+                self._pack_v6_header(mm, pos, total, topic in self._v2_topics, crc, queue_id, flag, qoff, phys,
+                                     sys_flag, born, born_ip, born_port, now, reconsume_times,
+                                     prepared_transaction_offset, len(body))
             mf.wrote_position = pos + total
             if in_queue:
                 self.topic_queue_table[key] = qoff + 1
@@ -560,7 +563,7 @@ class CommitLog:
         with self.put_lock:
             now = max(self.clock.now_ms(), self.last_store_timestamp)
             self.last_store_timestamp = now
-            born = born_timestamp or now
+            born = now if born_timestamp is None else born_timestamp
             mf = self._active
             if mf is None or mf.wrote_position + total_all + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                 mf = self._room_for(total_all)
@@ -568,12 +571,12 @@ class CommitLog:
             mm, base = mf.mm, mf.file_from_offset
             first_qoff = qoff = self.topic_queue_table.get(key, 0)
             for body, tail, total, crc in zip(bodies, tails, sizes, crcs):
-                pack(mm, pos, total, magic, crc, queue_id, flag, qoff, base + pos, 0, born, _STORE_IP,
-                     _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body))
                 p = pos + HEADER.size
                 end = p + len(body)
                 mm[p:end] = body
                 mm[end : end + len(tail)] = tail
+                pack(mm, pos, total, magic, crc, queue_id, flag, qoff, base + pos, 0, born, _STORE_IP,
+                     _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body))  # header last, as in append
                 pos += total
                 qoff += 1
             mf.wrote_position = pos

@@ -231,10 +231,11 @@ def resolve_config(root: str, explicit: Mapping[str, Any], inferred: Mapping[str
     A format setting in `explicit` that differs from the stored one raises `ConfigError`.
     """
     requested = StoreConfig.from_kwargs(explicit)  # validates the caller's keywords first
-    stored: dict[str, Any] = dict(inferred or {})
     document = read_json(store_config_path(root))
     if isinstance(document, dict):
-        stored.update(document)
-    if not stored:
-        return requested
-    return requested.merged_with_stored(stored, explicit)
+        return requested.merged_with_stored(document, explicit)
+    if inferred:
+        # Sizes read off a broker's files are a best guess (an index file's size does
+        # not say how it splits into slots and entries): explicit settings win.
+        return StoreConfig.from_kwargs({**inferred, **explicit})
+    return requested

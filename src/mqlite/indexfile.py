@@ -608,7 +608,7 @@ class IndexService:
         """Index one dispatched record under ``topic#uniq_key`` and ``topic#k`` for each
         non-empty space-separated ``k`` in *keys* (RocketMQ ``buildIndex``).
 
-        Skips records below the newest file's ``end_phy_offset`` (already indexed) and
+        Skips records at or below the newest file's ``end_phy_offset`` (already indexed) and
         rollback records. Rolls to a new file when one fills: the full file is flushed
         (msync) and ``on_file_full(end_timestamp)`` called, both after the lock is released.
         Writable mode; call from one thread (the reput service).
@@ -617,7 +617,12 @@ class IndexService:
         with self._lock:
             self._check_open(writing=True)
             f = self._writable_file(full)
-            if commit_log_offset >= f.end_phy_offset and not is_rollback:
+            # RocketMQ re-indexes a record at exactly end_phy_offset (it skips only
+            # offsets below it), which duplicates keys after a re-dispatch; a record at
+            # the end offset was indexed unless the file is fresh and starts the log.
+            done = commit_log_offset < f.end_phy_offset or (
+                commit_log_offset == f.end_phy_offset and (f.index_count > 1 or f.end_phy_offset > 0))
+            if not done and not is_rollback:
                 index_keys = [] if uniq_key is None else [uniq_key]
                 if keys:
                     index_keys += [k for k in keys.split(" ") if k]

@@ -139,18 +139,18 @@ class MappedFile:
         return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
 
 
+_ZERO_CHUNK = bytes(1 << 20)
+
+
 def _zero_dirty_tail(mf: MappedFile, start: int, limit: int) -> None:
-    """Zero bytes from `start` until an all-zero page or `limit` (then flush)."""
+    """Zero every non-zero byte in [start, limit), a chunk at a time, then flush."""
     mm = mf.mm
     pos = start
     zeroed = False
     while pos < limit:
-        end = min(limit, (pos // OS_PAGE_SIZE + 1) * OS_PAGE_SIZE)
-        if not any(mm[pos:end]):
-            if pos > start and end - pos == OS_PAGE_SIZE:
-                break  # a whole clean page: the damage ended before it
-        else:
-            mm[pos:end] = bytes(end - pos)
+        end = min(limit, pos + len(_ZERO_CHUNK))
+        if mm[pos:end] != _ZERO_CHUNK[: end - pos]:
+            mm[pos:end] = _ZERO_CHUNK[: end - pos]
             zeroed = True
         pos = end
     if zeroed:
@@ -319,9 +319,9 @@ class MappedFileQueue:
     def truncate_dirty_files(self, offset: int, zero_limit: int = 0) -> None:
         """Drop everything at or after absolute `offset` (`truncateDirtyFiles`).
 
-        In the file that holds `offset`, up to `zero_limit` bytes after it are
-        zeroed (stopping at the first all-zero page), so that a reader in another
-        process never mistakes what was cut for data.
+        In the file that holds `offset`, the `zero_limit` bytes after it are
+        zeroed, so that a reader in another process never mistakes what was cut
+        for data.
         """
         keep: list[MappedFile] = []
         for mf in self.files:

@@ -51,6 +51,7 @@ class StoreReader(StoreFiles):
 
     def refresh(self) -> None:
         """Pick up consume queues, segments and units the writer added since the last look."""
+        self._require_open()
         for cq in self._load_consume_queues():
             cq.recover()
         for cq in self.consume_queues.values():

@@ -49,11 +49,15 @@ class RecoveryReport:
         return f"RecoveryReport({fields})"
 
 
-def recover_store(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], *, last_exit_ok: bool,
-                  checkpoint_min_timestamp: int, check_crc: bool,
+def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str, int], ConsumeQueue]], *,
+                  last_exit_ok: bool, checkpoint_min_timestamp: int, check_crc: bool,
                   dispatch: Callable[[DispatchRequest], None]) -> RecoveryReport:
-    """Recover the log and the queues in place; `dispatch` indexes a record the queues lack."""
+    """Recover the log and the queues in place; `dispatch` indexes a record the queues lack.
+
+    `queues_now()` returns the current queue table: dispatching may create queues.
+    """
     report = RecoveryReport(abnormal=not last_exit_ok)
+    queues = queues_now()
     for cq in queues.values():
         cq.recover()
     dispatched_to = max((cq.max_physic_offset for cq in queues.values()), default=-1)
@@ -70,18 +74,18 @@ def recover_store(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQue
     report.start_offset = start
     process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, dispatch, report)
     report.process_offset = process_offset
+    queues = queues_now()  # dispatch may have created queues
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
         for cq in queues.values():
             cq.truncate_dirty(process_offset)
-    # Zero what follows the cut (a torn record is at most a whole record long).
-    commitlog.mapped_files.truncate_dirty_files(process_offset, _max_record_bytes(commitlog))
+    # Zero what follows the cut in its segment, so old records behind a damaged or lost
+    # page can never line up with new appends and come back. A clean exit with an intact
+    # tail has nothing there, and skips the scan.
+    dirty = report.abnormal or report.damaged_tail
+    commitlog.mapped_files.truncate_dirty_files(process_offset, commitlog.config.commitlog_file_size if dirty else 0)
     commitlog.mapped_files.flushed_where = process_offset
     _rebuild_queue_table(commitlog, queues)
     return report
-
-
-def _max_record_bytes(commitlog: CommitLog) -> int:
-    return commitlog.config.max_message_size + 64 * 1024 + 64 * 1024  # body + properties + header room
 
 
 def _first_record(commitlog: CommitLog, mf: MappedFile) -> DispatchRequest | None:

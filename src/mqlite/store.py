@@ -97,21 +97,27 @@ class MessageStore(StoreFiles):
         self._lock = _DirectoryLock(root)
         try:
             super().__init__(root, config, read_only=False, clock=clock, tags_code_fn=tags_code_fn)
-            os.makedirs(os.path.dirname(store_config_path(root)), exist_ok=True)
-            write_json_atomic(store_config_path(root), config.to_json())
+        except BaseException:
+            self._lock.release()
+            raise
+        try:
             self.on_arrival = on_arrival
             self._abort_path = os.path.join(root, "abort")
             self.last_exit_ok = not os.path.exists(self._abort_path)
             self.load_files(self.last_exit_ok)
             self.recovery: RecoveryReport = recover_store(
-                self.commitlog, self.consume_queues, last_exit_ok=self.last_exit_ok,
+                self.commitlog, lambda: self.consume_queues, last_exit_ok=self.last_exit_ok,
                 checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
                 check_crc=config.check_crc_on_recover, dispatch=self._dispatch_one)
             # A clock behind the newest record must not make store times go backwards.
             self.commitlog.last_store_timestamp = max(self.commitlog.last_store_timestamp,
                                                       self.checkpoint.physic_msg_timestamp,
                                                       self.checkpoint.logics_msg_timestamp)
+            # Settings are recorded only once the files opened with them.
+            os.makedirs(os.path.dirname(store_config_path(root)), exist_ok=True)
+            write_json_atomic(store_config_path(root), config.to_json())
         except BaseException:
+            self.close_files()
             self._lock.release()
             raise
         with open(self._abort_path, "w") as f:
@@ -139,7 +145,7 @@ class MessageStore(StoreFiles):
         """
         if self._closed:
             raise IllegalStateError(f"the store at {self.root} is closed")
-        result = self.commitlog.append(topic, queue_id, body, properties, flag, sys_flag, born_timestamp or 0,
+        result = self.commitlog.append(topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
                                        born_host, reconsume_times, prepared_transaction_offset)
         if self._reput.idle:
             self._reput.wakeup()
@@ -302,6 +308,7 @@ class MessageStore(StoreFiles):
     # -- topics ------------------------------------------------------------------------------------------------
     def delete_topic(self, topic: str) -> None:
         """Delete the consume queues of `topic` (its records stay in the log until expiry)."""
+        self._check_open()
         self.wait_dispatched()
         with self._cq_lock:
             doomed = [key for key in self.consume_queues if key[0] == topic]

@@ -20,7 +20,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import BLANK, MAGIC_V1, MAGIC_V2, CommitLog, StoredMessage, TagsCodeFn
 from .config import CQ_UNIT, StoreConfig, resolve_config
 from .consumequeue import CQ_UNIT_STRUCT, LOWER, ConsumeQueue
-from .errors import MessageNotFoundError
+from .errors import IllegalStateError, MessageNotFoundError
 from .indexfile import INDEX_HEADER, IndexService
 from .message import PROPERTY_KEYS, MessageExt
 
@@ -124,6 +124,7 @@ class StoreFiles:
         self.clock = clock
         self.read_only = read_only
         self.broker_name = config.broker_name
+        self._files_closed = False
         self.commitlog = CommitLog(os.path.join(root, "commitlog"), config, clock, read_only=read_only,
                                    tags_code_fn=tags_code_fn)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -174,19 +175,23 @@ class StoreFiles:
     # -- topics and offsets -------------------------------------------------------------------
     def topics(self) -> list[str]:
         """Topics that have consume queues, sorted."""
+        self._require_open()
         return sorted({topic for topic, _ in self.consume_queues})
 
     def queue_ids(self, topic: str) -> list[int]:
         """Queue ids of `topic` that have consume queues, sorted."""
+        self._require_open()
         return sorted(qid for t, qid in self.consume_queues if t == topic)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
+        self._require_open()
         cq = self.consume_queues.get((topic, queue_id))
         return cq.min_offset if cq else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Next queue offset to be written, counting dispatched messages only (0 for an unknown queue)."""
+        self._require_open()
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             return 0
@@ -195,11 +200,13 @@ class StoreFiles:
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = LOWER) -> int:
         """`getOffsetInQueueByTime` (0 for an unknown queue)."""
+        self._require_open()
         cq = self.consume_queues.get((topic, queue_id))
         return cq.offset_by_time(timestamp, self.commitlog.store_timestamp_at, boundary) if cq else 0
 
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time of the message at `queue_offset` (-1 when absent)."""
+        self._require_open()
         cq = self.consume_queues.get((topic, queue_id))
         unit = cq.unit_at(queue_offset) if cq else None
         return self.commitlog.store_timestamp_at(unit[0], unit[1]) if unit else -1
@@ -213,6 +220,7 @@ class StoreFiles:
         Cost: one slice of units plus one record copy per message; filters
         first test the tags code on the unit, then the message.
         """
+        self._require_open()
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -289,6 +297,7 @@ class StoreFiles:
 
     def look_message_by_offset(self, commit_log_offset: int) -> StoredMessage:
         """The message whose record starts at `commit_log_offset`; `MessageNotFoundError` when none."""
+        self._require_open()
         size = self.commitlog.record_size_at(commit_log_offset)
         msg = self.commitlog.read_message(commit_log_offset, size, self.broker_name) if size else None
         if msg is None:
@@ -302,6 +311,7 @@ class StoreFiles:
         The index compares only hashes; the keys are checked here, as
         RocketMQ's `MQAdminImpl.queryMessage` does on the client.
         """
+        self._require_open()
         end = end if end is not None else 2**63 - 1
         found: list[MessageExt] = []
         for offset in self.index.query_offsets(topic, key, max_num, begin, end):
@@ -316,8 +326,15 @@ class StoreFiles:
                 found.append(msg)
         return found
 
+    def _require_open(self) -> None:
+        if self._files_closed:
+            raise IllegalStateError(f"the store at {self.root} is closed")
+
     def close_files(self) -> None:
-        """Unmap everything."""
+        """Unmap everything. Reads afterwards raise `IllegalStateError`."""
+        if self._files_closed:
+            return
+        self._files_closed = True
         self.commitlog.close()
         for cq in self.consume_queues.values():
             cq.close()

@@ -120,7 +120,9 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport,
                 break  # the blank closes this segment
             if any(mf.mm[pos : pos + 8]):
                 report.add(f"commit log: damaged record at offset {offset} (segment {os.path.basename(mf.path)})")
-            elif index < len(files) - 1:
+            elif any(any(later.mm[:8]) for later in files[index + 1 :]):
+                # Zeros are the end of the log only if no later segment holds data (a broker
+                # pre-allocates the next, empty segment).
                 report.add(f"commit log: segment {os.path.basename(mf.path)} ends at {offset} without a BLANK record")
             break
         if progress:
