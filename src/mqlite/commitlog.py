@@ -73,11 +73,13 @@ HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 PREFIX = struct.Struct(">iiiiiqqiq")
 BLANK = struct.Struct(">ii")
 _INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _USHORT = struct.Struct(">H")
 _TAIL_V4 = struct.Struct(">q4siiqi")  # store ts, store host, store port, reconsume, prepared, body len
 END_FILE_MIN_BLANK_LENGTH = BLANK.size
 _V6_EXTRA = 16 - 4  # an IPv6 address is 16 bytes where IPv4 takes 4
+_MIN_RECORD = HEADER.size + 1 + 2  # empty body, empty topic, empty properties
 MAX_PROPERTIES_LENGTH = 32767  # a signed short
 MAX_TOPIC_BYTES = 255  # HookUtils: MAX_TOPIC_LENGTH
 _V1_TOPIC_BYTES = 127  # V1's topic length is a signed byte: longer topics need V2's short
@@ -315,46 +317,62 @@ def decode_message(raw: bytes, broker_name: str) -> StoredMessage:
 
 
 def check_record(
-    buf: bytes | memoryview | object, pos: int, limit: int, check_crc: bool, tags_code_fn: TagsCodeFn | None = None
+    buf: bytes | memoryview | object, pos: int, limit: int, check_crc: bool, tags_code_fn: TagsCodeFn | None = None,
+    describe: bool = True,
 ) -> tuple[int, DispatchRequest | None]:
     """`checkMessageAndReturnSize`: validate the record at `pos` and describe it.
 
-    Returns `(size, request)` for a valid record, `(0, None)` for a BLANK
-    end-of-segment record, `(-1, None)` for anything else (torn, zeroed,
-    garbage). Never raises on bad data. `limit` is the end of readable data.
+    Returns `(size, request)` for a valid record (`request` is None unless
+    `describe`), `(0, None)` for a BLANK end-of-segment record, `(-1, None)` for
+    anything else (torn, zeroed, garbage). Never raises on bad data. `limit` is
+    the end of readable data. Reads the fields in place; recovery runs this
+    once per record, so it decodes topic and properties only when asked to.
     """
-    remaining = limit - pos
-    if remaining <= 4:
+    if limit - pos <= 4:
         return -1, None
     try:
         total, magic = BLANK.unpack_from(buf, pos)  # type: ignore[arg-type]
         if magic == BLANK_MAGIC:
             return 0, None
-        if magic not in (MAGIC_V1, MAGIC_V2) or total > remaining or total < 91:
+        end = pos + total
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or end > limit or total < _MIN_RECORD:
             return -1, None
-        raw = bytes(buf[pos : pos + total])  # type: ignore[index]
-        msg = StoredMessage(raw, "")
-        _decode_into(msg, raw)
-        sys_flag = msg.sys_flag
-        body_pos = _body_offset(raw, sys_flag)
-        (body_len,) = _INT.unpack_from(raw, body_pos)
-        if body_len < 0 or body_pos + 4 + body_len > total:
+        _, _, crc, queue_id, _, queue_offset, phys, sys_flag, _ = PREFIX.unpack_from(buf, pos)  # type: ignore[arg-type]
+        p = pos + PREFIX.size + (20 if sys_flag & SysFlag.BORNHOST_V6 else 8)
+        (store_ts,) = _LONG.unpack_from(buf, p)  # type: ignore[arg-type]
+        p += _LONG.size + (20 if sys_flag & SysFlag.STOREHOSTADDRESS_V6 else 8) + _INT.size + _LONG.size
+        (body_len,) = _INT.unpack_from(buf, p)  # type: ignore[arg-type]
+        body_start = p + _INT.size
+        body_end = body_start + body_len
+        if body_len < 0 or body_end > end:
             return -1, None
-        if check_crc and zlib.crc32(raw[body_pos + 4 : body_pos + 4 + body_len]) & 0x7FFFFFFF != msg.body_crc:
+        if check_crc and zlib.crc32(buf[body_start:body_end]) & 0x7FFFFFFF != crc:  # type: ignore[index]
             return -1, None
-        topic_len = len(msg.topic.encode("utf-8"))
-        end = body_pos + 4 + body_len
-        props_len = _SHORT.unpack_from(raw, end + (2 if magic == MAGIC_V2 else 1) + topic_len)[0]
-        if total != record_length(sys_flag, body_len, topic_len, props_len, magic == MAGIC_V2):
+        v2 = magic == MAGIC_V2
+        if v2:
+            (topic_len,) = _USHORT.unpack_from(buf, body_end)  # type: ignore[arg-type]
+            topic_pos = body_end + _USHORT.size
+        else:
+            topic_len = buf[body_end]  # type: ignore[index]
+            topic_pos = body_end + 1
+        props_pos = topic_pos + topic_len
+        if props_pos + _SHORT.size > end:
             return -1, None
-    except (StoreCorruptedError, struct.error, IndexError, UnicodeError):
+        (props_len,) = _SHORT.unpack_from(buf, props_pos)  # type: ignore[arg-type]
+        if total != record_length(sys_flag, body_len, topic_len, props_len, v2):
+            return -1, None
+        if not describe:
+            return total, None
+        topic = bytes(buf[topic_pos:props_pos]).decode("utf-8", "replace")  # type: ignore[index]
+        props_start = props_pos + _SHORT.size
+        props = decode_properties(
+            bytes(buf[props_start : props_start + props_len]).decode("utf-8", "replace")) if props_len > 0 else {}  # type: ignore[index]
+    except (struct.error, IndexError, ValueError, TypeError):
         return -1, None
-    props = msg.properties
     fn = tags_code_fn or default_tags_code
     request = DispatchRequest(
-        msg.topic, msg.queue_id, msg.commit_log_offset, total, fn(msg.topic, props, msg.store_timestamp),
-        msg.store_timestamp, msg.queue_offset, props.get(PROPERTY_KEYS),
-        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
+        topic, queue_id, phys, total, fn(topic, props, store_ts) if props else 0, store_ts, queue_offset,
+        props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
     )
     return total, request
 
@@ -380,6 +398,10 @@ class CommitLog:
         self.tags_code_fn: TagsCodeFn = tags_code_fn or default_tags_code
         self.last_store_timestamp = 0
         self.appended_count = 0  # dispatch entries appended by this process; reput counts the ones it did
+        # Set by the store once recovered: consume-queue units are then written under
+        # the put lock, and only index work goes through `dispatch_queue`.
+        self.unit_sink: Callable[[str, int, int, int, int, int, int], None] | None = None
+        self.batch_sink: Callable[[str, int, int, int, list[int], list[int] | None, int], None] | None = None
         self._topic_bytes: dict[str, bytes] = {}
         self._empty_tails: dict[str, bytes] = {}
         self._v2_topics: set[str] = set()  # topics written with MAGIC_V2 (filled by _topic_prefix)
@@ -501,13 +523,17 @@ class CommitLog:
                                      sys_flag, born, born_ip, born_port, now, reconsume_times,
                                      prepared_transaction_offset, len(body))
             mf.wrote_position = pos + total
+            code = self.tags_code_fn(topic, properties, now) if properties else 0
+            sink = self.unit_sink
             if in_queue:
                 self.topic_queue_table[key] = qoff + 1
-            self.appended_count += 1
-            # A plain tuple in DispatchRequest's field order: cheaper than building the NamedTuple.
-            self.dispatch_queue.append((topic, queue_id, phys, total,
-                                        self.tags_code_fn(topic, properties, now) if properties else 0,
-                                        now, qoff, keys, uniq, sys_flag))  # type: ignore[arg-type]
+                if sink is not None:
+                    sink(topic, queue_id, phys, total, code, qoff, now)
+            if sink is None or keys is not None or uniq is not None:
+                self.appended_count += 1
+                # A plain tuple in DispatchRequest's field order: cheaper than building the NamedTuple.
+                self.dispatch_queue.append((topic, queue_id, phys, total, code, now, qoff, keys, uniq,
+                                            sys_flag))  # type: ignore[arg-type]
         return PutResult(phys, total, qoff, now)
 
     def _empty_tail(self, topic: str) -> bytes:
@@ -581,13 +607,17 @@ class CommitLog:
                 qoff += 1
             mf.wrote_position = pos
             self.topic_queue_table[key] = qoff
-            self.appended_count += 1
             codes = None
             if properties is not None:
                 fn = self.tags_code_fn
                 codes = [fn(topic, p, now) if p else 0 for p in properties]
-            self.dispatch_queue.append(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes,
-                                                     now, keys, uniqs))
+            batch_sink = self.batch_sink
+            if batch_sink is not None:
+                batch_sink(topic, queue_id, first_qoff, base + start, sizes, codes, now)
+            if batch_sink is None or keys is not None:
+                self.appended_count += 1
+                self.dispatch_queue.append(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes,
+                                                         now, keys, uniqs))
         offsets = list(itertools.accumulate(sizes[:-1], initial=base + start))
         return PutResult(base + start, total_all, first_qoff, now, count, offsets)
 

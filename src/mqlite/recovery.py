@@ -6,7 +6,7 @@ lack, until the first invalid one (a torn tail); cut consume queues and the log
 at that point; rebuild the queue-offset table and correct min offsets.
 
 Normal recovery (clean exit) re-checks a bounded tail: records from the last
-4 MiB that the consume queues vouch for, found through their units, so a clean
+1 MiB that the consume queues vouch for, found through their units, so a clean
 reopen costs the same for 1 GiB as for 1 MiB. RocketMQ re-checks the whole
 newest segment there; the tail is where a damaged record can be after a clean
 exit, and is where its recovery test damages one. Abnormal recovery follows
@@ -27,7 +27,7 @@ __all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES"]
 
 log = logging.getLogger("mqlite")
 
-NORMAL_TAIL_BYTES = 4 * 1024 * 1024
+NORMAL_TAIL_BYTES = 1024 * 1024
 
 
 class RecoveryReport:
@@ -104,7 +104,7 @@ def _normal_start(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQue
             break
     if dispatched_to - NORMAL_TAIL_BYTES <= start:
         return start
-    # Bounded tail: the earliest unit at or after (dispatched_to - 4 MiB) in any queue is a record start.
+    # Bounded tail: the earliest unit at or after (dispatched_to - NORMAL_TAIL_BYTES) in any queue is a record start.
     floor = dispatched_to - NORMAL_TAIL_BYTES
     best = dispatched_to
     for cq in queues.values():
@@ -153,14 +153,15 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
         if mf is None:
             return offset
         pos = offset - mf.file_from_offset
-        size, request = check_record(mf.mm, pos, mf.file_size, check_crc, fn)
+        # Records the consume queues already cover need validating, not describing.
+        describe = not last_exit_ok or offset >= dispatched_to
+        size, request = check_record(mf.mm, pos, mf.file_size, check_crc, fn, describe)
         if size > 0:
-            assert request is not None
             report.records_scanned += 1
-            if request.store_timestamp > commitlog.last_store_timestamp:
-                # Store times never go backwards, across restarts too.
-                commitlog.last_store_timestamp = request.store_timestamp
-            if not last_exit_ok or offset + size > dispatched_to:
+            if request is not None:
+                if request.store_timestamp > commitlog.last_store_timestamp:
+                    # Store times never go backwards, across restarts too.
+                    commitlog.last_store_timestamp = request.store_timestamp
                 dispatch(request)
                 report.records_dispatched += 1
             offset += size

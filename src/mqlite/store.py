@@ -127,6 +127,8 @@ class MessageStore(StoreFiles):
         self._flush_lock = threading.Lock()
         self._closed = False
         self._sync_flush = config.sync_flush
+        self.commitlog.unit_sink = self._put_unit
+        self.commitlog.batch_sink = self._put_units
         self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout)
         self._group_commit.reset(self.commitlog.max_offset)
         self._reput = ReputService(self)
@@ -147,8 +149,10 @@ class MessageStore(StoreFiles):
             raise IllegalStateError(f"the store at {self.root} is closed")
         result = self.commitlog.append(topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
                                        born_host, reconsume_times, prepared_transaction_offset)
-        if self._reput.idle:
+        if self._reput.idle and self.commitlog.dispatch_queue:
             self._reput.wakeup()
+        if self.on_arrival is not None:
+            self._notify_arrival(topic, queue_id, result.queue_offset + 1)
         if self._sync_flush:
             return self._await_flush(result)
         return result
@@ -160,8 +164,10 @@ class MessageStore(StoreFiles):
         self._check_open()
         result = self.commitlog.append_batch(topic, queue_id, bodies, properties, flag=flag,
                                              born_timestamp=born_timestamp)
-        if self._reput.idle:
+        if self._reput.idle and self.commitlog.dispatch_queue:
             self._reput.wakeup()
+        if self.on_arrival is not None:
+            self._notify_arrival(topic, queue_id, result.queue_offset + result.msg_num)
         if self._sync_flush:
             return self._await_flush(result)
         return result
@@ -174,6 +180,28 @@ class MessageStore(StoreFiles):
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError(f"the store at {self.root} is closed")
+
+    # -- consume-queue units, written under the put lock ---------------------------------------
+    def _put_unit(self, topic: str, queue_id: int, offset: int, size: int, code: int, queue_offset: int,
+                  store_timestamp: int) -> None:
+        cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
+        if not cq.put(offset, size, code, queue_offset):  # type: ignore[union-attr]
+            log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, queue_offset)
+        self.checkpoint.logics_msg_timestamp = store_timestamp
+
+    def _put_units(self, topic: str, queue_id: int, first_queue_offset: int, first_offset: int, sizes: list[int],
+                   codes: list[int] | None, store_timestamp: int) -> None:
+        cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
+        if not cq.put_batch(first_offset, sizes, codes, first_queue_offset):  # type: ignore[union-attr]
+            log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_queue_offset)
+        self.checkpoint.logics_msg_timestamp = store_timestamp
+
+    def _notify_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
+        """Tell the listener a queue grew; runs on the putting thread, outside every lock."""
+        try:
+            self.on_arrival(topic, queue_id, next_offset)  # type: ignore[misc]
+        except Exception:
+            log.exception("arrival listener failed for %s/%d", topic, queue_id)
 
     # -- dispatch (reput) ---------------------------------------------------------------------------
     def _dispatch_one(self, request: DispatchRequest) -> None:
@@ -207,31 +235,25 @@ class MessageStore(StoreFiles):
                 offset += size
 
     def dispatch_pending(self) -> int:
-        """Dispatch every appended record not yet dispatched; returns how many entries. Reput thread only."""
+        """Index every appended record not yet indexed; returns how many entries. Reput thread only.
+
+        Units of these records are already in their consume queues (written
+        under the put lock), so re-putting them is a cheap no-op.
+        """
         queue = self.commitlog.dispatch_queue
-        touched: dict[tuple[str, int], int] = {}
         done = 0
         dispatch = self._dispatch_one
         while queue:
             request = queue.popleft()
             if type(request) is BatchDispatch:
                 self._dispatch_batch(request)
-                touched[(request.topic, request.queue_id)] = request.first_queue_offset + len(request.sizes)
             else:
                 dispatch(request)  # type: ignore[arg-type]
-                touched[(request[0], request[1])] = request[6] + 1
             done += 1
         if done:
             with self._dispatch_cv:
                 self._dispatched_count += done
                 self._dispatch_cv.notify_all()
-            listener = self.on_arrival
-            if listener is not None:
-                for (topic, queue_id), next_offset in touched.items():
-                    try:
-                        listener(topic, queue_id, next_offset)
-                    except Exception:
-                        log.exception("arrival listener failed for %s/%d", topic, queue_id)
         return done
 
     def wait_dispatched(self, timeout: float | None = 10.0) -> bool:
