@@ -129,7 +129,8 @@ class MessageStore(StoreFiles):
         self._sync_flush = config.sync_flush
         self.commitlog.unit_sink = self._put_unit
         self.commitlog.batch_sink = self._put_units
-        self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout)
+        self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout,
+                                         lambda: self.commitlog.max_offset)
         self._group_commit.reset(self.commitlog.max_offset)
         self._reput = ReputService(self)
         self._flush = FlushService(self)

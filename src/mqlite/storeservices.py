@@ -87,37 +87,66 @@ class GroupCommit:
     (`fdatasync` releases the GIL, so other writers keep appending meanwhile);
     the rest wait on a condition and are released together. This is
     RocketMQ's group commit without the hand-off to a separate thread, which
-    saves a context switch per batch.
+    saves a context switch per batch. When other writers are active, the
+    leader first lets them append (a few 50 us yields while the log still
+    grows), so one `fdatasync` covers more records; a lone writer never waits.
     """
 
-    def __init__(self, flush_to: Callable[[], int], timeout: float) -> None:
+    _GATHER_YIELD = 0.00005
+    _GATHER_ROUNDS = 20  # at most 1 ms: well under one fdatasync on most disks
+
+    def __init__(self, flush_to: Callable[[], int], timeout: float, write_end: Callable[[], int]) -> None:
         self._flush_to = flush_to  # flushes the log; returns the offset now durable
+        self._write_end = write_end  # the log's current end
         self._timeout = timeout
         self._cv = threading.Condition()
         self._flushed = 0
         self._leader = False
+        self._writers = 0  # threads inside wait()
 
     def wait(self, end_offset: int) -> bool:
         """Block until `end_offset` is durable; False after the timeout (the data stays written)."""
         deadline = time.monotonic() + self._timeout
         with self._cv:
-            while self._flushed < end_offset:
-                if not self._leader:
-                    self._leader = True
-                    self._cv.release()
-                    try:
-                        flushed = self._flush_to()
-                    finally:
-                        self._cv.acquire()
-                        self._leader = False
-                    self._flushed = max(self._flushed, flushed)
-                    self._cv.notify_all()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._cv.wait(remaining)
-            return True
+            self._writers += 1
+            try:
+                while self._flushed < end_offset:
+                    if not self._leader:
+                        self._lead()
+                        continue
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._cv.wait(remaining)
+                return True
+            finally:
+                self._writers -= 1
+
+    def _lead(self) -> None:
+        """Flush for everyone (called with the condition held; releases it meanwhile)."""
+        self._leader = True
+        crowd = self._writers > 1
+        self._cv.release()
+        try:
+            if crowd:
+                self._gather()
+            flushed = self._flush_to()
+        finally:
+            self._cv.acquire()
+            self._leader = False
+        self._flushed = max(self._flushed, flushed)
+        self._cv.notify_all()
+
+    def _gather(self) -> None:
+        end = self._write_end()
+        idle = 0
+        for _ in range(self._GATHER_ROUNDS):
+            time.sleep(self._GATHER_YIELD)  # a bounded batching window, not a wait for an event
+            grown = self._write_end()
+            idle = idle + 1 if grown == end else 0
+            if idle == 2:  # woken writers need a moment to get the GIL back; two quiet yields end it
+                return
+            end = grown
 
     def reset(self, flushed: int) -> None:
         """Start from a known durable offset (after recovery)."""
