@@ -32,6 +32,7 @@ and the record goes to the next segment. Every segment therefore ends in a blank
 from __future__ import annotations
 
 import itertools
+import logging
 import socket
 import struct
 from time import time_ns as _time_ns
@@ -45,6 +46,7 @@ from typing import NamedTuple
 from .clock import Clock, SystemClock
 from .config import StoreConfig
 from .errors import MQClientError, StoreCorruptedError
+from .consumequeue import ConsumeQueue
 from .mappedfile import MappedFile, MappedFileQueue
 from .message import (
     PROPERTY_KEYS,
@@ -62,6 +64,8 @@ __all__ = [
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
     "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code",
 ]
+
+log = logging.getLogger("mqlite")
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
 MAGIC_V2 = -626843477  # 0xDAA320AB: 2-byte topic length
@@ -136,6 +140,9 @@ class PutResult(NamedTuple):
         return ",".join(create_offset_msg_id(_STORE_IP, _STORE_PORT, o) for o in offsets)
 
 
+_PUT_OK = PutMessageStatus.PUT_OK
+
+
 class DispatchRequest(NamedTuple):
     """What the reput service needs to index one record (built at append or by a scan)."""
 
@@ -186,6 +193,7 @@ _STORE_PORT = STORE_HOST[1]
 
 # -- decoding -----------------------------------------------------------------------------
 _new = object.__new__
+_new_tuple = tuple.__new__
 
 
 class StoredMessage(MessageExt):
@@ -399,8 +407,10 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.appended_count = 0  # dispatch entries appended by this process; reput counts the ones it did
         # Set by the store once recovered: consume-queue units are then written under
-        # the put lock, and only index work goes through `dispatch_queue`.
-        self.unit_sink: Callable[[str, int, int, int, int, int, int], None] | None = None
+        # the put lock (into `unit_queues`, the store's queue table), and only index
+        # work goes through `dispatch_queue`.
+        self.unit_queues: Mapping[tuple[str, int], ConsumeQueue] | None = None
+        self.create_unit_queue: Callable[[str, int], ConsumeQueue] | None = None
         self.batch_sink: Callable[[str, int, int, int, list[int], list[int] | None, int], None] | None = None
         self._topic_bytes: dict[str, bytes] = {}
         self._empty_tails: dict[str, bytes] = {}
@@ -524,17 +534,20 @@ class CommitLog:
                                      prepared_transaction_offset, len(body))
             mf.wrote_position = pos + total
             code = self.tags_code_fn(topic, properties, now) if properties else 0
-            sink = self.unit_sink
+            queues = self.unit_queues
             if in_queue:
                 self.topic_queue_table[key] = qoff + 1
-                if sink is not None:
-                    sink(topic, queue_id, phys, total, code, qoff, now)
-            if sink is None or keys is not None or uniq is not None:
+                if queues is not None:
+                    cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
+                    if not cq.put(phys, total, code, qoff):
+                        log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
+            if queues is None or keys is not None or uniq is not None:
                 self.appended_count += 1
                 # A plain tuple in DispatchRequest's field order: cheaper than building the NamedTuple.
                 self.dispatch_queue.append((topic, queue_id, phys, total, code, now, qoff, keys, uniq,
                                             sys_flag))  # type: ignore[arg-type]
-        return PutResult(phys, total, qoff, now)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__ (measurable per put).
+        return _new_tuple(PutResult, (phys, total, qoff, now, 1, None, _PUT_OK))
 
     def _empty_tail(self, topic: str) -> bytes:
         """Topic bytes plus an empty property block, cached per topic."""

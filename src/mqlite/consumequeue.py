@@ -35,6 +35,7 @@ BLANK_UNIT = (0, 2**31 - 1, 0)
 _BLANK_UNIT_BYTES = CQ_UNIT_STRUCT.pack(*BLANK_UNIT)
 LOWER, UPPER = "LOWER", "UPPER"  # BoundaryType of getOffsetInQueueByTime
 _UNIT = CQ_UNIT_STRUCT.size
+_PACK_UNIT = CQ_UNIT_STRUCT.pack_into
 
 
 class ConsumeQueue:
@@ -141,9 +142,20 @@ class ConsumeQueue:
         A unit for an already indexed record is skipped (re-dispatch after a
         crash is idempotent). Returns False only when the unit does not line up
         with the queue's end, which means the queue is out of step with the log.
+        Runs under the commit log's put lock for every message: the common case
+        (next unit, room in the last file) is one `pack_into` and no calls.
         """
         if offset + size <= self.max_physic_offset:
             return True
+        files = self.mapped_files.files
+        if files:
+            mf = files[-1]
+            pos = mf.wrote_position
+            if mf.file_from_offset + pos == queue_offset * _UNIT and pos + _UNIT <= self.file_size:
+                _PACK_UNIT(mf.mm, pos, offset, size, tags_code)
+                mf.wrote_position = pos + _UNIT
+                self.max_physic_offset = offset + size
+                return True
         expect = queue_offset * _UNIT
         mf = self._file_for(expect)
         if mf is None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
+from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
 from .config import StoreConfig, store_config_path, write_json_atomic
 from .errors import IllegalStateError, StoreLockedError
@@ -127,7 +128,8 @@ class MessageStore(StoreFiles):
         self._flush_lock = threading.Lock()
         self._closed = False
         self._sync_flush = config.sync_flush
-        self.commitlog.unit_sink = self._put_unit
+        self.commitlog.unit_queues = self.consume_queues
+        self.commitlog.create_unit_queue = self._create_queue
         self.commitlog.batch_sink = self._put_units
         self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout,
                                          lambda: self.commitlog.max_offset)
@@ -183,19 +185,18 @@ class MessageStore(StoreFiles):
             raise IllegalStateError(f"the store at {self.root} is closed")
 
     # -- consume-queue units, written under the put lock ---------------------------------------
-    def _put_unit(self, topic: str, queue_id: int, offset: int, size: int, code: int, queue_offset: int,
-                  store_timestamp: int) -> None:
-        cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
-        if not cq.put(offset, size, code, queue_offset):  # type: ignore[union-attr]
-            log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, queue_offset)
-        self.checkpoint.logics_msg_timestamp = store_timestamp
+    def _create_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A new consume queue, also published to the commit log's append path."""
+        cq = self.consume_queue(topic, queue_id, create=True)
+        assert cq is not None
+        self.commitlog.unit_queues = self.consume_queues
+        return cq
 
     def _put_units(self, topic: str, queue_id: int, first_queue_offset: int, first_offset: int, sizes: list[int],
                    codes: list[int] | None, store_timestamp: int) -> None:
-        cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
+        cq = self.consume_queues.get((topic, queue_id)) or self._create_queue(topic, queue_id)
         if not cq.put_batch(first_offset, sizes, codes, first_queue_offset):  # type: ignore[union-attr]
             log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_queue_offset)
-        self.checkpoint.logics_msg_timestamp = store_timestamp
 
     def _notify_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
         """Tell the listener a queue grew; runs on the putting thread, outside every lock."""
@@ -285,7 +286,9 @@ class MessageStore(StoreFiles):
 
     def flush_queues(self, least_pages: int) -> None:
         """Flush consume queues and the index (FlushConsumeQueueService)."""
-        logics_ts = self.checkpoint.logics_msg_timestamp
+        with self.commitlog.put_lock:
+            # Units are written under this lock, so every unit up to this time exists.
+            logics_ts = self.commitlog.last_store_timestamp
         for cq in list(self.consume_queues.values()):
             cq.flush(least_pages)
         if least_pages == 0:
@@ -300,6 +303,7 @@ class MessageStore(StoreFiles):
         self.index.flush()
         if self.commitlog.last_store_timestamp:
             self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp
+            self.checkpoint.logics_msg_timestamp = self.commitlog.last_store_timestamp
         self.checkpoint.flush()
 
     # -- clean-up ------------------------------------------------------------------------------------------
@@ -340,6 +344,7 @@ class MessageStore(StoreFiles):
                 queues.pop(key).destroy()
             self.consume_queues = queues
         with self.commitlog.put_lock:
+            self.commitlog.unit_queues = queues
             for key in doomed:
                 self.commitlog.topic_queue_table.pop(key, None)
         try:
