@@ -369,6 +369,10 @@ def check_record(
         (props_len,) = _SHORT.unpack_from(buf, props_pos)  # type: ignore[arg-type]
         if total != record_length(sys_flag, body_len, topic_len, props_len, v2):
             return -1, None
+        if props_len > 0 and buf[end - 1] == 0:  # type: ignore[index]
+            # Properties are the last bytes written; a record ending in NUL lost its last
+            # page (no property string ends in NUL: Java writes a separator there).
+            return -1, None
         if not describe:
             return total, None
         topic = bytes(buf[topic_pos:props_pos]).decode("utf-8", "replace")  # type: ignore[index]

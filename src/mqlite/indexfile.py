@@ -570,7 +570,9 @@ class IndexService:
                     if f is None:
                         continue
                     dirty = not (last_exit_ok or self.read_only)
-                    if dirty and f.end_timestamp > index_msg_timestamp:
+                    # An empty file (crash right after creating it) would read as "nothing
+                    # indexed yet" and make recovery index everything again into it.
+                    if dirty and (f.end_timestamp > index_msg_timestamp or f.index_count <= 1):
                         _log.info("abnormal exit: dropping %s, newer than the checkpoint", path)
                         f.destroy()
                         continue
@@ -608,7 +610,7 @@ class IndexService:
         """Index one dispatched record under ``topic#uniq_key`` and ``topic#k`` for each
         non-empty space-separated ``k`` in *keys* (RocketMQ ``buildIndex``).
 
-        Skips records at or below the newest file's ``end_phy_offset`` (already indexed) and
+        Skips records below the newest file's ``end_phy_offset`` (already indexed) and
         rollback records. Rolls to a new file when one fills: the full file is flushed
         (msync) and ``on_file_full(end_timestamp)`` called, both after the lock is released.
         Writable mode; call from one thread (the reput service).
@@ -617,12 +619,10 @@ class IndexService:
         with self._lock:
             self._check_open(writing=True)
             f = self._writable_file(full)
-            # RocketMQ re-indexes a record at exactly end_phy_offset (it skips only
-            # offsets below it), which duplicates keys after a re-dispatch; a record at
-            # the end offset was indexed unless the file is fresh and starts the log.
-            done = commit_log_offset < f.end_phy_offset or (
-                commit_log_offset == f.end_phy_offset and (f.index_count > 1 or f.end_phy_offset > 0))
-            if not done and not is_rollback:
+            # RocketMQ's rule: only offsets below the end are known to be indexed. A record
+            # at exactly the end may have had some of its keys cut off by a crash at a file
+            # boundary, so it is indexed again; query_offsets removes the duplicates.
+            if commit_log_offset >= f.end_phy_offset and not is_rollback:
                 index_keys = [] if uniq_key is None else [uniq_key]
                 if keys:
                     index_keys += [k for k in keys.split(" ") if k]
@@ -693,7 +693,8 @@ class IndexService:
                     result += f.select_phy_offsets(full_key, max_num - len(result), begin, end)
                 if f.begin_timestamp < begin or len(result) >= max_num:
                     break
-        return result
+        # A record re-indexed after a crash can appear twice; keep the first (newest) hit.
+        return list(dict.fromkeys(result))
 
     def delete_expired(self, min_commit_log_offset: int) -> int:
         """Delete the oldest files whose ``end_phy_offset < min_commit_log_offset``, stopping

@@ -13,6 +13,7 @@ Readers in other processes map files read-only and never write.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -102,6 +103,20 @@ class MappedFile:
             return wrote // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE >= least_pages
         return True
 
+    def next_data(self, position: int) -> int:
+        """The first position >= `position` the file system holds data for (file size if none).
+
+        Falls back to `position` itself where `SEEK_DATA` is not supported.
+        """
+        try:
+            return os.lseek(self._fd, position, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return self.file_size
+            return position
+        except AttributeError:  # no SEEK_DATA on this platform
+            return position
+
     def read(self, position: int, size: int) -> bytes:
         """A copy of `size` bytes at file position `position` (short at the file end)."""
         return self.mm[position : position + size]
@@ -143,11 +158,18 @@ _ZERO_CHUNK = bytes(1 << 20)
 
 
 def _zero_dirty_tail(mf: MappedFile, start: int, limit: int) -> None:
-    """Zero every non-zero byte in [start, limit), a chunk at a time, then flush."""
+    """Zero every non-zero byte in [start, limit), then flush.
+
+    Only regions the file system holds data for are read (`SEEK_DATA`): the
+    never-written rest of a sparse segment is skipped, so this is cheap on a clean store.
+    """
     mm = mf.mm
     pos = start
     zeroed = False
     while pos < limit:
+        pos = mf.next_data(pos)
+        if pos >= limit:
+            break
         end = min(limit, pos + len(_ZERO_CHUNK))
         if mm[pos:end] != _ZERO_CHUNK[: end - pos]:
             mm[pos:end] = _ZERO_CHUNK[: end - pos]
@@ -187,6 +209,15 @@ class MappedFileQueue:
         except FileNotFoundError:
             names = []
         files: list[MappedFile] = []
+        try:
+            self._load_files(names, files, strict)
+        except BaseException:
+            for mf in files:
+                mf.close()
+            raise
+        self.files = files
+
+    def _load_files(self, names: list[str], files: list[MappedFile], strict: bool) -> None:
         for index, name in enumerate(names):
             path = os.path.join(self.directory, name)
             size = os.path.getsize(path)
@@ -209,7 +240,6 @@ class MappedFileQueue:
             mf = MappedFile(path, self.file_size, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = self.file_size
             files.append(mf)
-        self.files = files
 
     def _map_new_files(self) -> list[MappedFile]:
         """Read-only: map files that follow the last mapped one."""

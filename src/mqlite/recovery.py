@@ -79,10 +79,9 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
         for cq in queues.values():
             cq.truncate_dirty(process_offset)
     # Zero what follows the cut in its segment, so old records behind a damaged or lost
-    # page can never line up with new appends and come back. A clean exit with an intact
-    # tail has nothing there, and skips the scan.
-    dirty = report.abnormal or report.damaged_tail
-    commitlog.mapped_files.truncate_dirty_files(process_offset, commitlog.config.commitlog_file_size if dirty else 0)
+    # page can never line up with new appends and come back (cheap when the rest of the
+    # segment was never written: only data regions are read).
+    commitlog.mapped_files.truncate_dirty_files(process_offset, commitlog.config.commitlog_file_size)
     commitlog.mapped_files.flushed_where = process_offset
     _rebuild_queue_table(commitlog, queues)
     return report

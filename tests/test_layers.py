@@ -1,0 +1,215 @@
+"""Imports point down the layers of DESIGN.md, never up.
+
+Every module under src/mqlite is parsed (not imported) and every import of an mqlite
+module is checked: absolute and relative, at module level or inside functions, under
+`if TYPE_CHECKING:` too, and `importlib.import_module("mqlite....")` with a constant name.
+A module may import its own layer or lower ones. A module missing from `LAYERS` fails
+the test: classify new modules here.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import mqlite
+
+PACKAGE_DIR = Path(mqlite.__file__).resolve().parent
+
+#: Top-level module or subpackage of mqlite -> layer (DESIGN.md, "Layers").
+LAYERS: dict[str, int] = {
+    # L0 basics
+    "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0,
+    # L1 storage
+    "mappedfile": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
+    "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1,
+    # L2 broker
+    "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "broker": 2,
+    # L3 clients (consumer/ and filter/ are packages)
+    "producer": 3, "consumer": 3, "rebalance": 3, "filter": 3,
+    # L4 adapters (spark/ is a package)
+    "spark": 4, "cli": 4, "testing": 4, "aio": 4, "__main__": 4,
+}
+#: `mqlite/__init__.py` may import anything; importing the package itself counts as importing
+#: its top (what it re-exports), so only L4 adapters may do it.
+PACKAGE_LAYER = 4
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # dotted name of the importing module, e.g. "mqlite.store"
+    line: int
+    target: str  # dotted name of the imported mqlite module, e.g. "mqlite.commitlog"
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _module_exists(dotted: str, root: Path) -> bool:
+    rel = Path(*dotted.split(".")[1:]) if "." in dotted else Path()
+    base = root / rel
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _resolve_relative(module: str, is_package: bool, level: int, name: str | None) -> str:
+    package = module if is_package else module.rpartition(".")[0]
+    for _ in range(level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{name}" if name else package
+
+
+def find_imports(path: Path, root: Path) -> list[Import]:
+    """Every import of an mqlite module in the file at `path` (package directory `root`)."""
+    module = _module_name(path, root)
+    top = root.name
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[Import] = []
+
+    def add(target: str, line: int) -> None:
+        if target == top or target.startswith(top + "."):
+            found.append(Import(module, line, target))
+
+    for node in ast.walk(tree):  # every node: module level, functions, TYPE_CHECKING blocks
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _resolve_relative(module, _is_package(path), node.level, node.module)
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                # `from . import x` / `from mqlite import x` imports module x when it exists.
+                add(candidate if alias.name != "*" and _module_exists(candidate, root) else base, node.lineno)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in ("import_module", "__import__"):
+                add(node.args[0].value, node.lineno)
+    return found
+
+
+def layer_of(dotted: str) -> int | None:
+    """The layer of an mqlite module (by its top-level name under the package), None if unknown."""
+    parts = dotted.split(".")
+    if len(parts) == 1:
+        return PACKAGE_LAYER
+    return LAYERS.get(parts[1])
+
+
+def modules(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def upward_imports(root: Path) -> list[str]:
+    problems = []
+    for path in modules(root):
+        if path == root / "__init__.py":
+            continue  # the package's front door may import anything
+        for imp in find_imports(path, root):
+            here, there = layer_of(imp.module), layer_of(imp.target)
+            if here is None or there is None:
+                continue  # reported by the classification check
+            if there > here:
+                problems.append(f"{imp.module} (L{here}) imports {imp.target} (L{there}) at line {imp.line}")
+    return problems
+
+
+def unclassified(root: Path) -> list[str]:
+    names = [_module_name(p, root) for p in modules(root)]
+    return [n for n in names if "." in n and layer_of(n) is None]
+
+
+# -- the real package ----------------------------------------------------------------------------------
+def test_every_module_is_classified() -> None:
+    missing = unclassified(PACKAGE_DIR)
+    assert not missing, f"add these modules to LAYERS in tests/test_layers.py (see DESIGN.md): {missing}"
+
+
+def test_no_import_points_up() -> None:
+    problems = upward_imports(PACKAGE_DIR)
+    assert not problems, "imports must point down the layers:\n" + "\n".join(problems)
+
+
+def test_walker_sees_the_package() -> None:
+    # Guard against a walker that silently finds nothing.
+    imports = find_imports(PACKAGE_DIR / "store.py", PACKAGE_DIR)
+    assert {"mqlite.commitlog", "mqlite.errors"} <= {i.target for i in imports}
+    assert len(modules(PACKAGE_DIR)) >= 15
+
+
+# -- the checker itself, on a synthetic package -----------------------------------------------------------
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "mqlite"
+    for name, text in {"__init__.py": "", **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("source", [
+    "from .broker import Broker",
+    "from . import broker",
+    "import mqlite.broker",
+    "from mqlite import broker",
+    "from mqlite.broker import Broker as B",
+    "import mqlite",
+    "from mqlite import Broker",
+    "def f():\n    from .broker import Broker\n    return Broker",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .broker import Broker",
+    "import importlib\nmod = importlib.import_module('mqlite.broker')",
+    "class C:\n    def m(self):\n        import mqlite.consumer.pull",
+])
+def test_checker_catches_upward_imports(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"store.py": source, "broker.py": "", "consumer/__init__.py": "",
+                               "consumer/pull.py": ""})
+    problems = upward_imports(root)
+    assert problems and all(p.startswith("mqlite.store (L1)") for p in problems), problems
+
+
+@pytest.mark.parametrize("source", [
+    "from .errors import MQLiteError",
+    "from . import commitlog",
+    "from .commitlog import CommitLog",  # same layer
+    "import mqlite.errors",
+    "import os\nimport numpy",
+    "from .config import StoreConfig",
+])
+def test_checker_allows_downward_and_same_layer_imports(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"store.py": source, "errors.py": "", "commitlog.py": "", "config.py": ""})
+    assert upward_imports(root) == []
+
+
+def test_checker_resolves_relative_imports_in_subpackages(tmp_path: Path) -> None:
+    root = _package(tmp_path, {
+        "consumer/__init__.py": "from .pull import PullLoop\nfrom .. import broker\n",
+        "consumer/pull.py": "from ..spark import source\nfrom ..store import MessageStore\n",
+        "spark/__init__.py": "", "spark/source.py": "", "store.py": "", "broker.py": "",
+    })
+    problems = upward_imports(root)
+    assert problems == ["mqlite.consumer.pull (L3) imports mqlite.spark.source (L4) at line 1"]
+
+
+def test_checker_reports_unclassified_modules(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"store.py": "", "newthing.py": "", "spark/__init__.py": "", "plugins/x.py": ""})
+    assert sorted(unclassified(root)) == ["mqlite.newthing", "mqlite.plugins.x"]
+
+
+def test_package_init_may_import_anything(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"errors.py": "", "cli.py": "import mqlite\n"})
+    (root / "__init__.py").write_text("from .cli import main\nfrom .errors import MQLiteError\n")
+    assert upward_imports(root) == []
