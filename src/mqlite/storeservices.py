@@ -87,66 +87,47 @@ class GroupCommit:
     (`fdatasync` releases the GIL, so other writers keep appending meanwhile);
     the rest wait on a condition and are released together. This is
     RocketMQ's group commit without the hand-off to a separate thread, which
-    saves a context switch per batch. When other writers are active, the
-    leader first lets them append (a few 50 us yields while the log still
-    grows), so one `fdatasync` covers more records; a lone writer never waits.
+    saves a context switch per batch.
+
+    Measured limit (docs/benchmarks.md): a store into a mapped page that is
+    being written back faults and waits for the journal while holding the GIL,
+    so concurrent writers stall during each `fdatasync`. Making the leader
+    wait to gather more writers did not help; a RocketMQ-style transient store
+    pool (append to memory, commit with `pwrite`) is the way past it.
     """
 
-    _GATHER_YIELD = 0.00005
-    _GATHER_ROUNDS = 20  # at most 1 ms: well under one fdatasync on most disks
-
-    def __init__(self, flush_to: Callable[[], int], timeout: float, write_end: Callable[[], int]) -> None:
+    def __init__(self, flush_to: Callable[[], int], timeout: float) -> None:
         self._flush_to = flush_to  # flushes the log; returns the offset now durable
-        self._write_end = write_end  # the log's current end
         self._timeout = timeout
         self._cv = threading.Condition()
         self._flushed = 0
         self._leader = False
-        self._writers = 0  # threads inside wait()
 
     def wait(self, end_offset: int) -> bool:
         """Block until `end_offset` is durable; False after the timeout (the data stays written)."""
         deadline = time.monotonic() + self._timeout
         with self._cv:
-            self._writers += 1
-            try:
-                while self._flushed < end_offset:
-                    if not self._leader:
-                        self._lead()
-                        continue
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    self._cv.wait(remaining)
-                return True
-            finally:
-                self._writers -= 1
+            while self._flushed < end_offset:
+                if not self._leader:
+                    self._lead()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cv.wait(remaining)
+            return True
 
     def _lead(self) -> None:
         """Flush for everyone (called with the condition held; releases it meanwhile)."""
         self._leader = True
-        crowd = self._writers > 1
         self._cv.release()
         try:
-            if crowd:
-                self._gather()
             flushed = self._flush_to()
         finally:
             self._cv.acquire()
             self._leader = False
         self._flushed = max(self._flushed, flushed)
         self._cv.notify_all()
-
-    def _gather(self) -> None:
-        end = self._write_end()
-        idle = 0
-        for _ in range(self._GATHER_ROUNDS):
-            time.sleep(self._GATHER_YIELD)  # a bounded batching window, not a wait for an event
-            grown = self._write_end()
-            idle = idle + 1 if grown == end else 0
-            if idle == 2:  # woken writers need a moment to get the GIL back; two quiet yields end it
-                return
-            end = grown
 
     def reset(self, flushed: int) -> None:
         """Start from a known durable offset (after recovery)."""
