@@ -593,7 +593,6 @@ class CommitLog:
             keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
             uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
         sizes = [HEADER.size + len(b) + len(t) for b, t in zip(bodies, tails)]
-        crcs = [zlib.crc32(b) & 0x7FFFFFFF for b in bodies]
         total_all = sum(sizes)
         if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
             raise MQClientError(
@@ -602,7 +601,7 @@ class CommitLog:
             )
         magic = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
         key = (topic, queue_id)
-        pack = HEADER.pack_into
+        pack = HEADER.pack
         with self.put_lock:
             now = max(self.clock.now_ms(), self.last_store_timestamp)
             self.last_store_timestamp = now
@@ -613,15 +612,23 @@ class CommitLog:
             pos = start = mf.wrote_position
             mm, base = mf.mm, mf.file_from_offset
             first_qoff = qoff = self.topic_queue_table.get(key, 0)
-            for body, tail, total, crc in zip(bodies, tails, sizes, crcs):
-                p = pos + HEADER.size
-                end = p + len(body)
-                mm[p:end] = body
-                mm[end : end + len(tail)] = tail
-                pack(mm, pos, total, magic, crc, queue_id, flag, qoff, base + pos, 0, born, _STORE_IP,
-                     _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body))  # header last, as in append
-                pos += total
+            # Records are assembled into one list of pieces and copied into the map
+            # with a single slice assignment (measured: cheaper than three copies per record).
+            pieces: list[bytes] = []
+            add = pieces.append
+            phys = base + start
+            crc32 = zlib.crc32
+            for body, tail, total in zip(bodies, tails, sizes):
+                add(pack(total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qoff, phys, 0, born, _STORE_IP,
+                         _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body)))
+                add(body)
+                add(tail)
+                phys += total
                 qoff += 1
+            pos = start + total_all
+            # A torn batch (killed mid-copy) shows whole records then garbage, which the
+            # per-record checks of recovery cut; nothing of it was acknowledged.
+            mm[start:pos] = b"".join(pieces)
             mf.wrote_position = pos
             self.topic_queue_table[key] = qoff
             codes = None
