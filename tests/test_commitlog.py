@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mqlite.clock import ManualClock
 from mqlite.commitlog import (
     BLANK,
     BLANK_MAGIC,
@@ -43,21 +44,6 @@ T0 = 1_700_000_000_000
 SEGMENT = 4096  # the smallest segment StoreConfig allows
 STORE_HOST = ("127.0.0.1", 10911)  # mqlite writes this as both born and store host by default
 
-
-class ManualClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start_ms: int = T0) -> None:
-        self.ms = start_ms
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000.0
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
 
 
 def _config(**overrides: object) -> StoreConfig:

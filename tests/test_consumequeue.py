@@ -7,16 +7,16 @@ testMaxOffset in our words, plus the getMessage status table (rocketmq-formats.m
 from __future__ import annotations
 
 import os
-import signal
 import struct
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from support import deadline as _deadline
+from mqlite.clock import ManualClock
 from mqlite.config import StoreConfig
 from mqlite.consumequeue import BLANK_UNIT, CQ_DTYPE, CQ_UNIT_STRUCT, LOWER, UPPER, ConsumeQueue
 from mqlite.mappedfile import offset_to_file_name
@@ -29,21 +29,6 @@ UNITS_PER_FILE = 8
 SMALL = 20 * UNITS_PER_FILE  # a consume-queue file of 8 units
 
 
-class ManualClock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start_ms: int = T0) -> None:
-        self.ms = start_ms
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000.0
-
-    def advance(self, ms: int) -> None:
-        self.ms += ms
-
 
 def _config(**overrides: object) -> StoreConfig:
     settings_: dict[str, object] = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 100,
@@ -51,21 +36,6 @@ def _config(**overrides: object) -> StoreConfig:
     settings_.update(overrides)
     return StoreConfig(**settings_)  # type: ignore[arg-type]
 
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Turn a hang into a TimeoutError (SIGALRM; pytest runs tests on the main thread)."""
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture

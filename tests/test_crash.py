@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from mqlite.clock import ManualClock as _Clock
 import mqlite
 from _crashchild import TOPICS, Child, check_message, make_body, make_properties, read_queue
 
@@ -133,18 +134,6 @@ def _append_more(store: Any, queues: dict[tuple[str, int], list[int]]) -> None:
             assert len(got) == 1 and check_message(got[0], topic, qid, expected) == seq
             seq += 1
 
-
-class _Clock:
-    """A settable clock: many messages share a millisecond, as at a few thousand messages a second."""
-
-    def __init__(self) -> None:
-        self.ms = 1_700_000_000_000
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 INDEX_CONFIG: dict[str, Any] = {"commitlog_file_size": 64 * 1024, "max_hash_slot_num": 64, "max_index_num": 256}  # 255 entries

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from support import deadline as _deadline
+from mqlite.clock import ManualClock
 import mqlite.recovery
 from mqlite.commitlog import PutResult
 from mqlite.config import StoreConfig
@@ -36,21 +35,6 @@ CQ_FILE = 20 * 100  # 100 units per consume-queue file, so damage scenarios cros
 TOPIC = "TopicTest"
 
 
-class ManualClock:
-    """A clock the test moves by hand; `step_ms` is added after every reading."""
-
-    def __init__(self, start_ms: int = T0, step_ms: int = 0) -> None:
-        self.ms = start_ms
-        self.step_ms = step_ms
-
-    def now_ms(self) -> int:
-        now = self.ms
-        self.ms += self.step_ms
-        return now
-
-    def monotonic(self) -> float:
-        return self.ms / 1000.0
-
 
 def _config(**overrides: object) -> StoreConfig:
     settings_: dict[str, object] = dict(commitlog_file_size=SEGMENT, consumequeue_file_size=CQ_FILE,
@@ -58,21 +42,6 @@ def _config(**overrides: object) -> StoreConfig:
     settings_.update(overrides)
     return StoreConfig(**settings_)  # type: ignore[arg-type]
 
-
-@contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Turn a hang into a TimeoutError (SIGALRM; pytest runs tests on the main thread)."""
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _open(root: str | Path, config: StoreConfig | None = None, *, deadline: float = 10.0,

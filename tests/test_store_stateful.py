@@ -44,6 +44,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from mqlite.clock import ManualClock
 from mqlite import GetMessageStatus
 from mqlite.config import StoreConfig
 from mqlite.store import MessageStore
@@ -67,18 +68,6 @@ TAGS = [None, "TagA", "TagB"]
 VERIFY_EVERY = 6
 DAMAGE_KINDS = ["none", "cq_tail", "torn_tail", "lost_tail"]
 
-
-class ManualClock:
-    """Store time in ms, advanced only by the test (monotonic time stays real for timeouts)."""
-
-    def __init__(self, start_ms: int) -> None:
-        self.ms = start_ms
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "SystemClock", "SYSTEM_CLOCK"]
+__all__ = ["Clock", "SystemClock", "SYSTEM_CLOCK", "ManualClock"]
 
 
 class Clock(Protocol):
@@ -39,3 +39,34 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
+
+
+class ManualClock:
+    """Wall time that moves only when told; for tests that need exact store times.
+
+    Monotonic time stays the real one, so timeouts and service intervals keep
+    working. `step_ms` moves the clock on after every reading (distinct store
+    times without calling `advance`).
+
+    >>> clock = ManualClock(1_000)
+    >>> clock.advance(250); clock.now_ms()
+    1250
+    """
+
+    def __init__(self, start_ms: int = 1_700_000_000_000, step_ms: int = 0) -> None:
+        self.ms = start_ms
+        self.step_ms = step_ms
+
+    def now_ms(self) -> int:
+        """The current manual time in epoch ms (then moved on by `step_ms`)."""
+        now = self.ms
+        self.ms += self.step_ms
+        return now
+
+    def monotonic(self) -> float:
+        """Real monotonic seconds."""
+        return time.monotonic()
+
+    def advance(self, ms: int) -> None:
+        """Move the clock forward by `ms` milliseconds."""
+        self.ms += ms

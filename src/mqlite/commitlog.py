@@ -39,7 +39,7 @@ from time import time_ns as _time_ns
 import threading
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
@@ -395,8 +395,11 @@ class CommitLog:
 
     Queue offsets are assigned at append, per (topic, queue id), except for
     prepared and rollback transaction records, which never enter a consume
-    queue. Each appended record leaves a `DispatchRequest` in `dispatch_queue`
-    for the reput service, so indexing never re-parses what was just written.
+    queue. Once the store has recovered it hands over its queue table
+    (`unit_queues`): from then on each record's consume-queue unit is written
+    under the same lock, and only records with keys leave a `DispatchRequest`
+    (or `BatchDispatch`) in `dispatch_queue` for the reput service's index
+    work, so nothing just written is parsed again.
     """
 
     def __init__(self, directory: str, config: StoreConfig, clock: Clock, *, read_only: bool = False,
@@ -415,7 +418,6 @@ class CommitLog:
         # work goes through `dispatch_queue`.
         self.unit_queues: Mapping[tuple[str, int], ConsumeQueue] | None = None
         self.create_unit_queue: Callable[[str, int], ConsumeQueue] | None = None
-        self.batch_sink: Callable[[str, int, int, int, list[int], list[int] | None, int], None] | None = None
         self._topic_bytes: dict[str, bytes] = {}
         self._empty_tails: dict[str, bytes] = {}
         self._v2_topics: set[str] = set()  # topics written with MAGIC_V2 (filled by _topic_prefix)
@@ -635,10 +637,12 @@ class CommitLog:
             if properties is not None:
                 fn = self.tags_code_fn
                 codes = [fn(topic, p, now) if p else 0 for p in properties]
-            batch_sink = self.batch_sink
-            if batch_sink is not None:
-                batch_sink(topic, queue_id, first_qoff, base + start, sizes, codes, now)
-            if batch_sink is None or keys is not None:
+            queues = self.unit_queues
+            if queues is not None:
+                cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
+                if not cq.put_batch(base + start, sizes, codes, first_qoff):
+                    log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_qoff)
+            if queues is None or keys is not None:
                 self.appended_count += 1
                 self.dispatch_queue.append(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes,
                                                          now, keys, uniqs))
@@ -712,11 +716,10 @@ class CommitLog:
         except StoreCorruptedError:
             return -1
 
-    def scan(self, start: int, check_crc: bool = True):  # type: ignore[no-untyped-def]
+    def scan(self, start: int, check_crc: bool = True) -> Iterator[tuple[int, int, DispatchRequest]]:
         """Walk records from `start`: yields `(offset, size, request)`; stops at the first bad record.
 
-        BLANK records move on to the next segment. The generator's return value
-        (via StopIteration) is not used; callers track the last offset they saw.
+        BLANK records move on to the next segment.
         """
         offset = start
         fn = self.tags_code_fn

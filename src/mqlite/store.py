@@ -130,7 +130,6 @@ class MessageStore(StoreFiles):
         self._sync_flush = config.sync_flush
         self.commitlog.unit_queues = self.consume_queues
         self.commitlog.create_unit_queue = self._create_queue
-        self.commitlog.batch_sink = self._put_units
         self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout)
         self._group_commit.reset(self.commitlog.max_offset)
         self._reput = ReputService(self)
@@ -190,12 +189,6 @@ class MessageStore(StoreFiles):
         assert cq is not None
         self.commitlog.unit_queues = self.consume_queues
         return cq
-
-    def _put_units(self, topic: str, queue_id: int, first_queue_offset: int, first_offset: int, sizes: list[int],
-                   codes: list[int] | None, store_timestamp: int) -> None:
-        cq = self.consume_queues.get((topic, queue_id)) or self._create_queue(topic, queue_id)
-        if not cq.put_batch(first_offset, sizes, codes, first_queue_offset):  # type: ignore[union-attr]
-            log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_queue_offset)
 
     def _notify_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
         """Tell the listener a queue grew; runs on the putting thread, outside every lock."""
