@@ -106,9 +106,9 @@ class Broker:
             offset = -1
         if offset >= 0:
             try:
-                msg = store.look_message_by_offset(offset)
-                if msg.offset_msg_id == msg_id.upper():
-                    return msg
+                stored = store.look_message_by_offset(offset)
+                if stored.offset_msg_id == msg_id.upper():
+                    return stored
             except MessageNotFoundError:
                 pass
         for topic in store.topics():

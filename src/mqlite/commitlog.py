@@ -206,6 +206,9 @@ class StoredMessage(MessageExt):
 
     __slots__ = ("_raw", "_body")
 
+    _raw: bytes
+    _body: bytes | None
+
     def __init__(self, raw: bytes, broker_name: str) -> None:
         self._raw = raw
         self._body = None
@@ -730,6 +733,7 @@ class CommitLog:
             pos = offset - mf.file_from_offset
             size, request = check_record(mf.mm, pos, mf.file_size, check_crc, fn)
             if size > 0:
+                assert request is not None  # described: check_record was asked to
                 yield offset, size, request
                 offset += size
             elif size == 0:

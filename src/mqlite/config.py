@@ -24,6 +24,8 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 CQ_UNIT = 20  # ConsumeQueue unit size; consumequeue.py asserts its struct agrees
 
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
 #: Settings that decide file sizes and layout; they cannot change after creation.
 FORMAT_SETTINGS = ("commitlog_file_size", "consumequeue_file_size", "max_hash_slot_num", "max_index_num")
 
@@ -97,7 +99,7 @@ class StoreConfig:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            expected = {"int": int, "float": (int, float), "bool": bool, "str": str}[str(field.type)]
+            expected = _FIELD_TYPES[str(field.type)]
             if isinstance(value, bool) and field.type != "bool" or not isinstance(value, expected):
                 raise ConfigError(f"{field.name} must be {field.type}, got {value!r}")
         if self.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):

@@ -157,9 +157,10 @@ class ConsumeQueue:
                 self.max_physic_offset = offset + size
                 return True
         expect = queue_offset * _UNIT
-        mf = self._file_for(expect)
-        if mf is None:
+        target = self._file_for(expect)
+        if target is None:
             return True  # a duplicate below the queue's start
+        mf = target
         current = mf.file_from_offset + mf.wrote_position
         if expect < current:
             return True  # already written
