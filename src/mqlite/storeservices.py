@@ -108,21 +108,26 @@ class GroupCommit:
         deadline = time.monotonic() + self._timeout
         with self._cv:
             while self._flushed < end_offset:
-                if not self._leader:
-                    self._lead()
-                    continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return False
-                self._cv.wait(remaining)
+                    return False  # also a leader whose flushes make no progress (a failing disk)
+                if not self._leader:
+                    self._lead()
+                else:
+                    self._cv.wait(remaining)
             return True
 
     def _lead(self) -> None:
         """Flush for everyone (called with the condition held; releases it meanwhile)."""
         self._leader = True
         self._cv.release()
+        flushed = 0
         try:
             flushed = self._flush_to()
+        except OSError:
+            # The record is written; only its durability is in doubt. Waiters time out
+            # with FLUSH_DISK_TIMEOUT, as RocketMQ answers a failed group commit.
+            log.exception("group commit: flushing the commit log failed")
         finally:
             self._cv.acquire()
             self._leader = False
