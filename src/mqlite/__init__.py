@@ -22,6 +22,14 @@ from .errors import (
     StoreLockedError,
 )
 from .message import Message, MessageExt, MessageQueue
+from .producer import (
+    Producer,
+    SelectMessageQueueByHash,
+    SelectMessageQueueByRandom,
+    SendMessageContext,
+    SendResult,
+    SendStatus,
+)
 from .reader import StoreReader
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
@@ -42,7 +50,13 @@ __all__ = [
     "MessageNotFoundError",
     "MessageQueue",
     "MessageStore",
+    "Producer",
     "QueueStatus",
+    "SelectMessageQueueByHash",
+    "SelectMessageQueueByRandom",
+    "SendMessageContext",
+    "SendResult",
+    "SendStatus",
     "SendTimeoutError",
     "StoreConfig",
     "StoreCorruptedError",

@@ -1,22 +1,29 @@
-"""`Broker`: what `mqlite.open` returns; owns the store and answers admin questions.
+"""`Broker`: what `mqlite.open` returns; owns the store, the topic table and the services.
 
-This layer will also own topics, consumer offsets, delay and transaction
-services; today it carries the storage part of the admin surface of API.md.
-A read-only broker (`mqlite.open(path, read_only=True)`) runs over a
-`StoreReader`: no lock, no threads, safe beside a live writer.
+It answers the admin surface of API.md and is what clients send through:
+`put_message` applies RocketMQ's broker-side rules (topic checks, auto-create)
+before the store appends. A read-only broker (`mqlite.open(path,
+read_only=True)`) runs over a `StoreReader`: no lock, no threads, safe beside a
+live writer. Clients given a path share one broker per directory
+(`Broker.acquire`), closed with its last user.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .commitlog import PutResult
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import MessageExt, MessageQueue, decode_offset_msg_id
 from .reader import StoreReader
 from .store import MessageStore, open_store_config
 from .storebase import StoreFiles
+from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic
 
 __all__ = ["Broker", "QueueStatus", "open"]
 
@@ -42,6 +49,13 @@ class Broker:
     def __init__(self, store: StoreFiles) -> None:
         self._store = store
         self._closed = False
+        self.config = store.config
+        self.topics = TopicTable(store.root, read_only=store.read_only, clock=store.clock)
+        self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
+        self._clients_lock = threading.Lock()
+        self._producers: dict[str, list[object]] = {}
+        self._shared_key: str | None = None
+        self._users = 0
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -68,6 +82,122 @@ class Broker:
         if self._closed:
             raise IllegalStateError(f"the broker at {self.path} is closed")
         return self._store
+
+    def _indexed(self) -> StoreFiles:
+        """The store, with everything sent so far indexed (read-your-writes for key look-ups)."""
+        store = self._check()
+        if isinstance(store, MessageStore):
+            store.wait_dispatched()
+        return store
+
+    def _writer(self) -> MessageStore:
+        store = self._check()
+        if not isinstance(store, MessageStore):
+            raise IllegalStateError(f"the broker at {self.path} is read-only; open it without read_only=True to write")
+        return store
+
+    # -- topics --------------------------------------------------------------------------------------------
+    def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False) -> TopicConfig:
+        """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`)."""
+        self._writer()
+        return self.topics.create(topic, queue_nums, order=order)
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic and its consume queues (its records age out of the commit log)."""
+        store = self._writer()
+        if topic not in self.topics and topic not in store.topics():
+            raise MQClientError(f"topic {topic!r} does not exist")
+        self.topics.delete(topic)
+        store.delete_topic(topic)
+
+    def topic_list(self) -> list[str]:
+        """Every topic: user, retry, DLQ and system topics, from the table and from the disk."""
+        store = self._check()
+        return sorted(set(self.topics.names()) | set(store.topics()))
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """A topic's settings, or None."""
+        return self.topics.get(topic)
+
+    def fetch_publish_queues(self, topic: str, default_queue_nums: int | None = None) -> list[MessageQueue]:
+        """The queues a producer may send `topic` to, creating the topic when auto-create is on."""
+        self._writer()
+        check_topic(topic)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise MQClientError(f"sending to the system topic {topic!r} is not allowed")
+        config = self.topics.get(topic)
+        if config is None:
+            if not self.config.auto_create_topic:
+                raise MQClientError(
+                    f"topic {topic!r} does not exist and auto_create_topic is off; create it with "
+                    f"broker.create_topic({topic!r}, queue_nums) or open with auto_create_topic=True")
+            nums = min(default_queue_nums or self.config.default_topic_queue_nums, self.config.default_topic_queue_nums)
+            config = self.topics.create(topic, nums)
+        if not config.writable:
+            raise MQClientError(f"topic {topic!r} is not writable (perm {config.perm})")
+        return [MessageQueue(topic, self.broker_name, i) for i in range(config.write_queue_nums)]
+
+    # -- sending ------------------------------------------------------------------------------------------------
+    def put_message(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
+                    flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                    reconsume_times: int = 0) -> PutResult:
+        """Store one message sent by a client (the broker's `SendMessageProcessor` path)."""
+        return self._writer().put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                                  born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+
+    def put_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes],
+                     properties: Sequence[Mapping[str, str] | None], *, flags: Sequence[int] | None = None,
+                     born_timestamp: int | None = None) -> PutResult:
+        """Store a batch of one queue (consecutive queue offsets, one segment)."""
+        return self._writer().put_batch(topic, queue_id, bodies, properties, flags=flags,
+                                        born_timestamp=born_timestamp)
+
+    # -- clients ------------------------------------------------------------------------------------------------
+    def register_producer(self, group: str, producer: object) -> None:
+        """Record a started producer (transaction check-backs go to a live producer of the group)."""
+        with self._clients_lock:
+            self._producers.setdefault(group, []).append(producer)
+
+    def unregister_producer(self, group: str, producer: object) -> None:
+        """Forget a producer that shut down."""
+        with self._clients_lock:
+            members = self._producers.get(group, [])
+            if producer in members:
+                members.remove(producer)
+            if not members:
+                self._producers.pop(group, None)
+
+    def producers(self, group: str) -> list[object]:
+        """Live producers of `group`."""
+        with self._clients_lock:
+            return list(self._producers.get(group, []))
+
+    @classmethod
+    def acquire(cls, target: Broker | str | os.PathLike[str]) -> Broker:
+        """The broker for `target`: the broker itself, or one shared per directory in this process."""
+        if isinstance(target, Broker):
+            target._check()
+            return target
+        key = os.path.realpath(os.fspath(target))
+        with _SHARED_LOCK:
+            broker = _SHARED.get(key)
+            if broker is None or broker.closed:
+                broker = open(key)
+                broker._shared_key = key
+                _SHARED[key] = broker
+            broker._users += 1
+            return broker
+
+    def release(self) -> None:
+        """Give back a broker from `acquire`: a shared one closes with its last user."""
+        if self._shared_key is None:
+            return
+        with _SHARED_LOCK:
+            self._users -= 1
+            if self._users > 0:
+                return
+            _SHARED.pop(self._shared_key, None)
+        self.close()
 
     # -- offsets ------------------------------------------------------------------------------------------
     def topic_status(self, topic: str) -> list[QueueStatus]:
@@ -97,7 +227,7 @@ class Broker:
     # -- messages -------------------------------------------------------------------------------------------
     def view_message(self, msg_id: str) -> MessageExt:
         """A message by `offset_msg_id` or by `msg_id` (client unique id); `MessageNotFoundError` if none."""
-        store = self._check()
+        store = self._indexed()
         if not isinstance(msg_id, str) or not msg_id:
             raise MQClientError("msg_id must be a non-empty string")
         try:
@@ -120,7 +250,7 @@ class Broker:
     def query_message(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
                       end: int | None = None) -> list[MessageExt]:
         """Messages of `topic` with key (or unique id) `key`, stored in [begin, end], newest first."""
-        return self._check().query_message(topic, key, max_num, begin, end)
+        return self._indexed().query_message(topic, key, max_num, begin, end)
 
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
         """The message at a queue offset; `MessageNotFoundError` when absent."""
@@ -153,6 +283,10 @@ class Broker:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
         return f"<mqlite.Broker {self.path!r} {mode}{' closed' if self._closed else ''}>"
+
+
+_SHARED: dict[str, Broker] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 def open(path: str, *, read_only: bool = False, **config: Any) -> Broker:  # noqa: A001 - mirrors mqlite.open

@@ -567,7 +567,7 @@ class CommitLog:
 
     def append_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                      properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
-                     born_timestamp: int | None = None) -> PutResult:
+                     born_timestamp: int | None = None, flags: Sequence[int] | None = None) -> PutResult:
         """Append records of one queue together, under one lock, in one segment.
 
         As RocketMQ's batch: if the batch does not fit in what is left of the
@@ -579,6 +579,8 @@ class CommitLog:
             raise MQClientError("a batch needs at least one message")
         if properties is not None and len(properties) != count:
             raise MQClientError(f"{count} bodies but {len(properties)} property maps")
+        if flags is not None and len(flags) != count:
+            raise MQClientError(f"{count} bodies but {len(flags)} flags")
         max_body = self._max_body
         for body in bodies:
             if type(body) is not bytes or len(body) > max_body:
@@ -623,9 +625,10 @@ class CommitLog:
             add = pieces.append
             phys = base + start
             crc32 = zlib.crc32
-            for body, tail, total in zip(bodies, tails, sizes):
-                add(pack(total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qoff, phys, 0, born, _STORE_IP,
-                         _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body)))
+            record_flags = flags if flags is not None else itertools.repeat(flag)
+            for body, tail, total, record_flag in zip(bodies, tails, sizes, record_flags):
+                add(pack(total, magic, crc32(body) & 0x7FFFFFFF, queue_id, record_flag, qoff, phys, 0, born,
+                         _STORE_IP, _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body)))
                 add(body)
                 add(tail)
                 phys += total

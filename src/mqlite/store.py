@@ -160,11 +160,11 @@ class MessageStore(StoreFiles):
 
     def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                   properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
-                  born_timestamp: int | None = None) -> PutResult:
+                  born_timestamp: int | None = None, flags: Sequence[int] | None = None) -> PutResult:
         """Append messages of one queue together (one lock, one segment, consecutive offsets)."""
         self._check_open()
         result = self.commitlog.append_batch(topic, queue_id, bodies, properties, flag=flag,
-                                             born_timestamp=born_timestamp)
+                                             born_timestamp=born_timestamp, flags=flags)
         if self._reput.idle and self.commitlog.dispatch_queue:
             self._reput.wakeup()
         if self.on_arrival is not None:

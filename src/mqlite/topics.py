@@ -1,0 +1,199 @@
+"""The topic table: RocketMQ's `TopicConfigManager`, persisted in `config/topics.json`.
+
+One `TopicConfig` per topic (read/write queue counts, permissions, order flag),
+written in the broker's JSON shape so a RocketMQ broker reads the table back:
+
+    {"topicConfigTable": {"orders": {"topicName": "orders", "readQueueNums": 4,
+      "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG",
+      "topicSysFlag": 0, "order": false}}, "dataVersion": {...}}
+
+Also the topic-name rules of RocketMQ's client `Validators` and `TopicValidator`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from .clock import SYSTEM_CLOCK, Clock
+from .config import read_json, write_json_atomic
+from .errors import MQClientError
+
+__all__ = [
+    "TopicConfig",
+    "TopicTable",
+    "PERM_READ",
+    "PERM_WRITE",
+    "PERM_INHERIT",
+    "check_topic",
+    "is_system_topic",
+    "SYSTEM_TOPICS",
+    "NOT_ALLOWED_SEND_TOPICS",
+    "MAX_TOPIC_LENGTH",
+]
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+MAX_TOPIC_LENGTH = 127  # Validators.TOPIC_MAX_LENGTH
+_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+#: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create or send to by name.
+SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    "rmq_sys_wheel_timer",
+})
+#: `TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`.
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+#: Queue counts of the system topics mqlite creates on first use.
+_SYSTEM_QUEUES = {"RMQ_SYS_TRANS_HALF_TOPIC": 1, "RMQ_SYS_TRANS_OP_HALF_TOPIC": 1, "TRANS_CHECK_MAX_TIME_TOPIC": 1,
+                  "rmq_sys_wheel_timer": 1, "RMQ_SYS_TRACE_TOPIC": 1}
+
+
+def is_system_topic(topic: str) -> bool:
+    """`TopicValidator.isSystemTopic`."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def check_topic(topic: object) -> str:
+    """`Validators.checkTopic`: a non-blank name of [%|a-zA-Z0-9_-], at most 127 characters.
+
+    Returns the topic; raises `MQClientError` saying what to change.
+    """
+    if not isinstance(topic, str) or not topic.strip():
+        raise MQClientError(f"topic must be a non-blank string, got {topic!r}")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise MQClientError(f"topic {topic[:40]!r}... is {len(topic)} characters; the limit is {MAX_TOPIC_LENGTH}")
+    if not _TOPIC_PATTERN.match(topic):
+        raise MQClientError(f"topic {topic!r} may only contain letters, digits and % | _ - (RocketMQ's rule)")
+    return topic
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicConfig:
+    """One topic's settings (`TopicConfig`)."""
+
+    topic_name: str
+    read_queue_nums: int = 4
+    write_queue_nums: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def writable(self) -> bool:
+        """True when messages may be sent to the topic."""
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def readable(self) -> bool:
+        """True when the topic may be consumed."""
+        return bool(self.perm & PERM_READ)
+
+    def to_json(self) -> dict[str, Any]:
+        """The broker's JSON field names."""
+        return {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
+                "writeQueueNums": self.write_queue_nums, "perm": self.perm,
+                "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
+                "order": self.order}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TopicConfig:
+        """Read the broker's JSON form (unknown fields ignored)."""
+        return cls(topic_name=str(doc["topicName"]), read_queue_nums=int(doc.get("readQueueNums", 16)),
+                   write_queue_nums=int(doc.get("writeQueueNums", 16)), perm=int(doc.get("perm", 6)),
+                   topic_filter_type=str(doc.get("topicFilterType", "SINGLE_TAG")),
+                   topic_sys_flag=int(doc.get("topicSysFlag", 0)), order=bool(doc.get("order", False)))
+
+
+class TopicTable:
+    """The topics of a broker. Thread-safe; every change is persisted at once (changes are rare)."""
+
+    def __init__(self, root: str, *, read_only: bool = False, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.path = os.path.join(root, "config", "topics.json")
+        self.read_only = read_only
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self._version = 0
+        document = read_json(self.path)
+        if isinstance(document, dict):
+            for name, doc in (document.get("topicConfigTable") or {}).items():
+                try:
+                    self._topics[name] = TopicConfig.from_json(doc)
+                except (KeyError, TypeError, ValueError):
+                    continue  # a damaged entry: the queues on disk still say the topic exists
+            self._version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        """The topic's config, or None."""
+        return self._topics.get(topic)
+
+    def names(self) -> list[str]:
+        """Every topic in the table, sorted."""
+        return sorted(self._topics)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._topics
+
+    # -- changes ------------------------------------------------------------------------------------------
+    def create(self, topic: str, queue_nums: int, *, perm: int = PERM_READ | PERM_WRITE, order: bool = False,
+               system: bool = False) -> TopicConfig:
+        """Create or update a topic (mqadmin `updateTopic`); user topics are validated."""
+        if not system:
+            check_topic(topic)
+            if is_system_topic(topic):
+                raise MQClientError(f"topic {topic!r} is a RocketMQ system topic; choose another name")
+        if not isinstance(queue_nums, int) or isinstance(queue_nums, bool) or not 1 <= queue_nums <= 1024:
+            raise MQClientError(f"queue_nums must be an int from 1 to 1024, got {queue_nums!r}")
+        config = TopicConfig(topic, queue_nums, queue_nums, perm, order=order)
+        with self._lock:
+            if self._topics.get(topic) == config:
+                return config
+            self._topics[topic] = config
+            self._persist_locked()
+        return config
+
+    def ensure_system(self, topic: str, queue_nums: int | None = None) -> TopicConfig:
+        """The config of a system or retry topic, created on first use."""
+        config = self._topics.get(topic)
+        if config is not None:
+            return config
+        return self.create(topic, queue_nums or _SYSTEM_QUEUES.get(topic, 1), system=True)
+
+    def delete(self, topic: str) -> bool:
+        """Remove a topic from the table; False when it was not there."""
+        with self._lock:
+            if self._topics.pop(topic, None) is None:
+                return False
+            self._persist_locked()
+        return True
+
+    def learn(self, topics: Iterable[tuple[str, int]]) -> None:
+        """Add topics found on disk (consume queues) that the table lacks: (topic, queue count)."""
+        with self._lock:
+            added = False
+            for topic, count in topics:
+                if topic not in self._topics:
+                    self._topics[topic] = TopicConfig(topic, count, count)
+                    added = True
+            if added:
+                self._persist_locked()
+
+    def _persist_locked(self) -> None:
+        if self.read_only:
+            return
+        self._version += 1
+        document = {"topicConfigTable": {n: c.to_json() for n, c in sorted(self._topics.items())},
+                    "dataVersion": {"counter": self._version, "timestamp": self._clock.now_ms()}}
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        write_json_atomic(self.path, document)
