@@ -23,12 +23,15 @@ from .errors import (
 )
 from .message import Message, MessageExt, MessageQueue
 from .producer import (
+    LocalTransactionState,
     Producer,
     SelectMessageQueueByHash,
     SelectMessageQueueByRandom,
     SendMessageContext,
     SendResult,
     SendStatus,
+    TransactionProducer,
+    TransactionSendResult,
 )
 from .reader import StoreReader
 from .store import MessageStore
@@ -43,6 +46,7 @@ __all__ = [
     "GetMessageResult",
     "GetMessageStatus",
     "IllegalStateError",
+    "LocalTransactionState",
     "MQClientError",
     "MQLiteError",
     "Message",
@@ -62,5 +66,7 @@ __all__ = [
     "StoreCorruptedError",
     "StoreLockedError",
     "StoreReader",
+    "TransactionProducer",
+    "TransactionSendResult",
     "open",
 ]

@@ -17,13 +17,30 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._service import Service
+from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult
+from .delay import DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
-from .message import MessageExt, MessageQueue, decode_offset_msg_id
+from .message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    MessageExt,
+    MessageQueue,
+    SysFlag,
+    decode_offset_msg_id,
+)
+from .offsets import ConsumerOffsets, OffsetPersistService
 from .reader import StoreReader
 from .store import MessageStore, open_store_config
 from .storebase import StoreFiles
-from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic
+from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
+from .txn import TransactionalMessageService, TransactionCheckService, parse_half_message
+
+_DELAY_PROPERTIES = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
+                     PROPERTY_TIMER_DELAY_SEC)
 
 __all__ = ["Broker", "QueueStatus", "open"]
 
@@ -56,6 +73,56 @@ class Broker:
         self._producers: dict[str, list[object]] = {}
         self._shared_key: str | None = None
         self._users = 0
+        self._services: list[Service] = []
+        self.offsets: ConsumerOffsets | None = None
+        self.transactions: TransactionalMessageService | None = None
+        self.delay: DelayService | None = None
+        if isinstance(store, MessageStore):
+            self._start_services(store)
+
+    def _start_services(self, store: MessageStore) -> None:
+        """Offsets, delay delivery and transaction check-back: started after recovery, stopped before the store."""
+        config = store.config
+        self.offsets = ConsumerOffsets(store.root, clock=store.clock)
+        self.delay = DelayService(store, self._deliver_due, levels_ms=config.delay_levels_ms,
+                                  offsets_path=delay_offset_path(store.root), clock=store.clock,
+                                  flush_interval=config.flush_delay_offset_interval)
+        self.transactions = TransactionalMessageService(store, self.offsets, put=self._put_system,
+                                                        check_listener=self._check_transaction)
+        store.on_arrival = self._on_arrival
+        # Stop order (close() reverses this list): check-back, delay delivery, then offsets persist.
+        self._services = [OffsetPersistService(self.offsets, config.flush_consumer_offset_interval),
+                          self.delay, TransactionCheckService(self.transactions)]
+        for service in self._services:
+            service.start()
+
+    def _on_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
+        delay = self.delay
+        if delay is not None and (topic == "SCHEDULE_TOPIC_XXXX" or topic == "rmq_sys_wheel_timer"):
+            delay.notify_arrival(topic, queue_id, next_offset)
+
+    def _put_system(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None,
+                    **fields: Any) -> PutResult:
+        """Store a message the broker itself writes (system topics, delivered delays, committed halves)."""
+        if topic not in self.topics and is_system_topic(topic):
+            self.topics.ensure_system(topic)
+        return self._writer().put(topic, queue_id, body, properties, **fields)
+
+    def _deliver_due(self, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
+                     sys_flag: int, born_timestamp: int, born_host: str, reconsume_times: int) -> PutResult:
+        """The delay service's hand-back: a due message goes to its real topic and queue."""
+        return self._writer().put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                                  born_timestamp=born_timestamp, born_host=born_host,
+                                  reconsume_times=reconsume_times)
+
+    def _check_transaction(self, group: str, msg: MessageExt) -> bool:
+        """Ask a live producer of `group` about a half message; False when none is alive."""
+        for producer in self.producers(group):
+            check = getattr(producer, "check_transaction", None)
+            if check is not None:
+                check(msg)
+                return True
+        return False
 
     # -- properties ---------------------------------------------------------------------------------
     @property
@@ -141,9 +208,32 @@ class Broker:
     def put_message(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
                     flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
                     reconsume_times: int = 0) -> PutResult:
-        """Store one message sent by a client (the broker's `SendMessageProcessor` path)."""
-        return self._writer().put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                                  born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+        """Store one message sent by a client (the broker's `SendMessageProcessor` path).
+
+        Rewrites first, as RocketMQ's broker: a prepared (half) message goes to
+        the half topic; a delayed one to the schedule or timer topic.
+        """
+        store = self._writer()
+        if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
+            topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
+            self.topics.ensure_system(topic)
+        elif properties and any(name in properties for name in _DELAY_PROPERTIES):
+            real_topic = topic
+            topic, queue_id, properties = rewrite_for_delay(
+                topic, queue_id, properties, levels_ms=self.config.delay_levels_ms, now_ms=store.clock.now_ms(),
+                sys_flag=sys_flag)
+            if topic != real_topic:
+                self.topics.ensure_system(topic, 18 if topic == "SCHEDULE_TOPIC_XXXX" else None)
+        return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                         born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+
+    def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
+                        from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
+        """Commit (expose the real message) or roll back a half message (`EndTransactionProcessor`)."""
+        self._writer()
+        assert self.transactions is not None
+        return self.transactions.end_transaction(half_commit_log_offset, commit, producer_group,
+                                                 from_check=from_check, transaction_id=transaction_id)
 
     def put_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                      properties: Sequence[Mapping[str, str] | None], *, flags: Sequence[int] | None = None,
@@ -241,7 +331,8 @@ class Broker:
                     return stored
             except MessageNotFoundError:
                 pass
-        for topic in store.topics():
+        # A delayed or transactional message also has a copy in a system topic: users first.
+        for topic in sorted(store.topics(), key=is_system_topic):
             for msg in store.query_message(topic, msg_id, 1):
                 if msg.msg_id == msg_id:
                     return msg
@@ -267,6 +358,8 @@ class Broker:
         if self._closed:
             return
         self._closed = True
+        for service in reversed(self._services):  # check-back, delay delivery, offsets (persists on stop)
+            service.stop()
         self._store.close()  # type: ignore[attr-defined]
 
     @property
@@ -289,16 +382,26 @@ _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def open(path: str, *, read_only: bool = False, **config: Any) -> Broker:  # noqa: A001 - mirrors mqlite.open
+def open(path: str, *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open
+         **config: Any) -> Broker:
     """Open (creating if needed) the store at `path` and return its `Broker`.
 
     Writers take the directory's lock, recover after a crash and start the
     background services. `read_only=True` takes no lock and starts no thread.
     Unknown or invalid settings raise `ConfigError`; see `StoreConfig` for them all.
+    `clock` replaces the wall clock (tests: `mqlite.clock.ManualClock`).
     """
     import os
 
     path = os.fspath(path)
     if read_only:
         return Broker(StoreReader(path, **config))
-    return Broker(MessageStore(path, open_store_config(path, config)))
+    settings = open_store_config(path, config)
+    # The delay topics' consume queues hold due times as tags codes; recovery needs the rule too.
+    store = MessageStore(path, settings, tags_code_fn=delay_tags_code(settings.delay_levels_ms),
+                         clock=clock or SYSTEM_CLOCK)
+    try:
+        return Broker(store)
+    except BaseException:
+        store.close()
+        raise

@@ -26,7 +26,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from .broker import Broker
 from .commitlog import PutMessageStatus, PutResult
@@ -34,10 +34,13 @@ from .errors import IllegalStateError, MQClientError
 from .message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_SEPARATOR,
+    PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     Message,
+    MessageExt,
     MessageQueue,
     SysFlag,
     UniqIdGenerator,
@@ -54,6 +57,10 @@ __all__ = [
     "SelectMessageQueueByHash",
     "SelectMessageQueueByRandom",
     "COMPRESS_MSG_BODY_OVER_HOWMUCH",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "LocalTransactionState",
+    "TransactionListener",
 ]
 
 log = logging.getLogger("mqlite")
@@ -337,8 +344,12 @@ class Producer:
                     max_workers=self._async_thread_nums, thread_name_prefix=f"mqlite-producer-{self.group}")
             return self._executor
 
-    def _send(self, msg: Message, mq: MessageQueue, mode: str, *, sys_flag: int = 0,
-              extra: dict[str, str] | None = None) -> SendResult:
+    def _send(self, msg: Message, mq: MessageQueue, mode: str) -> SendResult:
+        return self._send_put(msg, mq, mode)[0]
+
+    def _send_put(self, msg: Message, mq: MessageQueue, mode: str, *, sys_flag: int = 0,
+                  extra: dict[str, str] | None = None) -> tuple[SendResult, PutResult]:
+        """Send and return the client's result and the store's (which knows the commit-log offset)."""
         broker = self._running()
         properties = msg.properties
         uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
@@ -356,10 +367,9 @@ class Producer:
         except BaseException as exc:
             self._hooks_after(context, None, exc)
             raise
-        result = SendResult(_STATUS[put.status], uniq, mq, put.queue_offset, put.offset_msg_id,
-                            properties.get("__transactionId__"))
+        result = SendResult(_STATUS[put.status], uniq, mq, put.queue_offset, put.offset_msg_id)
         self._hooks_after(context, result, None)
-        return result
+        return result, put
 
     def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None) -> SendResult:
         """Send messages of one topic together (`MessageBatch`): one queue, consecutive offsets.
@@ -427,3 +437,81 @@ class Producer:
 
     def __repr__(self) -> str:
         return f"<mqlite.Producer group={self.group!r} {self._state.lower()}>"
+
+
+class LocalTransactionState(Enum):
+    """What a transaction listener answers (`LocalTransactionState`)."""
+
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"  # RocketMQ's spelling
+
+
+class TransactionListener(Protocol):
+    """`TransactionListener`: runs the local transaction and answers check-backs."""
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        """Run the local transaction after the half message is stored."""
+        ...
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        """Answer the broker's check-back for a half message left UNKNOW."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionSendResult(SendResult):
+    """`TransactionSendResult`: a `SendResult` plus the local transaction's state."""
+
+    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
+
+
+class TransactionProducer(Producer):
+    """`TransactionMQProducer`: half message, local transaction, then commit or rollback.
+
+    UNKNOW (or an exception in `execute_local_transaction`) leaves the half
+    message to the broker's check service, which calls this group's
+    `check_local_transaction` after `transaction_timeout` (on the
+    `mqlite-txn-check` thread) until it answers, at most `transaction_check_max` times.
+    """
+
+    def __init__(self, broker: Broker | str | os.PathLike[str], group: str = "DEFAULT_TX_PRODUCER", *,
+                 listener: TransactionListener, **options: Any) -> None:
+        if listener is None or not hasattr(listener, "execute_local_transaction") \
+                or not hasattr(listener, "check_local_transaction"):
+            raise MQClientError("listener must have execute_local_transaction(msg, arg) and "
+                                "check_local_transaction(msg_ext)")
+        super().__init__(broker, group, **options)
+        self.listener = listener
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        """Store a half message, run the local transaction, then commit or roll back."""
+        self._validate(msg)
+        msg.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)  # as the Java client: no delay for transactions
+        mq = self._choose(msg, None, None, None)
+        extra = {PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: self.group}
+        sent, half = self._send_put(msg, mq, "SYNC", sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE, extra=extra)
+        msg.transaction_id = sent.msg_id
+        state = LocalTransactionState.ROLLBACK_MESSAGE
+        if sent.send_status is SendStatus.SEND_OK:
+            try:
+                state = self.listener.execute_local_transaction(msg, arg) or LocalTransactionState.UNKNOW
+            except Exception:
+                log.exception("execute_local_transaction failed; the broker will check back")
+                state = LocalTransactionState.UNKNOW
+        if state is not LocalTransactionState.UNKNOW:
+            self.broker.end_transaction(half.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
+                                        self.group, transaction_id=sent.msg_id)
+        return TransactionSendResult(sent.send_status, sent.msg_id, sent.message_queue, sent.queue_offset,
+                                     sent.offset_msg_id, sent.msg_id, local_transaction_state=state)
+
+    def check_transaction(self, msg: MessageExt) -> None:
+        """The broker's check-back: ask the listener and end the transaction by its answer."""
+        try:
+            state = self.listener.check_local_transaction(msg) or LocalTransactionState.UNKNOW
+        except Exception:
+            log.exception("check_local_transaction failed; the broker will check again")
+            return
+        if state is not LocalTransactionState.UNKNOW:
+            self.broker.end_transaction(msg.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
+                                        self.group, from_check=True, transaction_id=msg.transaction_id)

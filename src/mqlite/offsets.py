@@ -1,0 +1,255 @@
+"""Consumer offsets: RocketMQ's `ConsumerOffsetManager` over `config/consumerOffset.json`.
+
+One table maps `"topic@group"` to `{queue_id: next offset to consume}`. It lives
+in memory and is written as a whole, the way a RocketMQ broker writes it
+(`ConfigManager.persist`: the old file becomes `consumerOffset.json.bak`, so a
+torn or corrupt file falls back to the previous one on load)::
+
+    {
+      "offsetTable": {"orders@cg": {"0": 12, "1": 3}},
+      "dataVersion": {"counter": 7, "stateVersion": 0, "timestamp": 1700000000000}
+    }
+
+`OffsetPersistService` (thread `mqlite-offset-persist`) writes the table every
+`flush_consumer_offset_interval` seconds and once more when it stops.
+
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as root:
+...     offsets = ConsumerOffsets(root)
+...     offsets.commit("cg", "orders", 0, 12)
+...     _ = offsets.persist()
+...     ConsumerOffsets(root).query("cg", "orders", 0), offsets.query("cg", "orders", 1)
+(12, -1)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from typing import Any
+
+from ._service import Service
+from .clock import SYSTEM_CLOCK, Clock
+from .config import read_json, write_json_atomic
+
+__all__ = ["ConsumerOffsets", "OffsetPersistService", "TOPIC_GROUP_SEPARATOR", "consumer_offset_path"]
+
+log = logging.getLogger("mqlite")
+
+#: `ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR`: table keys are `topic@group`.
+TOPIC_GROUP_SEPARATOR = "@"
+
+# fastjson writes integer map keys bare (`{0:12}`); quote them so `json` can read a broker's file.
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def consumer_offset_path(root: str) -> str:
+    """Where a store keeps its consumer offsets."""
+    return os.path.join(root, "config", "consumerOffset.json")
+
+
+class ConsumerOffsets:
+    """The consumer offset table of one store (`ConsumerOffsetManager`).
+
+    Thread-safe: every method may be called from any thread. Reads and commits
+    cost one lock acquisition and a dict look-up, and do no I/O; `persist()`
+    copies the table under the lock and writes the file outside it.
+    """
+
+    def __init__(self, root: str, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.path = consumer_offset_path(root)
+        self._clock = clock
+        self._lock = threading.Lock()
+        # Serialises writers of the file, so an older snapshot never lands after a newer one.
+        self._persist_lock = threading.Lock()
+        self._table: dict[str, dict[int, int]] = {}
+        self._extra: dict[str, Any] = {}  # other top-level keys of a broker's file, written back unchanged
+        self._counter = 0  # dataVersion.counter
+        self._state_version = 0
+        self._changes = 0  # bumped on every change; persist() writes only when it moved
+        self._persisted_changes = 0
+        self.load()
+
+    # -- loading --------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """(Re)read the file, falling back to `.bak` when it is missing, empty or corrupt. Does I/O."""
+        document = read_json(self.path)
+        if document is None:
+            document = _read_lenient(self.path)
+        table: dict[str, dict[int, int]] = {}
+        extra: dict[str, Any] = {}
+        counter = state_version = 0
+        if isinstance(document, dict):
+            for key, value in document.items():
+                if key == "offsetTable":
+                    table = _parse_table(value, self.path)
+                elif key == "dataVersion" and isinstance(value, dict):
+                    counter = _as_int(value.get("counter"), 0)
+                    state_version = _as_int(value.get("stateVersion"), 0)
+                else:
+                    extra[key] = value
+        elif document is not None:
+            log.error("%s is not a JSON object; starting with no consumer offsets", self.path)
+        with self._lock:
+            self._table, self._extra = table, extra
+            self._counter, self._state_version = counter, state_version
+            self._persisted_changes = self._changes
+
+    # -- queries ----------------------------------------------------------------------------------------
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset of (group, topic, queue), or -1 when there is none (`queryOffset`)."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self._table.get(key)
+            return queues.get(queue_id, -1) if queues else -1
+
+    def groups(self) -> list[str]:
+        """Consumer groups with at least one committed offset, sorted."""
+        with self._lock:
+            keys = list(self._table)
+        return sorted({group for _, group in map(_split_key, keys) if group})
+
+    def table_for(self, group: str) -> dict[str, dict[int, int]]:
+        """A copy of `group`'s offsets: `{topic: {queue_id: offset}}`."""
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            return {key[: -len(suffix)]: dict(queues) for key, queues in self._table.items()
+                    if key.endswith(suffix) and TOPIC_GROUP_SEPARATOR not in key[: -len(suffix)]}
+
+    def snapshot(self) -> dict[str, dict[int, int]]:
+        """A copy of the whole table, keyed `topic@group`."""
+        with self._lock:
+            return {key: dict(queues) for key, queues in self._table.items()}
+
+    # -- changes ----------------------------------------------------------------------------------------
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record `offset` as the next offset `group` consumes from (topic, queue) (`commitOffset`)."""
+        key = topic + TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            queues = self._table.get(key)
+            if queues is None:
+                queues = self._table[key] = {}
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._changes += 1
+
+    def remove_group(self, group: str) -> bool:
+        """Forget every offset of `group` (`removeOffset`); True when something was removed."""
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        with self._lock:
+            doomed = [key for key in self._table if key.endswith(suffix)]
+            for key in doomed:
+                del self._table[key]
+            if doomed:
+                self._changes += 1
+            return bool(doomed)
+
+    def remove_topic(self, topic: str) -> bool:
+        """Forget every group's offsets of `topic` (after the topic is deleted); True when something was removed."""
+        prefix = topic + TOPIC_GROUP_SEPARATOR
+        with self._lock:
+            doomed = [key for key in self._table if key.startswith(prefix)]
+            for key in doomed:
+                del self._table[key]
+            if doomed:
+                self._changes += 1
+            return bool(doomed)
+
+    # -- persistence ----------------------------------------------------------------------------------------
+    @property
+    def dirty(self) -> bool:
+        """True when the table changed since it was last loaded or persisted."""
+        with self._lock:
+            return self._changes != self._persisted_changes
+
+    def persist(self) -> bool:
+        """Write the table if it changed since the last write; True when a file was written.
+
+        Blocks for one JSON write and two fsyncs (`write_json_atomic`); the
+        table lock is held only to copy it.
+        """
+        with self._persist_lock:
+            with self._lock:
+                if self._changes == self._persisted_changes:
+                    return False
+                changes = self._changes
+                self._counter += 1
+                document: dict[str, Any] = dict(self._extra)
+                document["offsetTable"] = {key: {str(q): o for q, o in sorted(queues.items())}
+                                           for key, queues in self._table.items()}
+                document["dataVersion"] = {"counter": self._counter, "stateVersion": self._state_version,
+                                           "timestamp": self._clock.now_ms()}
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            write_json_atomic(self.path, document)
+            with self._lock:
+                self._persisted_changes = max(self._persisted_changes, changes)
+            return True
+
+    def __repr__(self) -> str:
+        with self._lock:
+            return f"<ConsumerOffsets {self.path!r} {len(self._table)} topic@group entries>"
+
+
+class OffsetPersistService(Service):
+    """Thread `mqlite-offset-persist`: `offsets.persist()` every `interval` seconds and on stop."""
+
+    def __init__(self, offsets: ConsumerOffsets, interval: float = 5.0) -> None:
+        super().__init__("offset-persist", interval)
+        self.offsets = offsets
+
+    def run_once(self) -> None:
+        self.offsets.persist()
+
+    def on_stop(self) -> None:
+        self.offsets.persist()
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+def _split_key(key: str) -> tuple[str, str]:
+    topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+    return (topic, group) if sep and TOPIC_GROUP_SEPARATOR not in group else (key, "")
+
+
+def _as_int(value: Any, default: int) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value)
+    return default
+
+
+def _parse_table(value: Any, path: str) -> dict[str, dict[int, int]]:
+    table: dict[str, dict[int, int]] = {}
+    if not isinstance(value, dict):
+        log.error("%s: offsetTable is not an object; ignoring it", path)
+        return table
+    for key, queues in value.items():
+        if not isinstance(queues, dict):
+            log.error("%s: offsets of %r are not an object; skipping them", path, key)
+            continue
+        parsed: dict[int, int] = {}
+        for qid, offset in queues.items():
+            q, o = _as_int(qid, -1), _as_int(offset, -1)
+            if q < 0 or isinstance(offset, bool) or not isinstance(offset, (int, str)):
+                log.error("%s: skipping %r queue %r offset %r", path, key, qid, offset)
+                continue
+            parsed[q] = o
+        table[str(key)] = parsed
+    return table
+
+
+def _read_lenient(path: str) -> Any | None:
+    """A RocketMQ broker's file (fastjson's bare integer keys), else its `.bak`; None when neither reads."""
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                text = f.read()
+            return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+        except (OSError, ValueError):
+            continue
+    return None

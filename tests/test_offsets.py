@@ -1,0 +1,190 @@
+"""ConsumerOffsets (config/consumerOffset.json) and its persist service."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from mqlite.clock import ManualClock
+from mqlite.offsets import ConsumerOffsets, OffsetPersistService, consumer_offset_path
+
+
+def _document(root: Path) -> dict:
+    return json.loads(Path(consumer_offset_path(str(root))).read_text())
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    assert offsets.query("cg", "orders", 0) == -1
+    offsets.commit("cg", "orders", 0, 12)
+    offsets.commit("cg", "orders", 1, 3)
+    offsets.commit("other", "orders", 0, 7)
+    offsets.commit("cg", "%RETRY%cg", 0, 1)
+    assert offsets.persist() is True
+
+    again = ConsumerOffsets(str(tmp_path))
+    assert again.query("cg", "orders", 0) == 12
+    assert again.query("cg", "orders", 1) == 3
+    assert again.query("cg", "orders", 2) == -1
+    assert again.query("nobody", "orders", 0) == -1
+    assert again.groups() == ["cg", "other"]
+    assert again.table_for("cg") == {"orders": {0: 12, 1: 3}, "%RETRY%cg": {0: 1}}
+    assert again.table_for("other") == {"orders": {0: 7}}
+    assert again.table_for("nobody") == {}
+
+
+def test_file_has_rocketmq_shape_and_topic_at_group_keys(tmp_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    offsets = ConsumerOffsets(str(tmp_path), clock=clock)
+    offsets.commit("cg", "orders", 0, 12)
+    offsets.commit("cg", "orders", 1, 3)
+    offsets.persist()
+    document = _document(tmp_path)
+    assert document["offsetTable"] == {"orders@cg": {"0": 12, "1": 3}}
+    assert document["dataVersion"] == {"counter": 1, "stateVersion": 0, "timestamp": 1_700_000_000_000}
+    offsets.commit("cg", "orders", 0, 13)
+    offsets.persist()
+    assert _document(tmp_path)["dataVersion"]["counter"] == 2
+
+
+def test_persist_only_when_changed(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    assert offsets.persist() is False  # nothing to write: no file at all
+    assert not os.path.exists(offsets.path)
+    offsets.commit("cg", "t", 0, 1)
+    assert offsets.dirty
+    assert offsets.persist() is True
+    assert not offsets.dirty
+    assert offsets.persist() is False
+    offsets.commit("cg", "t", 0, 1)  # the same value is no change
+    assert offsets.persist() is False
+    offsets.commit("cg", "t", 0, 2)
+    assert offsets.persist() is True
+
+
+def test_corrupt_file_falls_back_to_bak(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    offsets.commit("cg", "orders", 0, 5)
+    offsets.persist()
+    offsets.commit("cg", "orders", 0, 9)
+    offsets.persist()  # the file with 5 is now consumerOffset.json.bak
+    assert ConsumerOffsets(str(tmp_path)).query("cg", "orders", 0) == 9
+    Path(offsets.path).write_text('{"offsetTable": {"orders@cg": {"0": ')  # torn write
+    assert ConsumerOffsets(str(tmp_path)).query("cg", "orders", 0) == 5
+    Path(offsets.path).write_text("")
+    assert ConsumerOffsets(str(tmp_path)).query("cg", "orders", 0) == 5
+    os.unlink(offsets.path)
+    assert ConsumerOffsets(str(tmp_path)).query("cg", "orders", 0) == 5
+
+
+def test_reads_a_brokers_file_with_bare_integer_keys(tmp_path: Path) -> None:
+    path = Path(consumer_offset_path(str(tmp_path)))
+    path.parent.mkdir(parents=True)
+    # fastjson (RocketMQ's serializer) writes Integer map keys without quotes.
+    path.write_text('{\n\t"offsetTable":{\n\t\t"orders@cg":{0:12,1:3\n\t\t}\n\t},"dataVersion":{"counter":4}\n}')
+    offsets = ConsumerOffsets(str(tmp_path))
+    assert offsets.table_for("cg") == {"orders": {0: 12, 1: 3}}
+    offsets.commit("cg", "orders", 0, 13)
+    offsets.persist()
+    assert _document(tmp_path)["dataVersion"]["counter"] == 5
+
+
+def test_remove_group_and_topic(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    offsets.commit("cg", "a", 0, 1)
+    offsets.commit("cg", "b", 0, 2)
+    offsets.commit("other", "a", 0, 3)
+    assert offsets.remove_group("cg") is True
+    assert offsets.remove_group("cg") is False
+    assert offsets.groups() == ["other"]
+    assert offsets.remove_topic("a") is True
+    assert offsets.groups() == []
+    offsets.persist()
+    assert _document(tmp_path)["offsetTable"] == {}
+
+
+def test_group_names_are_not_suffix_matched(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    offsets.commit("g", "t", 0, 1)
+    offsets.commit("xg", "t", 0, 2)  # key t@xg ends with "g" but not with "@g"
+    assert offsets.table_for("g") == {"t": {0: 1}}
+    offsets.remove_group("g")
+    assert offsets.query("xg", "t", 0) == 2
+
+
+def test_concurrent_commits(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    threads_n, rounds = 8, 500
+    start = threading.Barrier(threads_n + 1)
+
+    def commit(n: int) -> None:
+        start.wait()
+        for i in range(rounds):
+            offsets.commit(f"g{n}", "t", n % 4, i + 1)
+            offsets.commit("shared", "t", n, i + 1)
+            offsets.query("shared", "t", (n + 1) % threads_n)
+
+    def persist() -> None:
+        start.wait()
+        for _ in range(20):
+            offsets.persist()
+
+    workers = [threading.Thread(target=commit, args=(n,)) for n in range(threads_n)]
+    persister = threading.Thread(target=persist)
+    for t in workers:
+        t.start()
+    persister.start()
+    for t in workers + [persister]:
+        t.join()
+    offsets.persist()
+    again = ConsumerOffsets(str(tmp_path))
+    for n in range(threads_n):
+        assert again.query(f"g{n}", "t", n % 4) == rounds
+        assert again.query("shared", "t", n) == rounds
+    assert len(again.groups()) == threads_n + 1
+
+
+def test_service_persists_on_stop(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    service = OffsetPersistService(offsets, interval=3600.0)
+    service.start()
+    assert service.name == "mqlite-offset-persist"
+    assert "mqlite-offset-persist" in {t.name for t in threading.enumerate()}
+    offsets.commit("cg", "orders", 0, 42)
+    service.stop()
+    assert not service.is_alive
+    assert ConsumerOffsets(str(tmp_path)).query("cg", "orders", 0) == 42
+
+
+def test_service_persists_every_interval(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    written = threading.Event()
+    original = offsets.persist
+
+    def persist() -> bool:
+        done = original()
+        if done:
+            written.set()
+        return done
+
+    offsets.persist = persist  # type: ignore[method-assign]
+    service = OffsetPersistService(offsets, interval=0.01)
+    offsets.commit("cg", "orders", 0, 7)
+    service.start()
+    try:
+        assert written.wait(10.0)
+        assert ConsumerOffsets(str(tmp_path)).query("cg", "orders", 0) == 7
+    finally:
+        service.stop()
+
+
+@pytest.mark.parametrize("text", ['[1, 2]', '{"offsetTable": [1]}', '{"offsetTable": {"t@g": {"x": 1, "0": true}}}'])
+def test_odd_files_load_as_empty(tmp_path: Path, text: str) -> None:
+    path = Path(consumer_offset_path(str(tmp_path)))
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert ConsumerOffsets(str(tmp_path)).query("g", "t", 0) == -1
