@@ -103,9 +103,19 @@ class Broker:
 
     def _put_system(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None,
                     **fields: Any) -> PutResult:
-        """Store a message the broker itself writes (system topics, delivered delays, committed halves)."""
+        """Store a message the broker itself writes (system topics, committed halves).
+
+        A committed transactional message with a delay goes through the delay
+        rewrite now, as RocketMQ 5's `HookUtils.handleScheduleMessage` does.
+        """
+        sys_flag = fields.get("sys_flag", 0)
+        if (properties and sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE
+                and any(name in properties for name in _DELAY_PROPERTIES)):
+            topic, queue_id, properties = rewrite_for_delay(
+                topic, queue_id, properties, levels_ms=self.config.delay_levels_ms,
+                now_ms=self._writer().clock.now_ms(), sys_flag=sys_flag)
         if topic not in self.topics and is_system_topic(topic):
-            self.topics.ensure_system(topic)
+            self.topics.ensure_system(topic, 18 if topic == "SCHEDULE_TOPIC_XXXX" else None)
         return self._writer().put(topic, queue_id, body, properties, **fields)
 
     def _deliver_due(self, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
@@ -190,7 +200,7 @@ class Broker:
         """The queues a producer may send `topic` to, creating the topic when auto-create is on."""
         self._writer()
         check_topic(topic)
-        if topic in NOT_ALLOWED_SEND_TOPICS:
+        if topic in NOT_ALLOWED_SEND_TOPICS or is_system_topic(topic):
             raise MQClientError(f"sending to the system topic {topic!r} is not allowed")
         config = self.topics.get(topic)
         if config is None:

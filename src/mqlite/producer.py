@@ -363,7 +363,7 @@ class Producer:
         context = self._hooks_before(msg, mq, mode)
         try:
             put = broker.put_message(mq.topic, mq.queue_id, body, props, flag=msg.flag, sys_flag=sys_flag,
-                                     born_timestamp=time.time_ns() // 1_000_000)
+                                     born_timestamp=broker.store.clock.now_ms())
         except BaseException as exc:
             self._hooks_after(context, None, exc)
             raise
@@ -401,9 +401,10 @@ class Producer:
                 msg.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _ID_GENERATOR.next_id()
         context = self._hooks_before(first, mq, "SYNC")
         try:
-            put: PutResult = self._running().put_messages(
+            broker = self._running()
+            put: PutResult = broker.put_messages(
                 mq.topic, mq.queue_id, [bytes(m.body) for m in msgs], [m.properties for m in msgs],
-                flags=[m.flag for m in msgs], born_timestamp=time.time_ns() // 1_000_000)
+                flags=[m.flag for m in msgs], born_timestamp=broker.store.clock.now_ms())
         except BaseException as exc:
             self._hooks_after(context, None, exc)
             raise

@@ -334,9 +334,29 @@ class TransactionalMessageService:
             log.warning("end transaction of %s refused: it came after CHECK_IMMUNITY_TIME_IN_SECONDS; "
                         "the check-back will decide", half.msg_id)
             return None
-        result = self._put_real_message(half) if commit else None
+        result = None
+        if commit and not (from_check and self._already_committed(half)):
+            result = self._put_real_message(half)
         self.delete_prepare_message(half)
         return result
+
+    def _already_committed(self, half: MessageExt) -> bool:
+        """True when a commit record of this transaction is already in its real topic.
+
+        A crash between a check-back's commit and the saving of the check
+        position replays that check-back; the answer must not commit a second
+        copy (RocketMQ leaves this window open). Looked up by the message key
+        index (`UNIQ_KEY` is kept by the commit).
+        """
+        real_topic = half.properties.get(PROPERTY_REAL_TOPIC)
+        uniq = half.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not real_topic or not uniq:
+            return False
+        wait = getattr(self.store, "wait_dispatched", None)
+        if wait is not None:
+            wait()  # the index is built by the reput thread
+        return any(m.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE
+                   for m in self.store.query_message(real_topic, uniq, 4))
 
     def _half_at(self, commit_log_offset: int) -> MessageExt:
         try:
@@ -402,6 +422,9 @@ class TransactionalMessageService:
                     self._check_queue(queue_id, report)
             finally:
                 self._round_thread = None
+            # Written at once (RocketMQ: within 5 s), so a crash cannot replay a round's
+            # check-backs and commit a transaction twice.
+            self.offsets.persist()
         return report
 
     def _fetch_offset(self, topic: str, queue_id: int) -> int:
