@@ -53,6 +53,7 @@ from .commitlog import HEADER, PutResult, TagsCodeFn, default_tags_code
 from .config import write_json_atomic
 from .errors import ConfigError, MessageNotFoundError, MQClientError
 from .message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -364,6 +365,9 @@ class DelayService(Service):
         self._rounds_finished = 0
         self.delivered_count = 0
         self.cpu_time = 0.0  # thread CPU seconds spent in rounds (time.thread_time)
+        # After a crash, records stored before it may have been delivered after the last
+        # cursor save: those look for their delivered copy first (exactly once in practice).
+        self._replay_until = 0 if getattr(store, "last_exit_ok", True) else store.commitlog.max_offset
         self._levels = list(range(1, len(self.levels_ms) + 1))
         self._load()
 
@@ -639,6 +643,8 @@ class DelayService(Service):
             log.warning("delay: no record at commit-log offset %d any more; skipped", commit_log_offset)
             return True
         due = rebuild_due_message(msg, dequeue_ms=timer_now)
+        if due is not None and commit_log_offset < self._replay_until and self._delivered_before(due):
+            return True
         if due is None:
             log.warning("delay: message %s from %s not delivered (real topic %r, queue %r)", msg.msg_id,
                         msg.topic, msg.properties.get(PROPERTY_REAL_TOPIC), msg.properties.get(PROPERTY_REAL_QUEUE_ID))
@@ -654,6 +660,15 @@ class DelayService(Service):
             return False
         self.delivered_count += 1
         return True
+
+
+    def _delivered_before(self, due: DueMessage) -> bool:
+        """True when the real topic already holds this message (delivered before a crash)."""
+        uniq = due.properties.get(PROPERTY_UNIQ_KEY)
+        if not uniq:
+            return False
+        self._store.wait_dispatched()  # the key index is built by the reput thread
+        return any(m.queue_id == due.queue_id for m in self._store.query_message(due.topic, uniq, 4))
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:
