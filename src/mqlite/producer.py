@@ -84,17 +84,36 @@ class SendStatus(Enum):
 _STATUS = {PutMessageStatus.PUT_OK: SendStatus.SEND_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT}
 
 
-@dataclasses.dataclass(frozen=True)
 class SendResult:
-    """What a send returns (`SendResult`). For a batch, ids are comma-joined and `queue_offset` is the first."""
+    """What a send returns (`SendResult`). For a batch, ids are comma-joined and `queue_offset` is the first.
 
-    send_status: SendStatus
-    msg_id: str
-    message_queue: MessageQueue
-    queue_offset: int
-    offset_msg_id: str
-    transaction_id: str | None = None
-    region_id: str = "DefaultRegion"
+    `offset_msg_id` is computed on first access (most senders never read it).
+    """
+
+    __slots__ = ("send_status", "msg_id", "message_queue", "queue_offset", "transaction_id", "region_id",
+                 "_put", "_offset_msg_id")
+
+    def __init__(self, send_status: SendStatus, msg_id: str, message_queue: MessageQueue, queue_offset: int,
+                 put: PutResult | str, transaction_id: str | None = None) -> None:
+        self.send_status = send_status
+        self.msg_id = msg_id
+        self.message_queue = message_queue
+        self.queue_offset = queue_offset
+        self.transaction_id = transaction_id
+        self.region_id = "DefaultRegion"
+        self._put = put
+        self._offset_msg_id: str | None = put if isinstance(put, str) else None
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The store's id(s): host, port and commit-log offset (comma-joined for a batch)."""
+        if self._offset_msg_id is None:
+            self._offset_msg_id = self._put.offset_msg_id  # type: ignore[union-attr]
+        return self._offset_msg_id
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(send_status={self.send_status.name}, msg_id={self.msg_id!r}, "
+                f"message_queue={self.message_queue}, queue_offset={self.queue_offset})")
 
 
 MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
@@ -180,7 +199,8 @@ class Producer:
         self._state = "CREATED"
         self._state_lock = threading.Lock()
         self._round_robin = itertools.count(random.randrange(1 << 16))
-        self._queues: dict[str, list[MessageQueue]] = {}
+        self._queues: dict[str, tuple[int, list[MessageQueue]]] = {}  # topic -> (table version, queues)
+        self._checked_topics: set[str] = set()
         self._before_hooks: list[SendHook] = []
         self._after_hooks: list[SendHook] = []
 
@@ -243,12 +263,12 @@ class Producer:
 
     def _queues_of(self, topic: str) -> list[MessageQueue]:
         broker = self._running()
-        config = broker.topic_config(topic)
+        version = broker.topics.version
         cached = self._queues.get(topic)
-        if cached is not None and config is not None and len(cached) == config.write_queue_nums:
-            return cached
+        if cached is not None and cached[0] == version:
+            return cached[1]  # the topic table has not changed since
         queues = broker.fetch_publish_queues(topic, self.default_topic_queue_nums)
-        self._queues[topic] = queues
+        self._queues[topic] = (broker.topics.version, queues)
         return queues
 
     def _choose(self, msg: Message, queue: MessageQueue | None, selector: MessageQueueSelector | None,
@@ -271,7 +291,10 @@ class Producer:
     def _validate(self, msg: Message) -> None:
         if not isinstance(msg, Message):
             raise MQClientError(f"expected an mqlite.Message, got {type(msg).__name__}")
-        check_topic(msg.topic)
+        if msg.topic not in self._checked_topics:
+            check_topic(msg.topic)
+            if len(self._checked_topics) < 10_000:
+                self._checked_topics.add(msg.topic)
         body = msg.body
         if not isinstance(body, (bytes, bytearray)):
             raise MQClientError(f"message body must be bytes, got {type(body).__name__}")
@@ -284,12 +307,17 @@ class Producer:
                 f"(raise it with mqlite.open(..., max_message_size=...))")
         if not isinstance(msg.flag, int):
             raise MQClientError(f"message flag must be an int, got {msg.flag!r}")
+        chars = 0
         for name, value in msg.properties.items():
-            if not isinstance(name, str) or not isinstance(value, str) or not name:
+            if type(name) is not str or type(value) is not str or not name:
                 raise MQClientError(f"message properties must map non-empty str to str, got {name!r}: {value!r}")
-            if NAME_VALUE_SEPARATOR in name + value or PROPERTY_SEPARATOR in name + value:
+            if (NAME_VALUE_SEPARATOR in name or NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in name
+                    or PROPERTY_SEPARATOR in value):
                 raise MQClientError(f"property {name!r} contains a \\x01 or \\x02 separator character")
-        encoded = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in msg.properties.items())
+            chars += len(name) + len(value) + 2
+        # UTF-8 takes at most 3 bytes per character here: count bytes only when it could matter.
+        encoded = chars if chars * 3 <= _MAX_PROPERTIES_BYTES else sum(
+            len(k.encode()) + len(v.encode()) + 2 for k, v in msg.properties.items())
         if encoded > _MAX_PROPERTIES_BYTES:
             raise MQClientError(
                 f"message properties are {encoded} bytes encoded; the limit is {_MAX_PROPERTIES_BYTES} "
@@ -367,7 +395,7 @@ class Producer:
         except BaseException as exc:
             self._hooks_after(context, None, exc)
             raise
-        result = SendResult(_STATUS[put.status], uniq, mq, put.queue_offset, put.offset_msg_id)
+        result = SendResult(_STATUS[put.status], uniq, mq, put.queue_offset, put)
         self._hooks_after(context, result, None)
         return result, put
 
@@ -409,7 +437,7 @@ class Producer:
             self._hooks_after(context, None, exc)
             raise
         ids = ",".join(m.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] for m in msgs)
-        result = SendResult(_STATUS[put.status], ids, mq, put.queue_offset, put.offset_msg_id)
+        result = SendResult(_STATUS[put.status], ids, mq, put.queue_offset, put)
         self._hooks_after(context, result, None)
         return result
 
@@ -460,11 +488,15 @@ class TransactionListener(Protocol):
         ...
 
 
-@dataclasses.dataclass(frozen=True)
 class TransactionSendResult(SendResult):
     """`TransactionSendResult`: a `SendResult` plus the local transaction's state."""
 
-    local_transaction_state: LocalTransactionState = LocalTransactionState.UNKNOW
+    __slots__ = ("local_transaction_state",)
+
+    def __init__(self, sent: SendResult, state: LocalTransactionState) -> None:
+        super().__init__(sent.send_status, sent.msg_id, sent.message_queue, sent.queue_offset, sent._put,
+                         sent.msg_id)
+        self.local_transaction_state = state
 
 
 class TransactionProducer(Producer):
@@ -503,8 +535,7 @@ class TransactionProducer(Producer):
         if state is not LocalTransactionState.UNKNOW:
             self.broker.end_transaction(half.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
                                         self.group, transaction_id=sent.msg_id)
-        return TransactionSendResult(sent.send_status, sent.msg_id, sent.message_queue, sent.queue_offset,
-                                     sent.offset_msg_id, sent.msg_id, local_transaction_state=state)
+        return TransactionSendResult(sent, state)
 
     def check_transaction(self, msg: MessageExt) -> None:
         """The broker's check-back: ask the listener and end the transaction by its answer."""

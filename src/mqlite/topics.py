@@ -134,6 +134,11 @@ class TopicTable:
             self._version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
 
     # -- reads ----------------------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        """Changes with every create, delete or resize (lets clients cache queue lists)."""
+        return self._version
+
     def get(self, topic: str) -> TopicConfig | None:
         """The topic's config, or None."""
         return self._topics.get(topic)
@@ -190,9 +195,9 @@ class TopicTable:
                 self._persist_locked()
 
     def _persist_locked(self) -> None:
+        self._version += 1
         if self.read_only:
             return
-        self._version += 1
         document = {"topicConfigTable": {n: c.to_json() for n, c in sorted(self._topics.items())},
                     "dataVersion": {"counter": self._version, "timestamp": self._clock.now_ms()}}
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
