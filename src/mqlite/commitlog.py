@@ -62,7 +62,7 @@ from .message import (
 __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
-    "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code",
+    "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code", "stored_body",
 ]
 
 log = logging.getLogger("mqlite")
@@ -259,6 +259,22 @@ def _body_of(raw: bytes) -> bytes:
     if sys_flag & SysFlag.COMPRESSED:
         body = _decompress(body, sys_flag)
     return body
+
+
+def stored_body(msg: MessageExt) -> tuple[bytes, int]:
+    """The body bytes as the record stores them, with the sys flag that describes them.
+
+    A compressed record's body stays compressed (RocketMQ copies it that way when
+    it re-puts a message); a message without its record (a plain `MessageExt`)
+    gives its decoded body and a sys flag without the compression bits.
+    """
+    sys_flag = msg.sys_flag
+    raw = getattr(msg, "_raw", None)
+    if raw is None:
+        return msg.body, sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK)
+    pos = _body_offset(raw, sys_flag)
+    (length,) = _INT.unpack_from(raw, pos)
+    return bytes(raw[pos + _INT.size : pos + _INT.size + length]), sys_flag
 
 
 def _decompress(body: bytes, sys_flag: int) -> bytes:

@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import re
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +48,7 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from ._service import Service
 from .clock import Clock
-from .commitlog import HEADER, PutResult, TagsCodeFn, default_tags_code
+from .commitlog import PutResult, TagsCodeFn, default_tags_code, stored_body
 from .config import write_json_atomic
 from .errors import ConfigError, MessageNotFoundError, MQClientError
 from .message import (
@@ -93,12 +92,6 @@ _TIMER_REQUESTS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY
 #: Cleared from every message put back into its real topic (messageTimeUp, TimerMessageStore).
 _CLEARED_ON_DELIVERY = (PROPERTY_DELAY_TIME_LEVEL, *_TIMER_REQUESTS, PROPERTY_TIMER_OUT_MS)
 _NOT_REWRITTEN = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
-
-# Where the stored body starts in a record: the BODY length is HEADER's last field (IPv4
-# hosts); each IPv6 host (16-byte address instead of 4) moves it on (see commitlog.py).
-_INT = struct.Struct(">i")
-_BODY_LEN_POS = HEADER.size - _INT.size
-_V6_HOST_SHIFT = 16 - 4
 
 #: `deliver(topic, queue_id, body, properties, flag, sys_flag, born_timestamp, born_host,
 #: reconsume_times)`: put one due message into its real queue; raises on failure.
@@ -295,22 +288,9 @@ def rebuild_due_message(msg: MessageExt, *, dequeue_ms: int | None = None) -> Du
         if dequeue_ms is not None:
             props[PROPERTY_TIMER_ENQUEUE_MS] = str(msg.store_timestamp)
             props[PROPERTY_TIMER_DEQUEUE_MS] = str(dequeue_ms)
-    body, sys_flag = _stored_body(msg)
+    body, sys_flag = stored_body(msg)
     return DueMessage(real_topic, int(real_qid), body, props, msg.flag, sys_flag, msg.born_timestamp,
                       msg.born_host, msg.reconsume_times)
-
-
-def _stored_body(msg: MessageExt) -> tuple[bytes, int]:
-    """The body bytes as stored, with the sys flag that describes them."""
-    sys_flag = msg.sys_flag
-    raw = getattr(msg, "_raw", None)  # a StoredMessage keeps its record
-    if raw is not None:
-        pos = _BODY_LEN_POS + (_V6_HOST_SHIFT if sys_flag & SysFlag.BORNHOST_V6 else 0) \
-            + (_V6_HOST_SHIFT if sys_flag & SysFlag.STOREHOSTADDRESS_V6 else 0)
-        (length,) = _INT.unpack_from(raw, pos)
-        return bytes(raw[pos + _INT.size : pos + _INT.size + length]), sys_flag
-    # A decoded MessageExt holds the plain body: say so in the flags.
-    return msg.body, sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK)
 
 
 # -- the service ----------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ import logging
 import os
 import random
 import threading
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from enum import Enum

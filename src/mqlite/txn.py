@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import logging
 import re
-import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from typing import Literal, NamedTuple
 
 from ._service import Service
 from .clock import Clock
-from .commitlog import HEADER, PutMessageStatus, PutResult
+from .commitlog import PutMessageStatus, PutResult, stored_body
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -98,10 +97,6 @@ CHECK_MAX_QUEUE_ID = 0  # TRANS_CHECK_MAX_TIME_TOPIC has one queue (TCMT_QUEUE_N
 CheckListener = Callable[[str, MessageExt], bool]
 PutFn = Callable[..., PutResult]
 
-_COMPRESSION_BITS = SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK
-_BODY_LEN = struct.Struct(">i")
-_BODY_LEN_POS = HEADER.size - _BODY_LEN.size  # 84 with IPv4 hosts (commitlog.py's table)
-_V6_EXTRA = 12  # an IPv6 host takes 16 + 4 bytes where IPv4 takes 4 + 4
 _JAVA_LONG = re.compile(r"[+-]?[0-9]+")
 _OK = (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)  # the record is in the log either way
 
@@ -189,24 +184,6 @@ def calculate_op_offset(done_op_offsets: list[int], old_offset: int) -> int:
 def _java_long(value: int) -> int:
     value &= (1 << 64) - 1
     return value - (1 << 64) if value >> 63 else value
-
-
-def _stored_body(msg: MessageExt) -> bytes:
-    """The body as stored: still compressed when the record says so, as RocketMQ copies it."""
-    raw = getattr(msg, "_raw", None)
-    if not msg.sys_flag & SysFlag.COMPRESSED or raw is None:
-        return msg.body
-    pos = _BODY_LEN_POS + (_V6_EXTRA if msg.sys_flag & SysFlag.BORNHOST_V6 else 0) \
-        + (_V6_EXTRA if msg.sys_flag & SysFlag.STOREHOSTADDRESS_V6 else 0)
-    (length,) = _BODY_LEN.unpack_from(raw, pos)
-    return bytes(raw[pos + _BODY_LEN.size : pos + _BODY_LEN.size + length])
-
-
-def _body_and_flag(msg: MessageExt) -> tuple[bytes, int]:
-    body = _stored_body(msg)
-    if getattr(msg, "_raw", None) is None:
-        return body, msg.sys_flag & ~_COMPRESSION_BITS  # only the decompressed body is at hand
-    return body, msg.sys_flag
 
 
 # -- pulls (TransactionalMessageBridge.getMessage) -------------------------------------------------------------
@@ -387,7 +364,7 @@ class TransactionalMessageService:
         if not topic or queue_text is None or not queue_text.isdigit():
             raise MQClientError(f"the half message at commit-log offset {half.commit_log_offset} has no "
                                 f"{PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QUEUE_ID}; it was not stored by parse_half_message")
-        body, sys_flag = _body_and_flag(half)
+        body, sys_flag = stored_body(half)
         return self.put(topic, int(queue_text), body, props, flag=half.flag,
                         sys_flag=SysFlag.reset_transaction_value(sys_flag, SysFlag.TRANSACTION_COMMIT_TYPE),
                         born_timestamp=half.born_timestamp, born_host=half.born_host,
@@ -589,7 +566,7 @@ class TransactionalMessageService:
 
         Unlike RocketMQ's copy, the user `flag` is kept (RocketMQ's renew loses it).
         """
-        body, sys_flag = _body_and_flag(msg)
+        body, sys_flag = stored_body(msg)
         return self.put(msg.topic, msg.queue_id, body, dict(props), flag=msg.flag, sys_flag=sys_flag,
                         born_timestamp=msg.born_timestamp, born_host=msg.born_host)
 
@@ -616,7 +593,7 @@ class TransactionalMessageService:
         """`resolveDiscardMsg`: keep the half in TRANS_CHECK_MAX_TIME_TOPIC, where nobody consumes it."""
         log.error("half message %s was checked %s times or outlived file_reserved_time; moved to %s",
                   msg.msg_id, msg.properties.get(PROPERTY_TRANSACTION_CHECK_TIMES), CHECK_MAX_TOPIC)
-        body, sys_flag = _body_and_flag(msg)
+        body, sys_flag = stored_body(msg)
         return self.put(CHECK_MAX_TOPIC, CHECK_MAX_QUEUE_ID, body, dict(msg.properties), flag=msg.flag,
                         sys_flag=sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
                         reconsume_times=msg.reconsume_times)
