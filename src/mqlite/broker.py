@@ -20,7 +20,7 @@ from typing import Any
 from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult
-from .delay import DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
+from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -98,7 +98,7 @@ class Broker:
 
     def _on_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
         delay = self.delay
-        if delay is not None and (topic == "SCHEDULE_TOPIC_XXXX" or topic == "rmq_sys_wheel_timer"):
+        if delay is not None and (topic == SCHEDULE_TOPIC or topic == TIMER_TOPIC):
             delay.notify_arrival(topic, queue_id, next_offset)
 
     def _put_system(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None,
@@ -115,7 +115,7 @@ class Broker:
                 topic, queue_id, properties, levels_ms=self.config.delay_levels_ms,
                 now_ms=self._writer().clock.now_ms(), sys_flag=sys_flag)
         if topic not in self.topics and is_system_topic(topic):
-            self.topics.ensure_system(topic, 18 if topic == "SCHEDULE_TOPIC_XXXX" else None)
+            self.topics.ensure_system(topic, len(self.config.delay_levels_ms) if topic == SCHEDULE_TOPIC else None)
         return self._writer().put(topic, queue_id, body, properties, **fields)
 
     def _deliver_due(self, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
@@ -233,7 +233,7 @@ class Broker:
                 topic, queue_id, properties, levels_ms=self.config.delay_levels_ms, now_ms=store.clock.now_ms(),
                 sys_flag=sys_flag)
             if topic != real_topic:
-                self.topics.ensure_system(topic, 18 if topic == "SCHEDULE_TOPIC_XXXX" else None)
+                self.topics.ensure_system(topic, len(self.config.delay_levels_ms) if topic == SCHEDULE_TOPIC else None)
         return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
                          born_timestamp=born_timestamp, reconsume_times=reconsume_times)
 
