@@ -46,12 +46,13 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .errors import ConfigError, IllegalStateError, StoreCorruptedError
 from .message import java_string_hash as _java_hash
+from .message import java_string_hashes
 
 __all__ = [
     "INDEX_ENTRY", "INDEX_HEADER", "INDEX_SLOT", "IndexFile", "IndexService",
@@ -234,7 +235,7 @@ class IndexFile:
         """True when no entry is left (``indexCount >= indexNum``). O(1)."""
         return self._header()[_INDEX_COUNT] >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
         """Append an entry for *key*; False when the file is full (RocketMQ ``putKey``).
 
         Cost: one hash, four small writes into the map, no I/O wait (the OS writes the pages
@@ -247,7 +248,8 @@ class IndexFile:
         count = hdr[_INDEX_COUNT]
         if count >= self.index_num:
             return False
-        key_hash = index_key_hash(key)
+        if key_hash is None:
+            key_hash = index_key_hash(key)
         slot_at = INDEX_HEADER.size + (key_hash % self.hash_slot_num) * INDEX_SLOT.size
         (slot_value,) = INDEX_SLOT.unpack_from(m, slot_at)
         if slot_value <= 0 or slot_value > count:
@@ -615,6 +617,14 @@ class IndexService:
         (msync) and ``on_file_full(end_timestamp)`` called, both after the lock is released.
         Writable mode; call from one thread (the reput service).
         """
+        self.build_index_many([(topic, commit_log_offset, store_timestamp, uniq_key, keys, is_rollback)])
+
+    def build_index_many(self, records: Sequence[tuple[str, int, int, str | None, str | None, bool]]) -> None:
+        """`build_index` for many records in log order: `(topic, offset, store_timestamp, uniq_key, keys,
+        is_rollback)`. The keys' hashes are computed together (numpy), which is most of the cost.
+        """
+        if not records:
+            return
         full: list[IndexFile] = []
         with self._lock:
             self._check_open(writing=True)
@@ -622,14 +632,20 @@ class IndexService:
             # RocketMQ's rule: only offsets below the end are known to be indexed. A record
             # at exactly the end may have had some of its keys cut off by a crash at a file
             # boundary, so it is indexed again; query_offsets removes the duplicates.
-            if commit_log_offset >= f.end_phy_offset and not is_rollback:
-                index_keys = [] if uniq_key is None else [uniq_key]
+            skip_below = f.end_phy_offset
+            entries: list[tuple[str, int, int]] = []
+            for topic, offset, timestamp, uniq_key, keys, is_rollback in records:
+                if offset < skip_below or is_rollback:
+                    continue
+                if uniq_key is not None:
+                    entries.append((f"{topic}#{uniq_key}", offset, timestamp))
                 if keys:
-                    index_keys += [k for k in keys.split(" ") if k]
-                for k in index_keys:
-                    full_key = f"{topic}#{k}"
-                    while not f.put_key(full_key, commit_log_offset, store_timestamp):
-                        f = self._writable_file(full)
+                    entries += [(f"{topic}#{k}", offset, timestamp) for k in keys.split(" ") if k]
+            hashes = java_string_hashes([key for key, _, _ in entries])
+            for (key, offset, timestamp), h in zip(entries, hashes):
+                key_hash = 0 if h == _INT_MIN else abs(h)
+                while not f.put_key(key, offset, timestamp, key_hash):
+                    f = self._writable_file(full)
         # RocketMQ flushes a full file on a separate thread so lookups do not wait for msync.
         for prev in full:
             prev.flush()

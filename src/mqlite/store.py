@@ -211,39 +211,35 @@ class MessageStore(StoreFiles):
             self.index.build_index(topic, offset, store_ts, uniq, keys,
                                    is_rollback=trans == SysFlag.TRANSACTION_ROLLBACK_TYPE)
 
-    def _dispatch_batch(self, batch: BatchDispatch) -> None:
-        cq = self.consume_queues.get((batch.topic, batch.queue_id)) or self.consume_queue(
-            batch.topic, batch.queue_id, create=True)
-        assert cq is not None
-        if not cq.put_batch(batch.first_commit_log_offset, batch.sizes, batch.tags_codes, batch.first_queue_offset):
-            log.error("consume queue %s/%d out of step at queue offset %d", batch.topic, batch.queue_id,
-                      batch.first_queue_offset)
-        self.checkpoint.logics_msg_timestamp = batch.store_timestamp
-        if self.config.message_index_enable and (batch.keys or batch.uniq_keys):
-            offset = batch.first_commit_log_offset
-            keys = batch.keys or [None] * len(batch.sizes)
-            uniqs = batch.uniq_keys or [None] * len(batch.sizes)
-            for size, key, uniq in zip(batch.sizes, keys, uniqs):
-                if key or uniq:
-                    self.index.build_index(batch.topic, offset, batch.store_timestamp, uniq, key)
-                offset += size
-
     def dispatch_pending(self) -> int:
         """Index every appended record not yet indexed; returns how many entries. Reput thread only.
 
-        Units of these records are already in their consume queues (written
-        under the put lock), so re-putting them is a cheap no-op.
+        Their consume-queue units were written with the append, so only the
+        index is left; the keys of everything pending are hashed together.
         """
         queue = self.commitlog.dispatch_queue
         done = 0
-        dispatch = self._dispatch_one
+        records: list[tuple[str, int, int, str | None, str | None, bool]] = []
+        add = records.append
+        rollback = SysFlag.TRANSACTION_ROLLBACK_TYPE
         while queue:
             request = queue.popleft()
-            if type(request) is BatchDispatch:
-                self._dispatch_batch(request)
-            else:
-                dispatch(request)  # type: ignore[arg-type]
             done += 1
+            if isinstance(request, BatchDispatch):
+                offset = request.first_commit_log_offset
+                keys = request.keys or [None] * len(request.sizes)
+                uniqs = request.uniq_keys or [None] * len(request.sizes)
+                for size, key, uniq in zip(request.sizes, keys, uniqs):
+                    if key or uniq:
+                        add((request.topic, offset, request.store_timestamp, uniq, key, False))
+                    offset += size
+            else:
+                topic, _, offset, _, _, store_ts, _, keys_text, uniq, sys_flag = request
+                if keys_text or uniq:
+                    add((topic, offset, store_ts, uniq, keys_text,
+                         sys_flag & SysFlag.TRANSACTION_MASK == rollback))
+        if records and self.config.message_index_enable:
+            self.index.build_index_many(records)
         if done:
             with self._dispatch_cv:
                 self._dispatched_count += done
