@@ -39,8 +39,8 @@ from .storebase import StoreFiles
 from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
 from .txn import TransactionalMessageService, TransactionCheckService, parse_half_message
 
-_DELAY_PROPERTIES = (PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
-                     PROPERTY_TIMER_DELAY_SEC)
+_DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
+                               PROPERTY_TIMER_DELAY_SEC})
 
 __all__ = ["Broker", "QueueStatus", "open"]
 
@@ -110,7 +110,7 @@ class Broker:
         """
         sys_flag = fields.get("sys_flag", 0)
         if (properties and sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE
-                and any(name in properties for name in _DELAY_PROPERTIES)):
+                and not _DELAY_PROPERTIES.isdisjoint(properties)):
             topic, queue_id, properties = rewrite_for_delay(
                 topic, queue_id, properties, levels_ms=self.config.delay_levels_ms,
                 now_ms=self._writer().clock.now_ms(), sys_flag=sys_flag)
@@ -227,7 +227,7 @@ class Broker:
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
             self.topics.ensure_system(topic)
-        elif properties and any(name in properties for name in _DELAY_PROPERTIES):
+        elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
             real_topic = topic
             topic, queue_id, properties = rewrite_for_delay(
                 topic, queue_id, properties, levels_ms=self.config.delay_levels_ms, now_ms=store.clock.now_ms(),

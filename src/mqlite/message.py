@@ -260,14 +260,14 @@ class UniqIdGenerator:
         self._month_start, self._next_month_start = int(start * 1000), int(end * 1000)
 
     def next_id(self) -> str:
-        """A new unique id."""
+        """A new unique id. Thread-safe: the counter is an `itertools.count` (atomic under the GIL)."""
         now = time.time_ns() // 1_000_000
-        with self._lock:
-            if now >= self._next_month_start:
-                self._month_bounds(now)
-            diff = now - self._month_start
-            count = next(self._counter) & 0xFFFF
-        return f"{self._prefix_hex}{diff & 0xFFFFFFFF:08X}{count:04X}"
+        if now >= self._next_month_start:
+            with self._lock:  # once a month
+                if now >= self._next_month_start:
+                    self._month_bounds(now)
+        count = next(self._counter) & 0xFFFF
+        return f"{self._prefix_hex}{(now - self._month_start) & 0xFFFFFFFF:08X}{count:04X}"
 
 
 # -- value types ---------------------------------------------------------------------------
