@@ -34,11 +34,13 @@ from .message import (
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
 from .reader import StoreReader
-from .store import MessageStore, open_store_config
-from .storebase import StoreFiles
+from .store import MessageStore
+from .storebase import StoreFiles, config_for
 from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
-from .txn import TransactionalMessageService, TransactionCheckService, parse_half_message
+from .txn import HALF_TOPIC, TransactionalMessageService, TransactionCheckService, parse_half_message
 
+#: Topics `put_message` may redirect a client's message to.
+_ROUTED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC})
 _DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
                                PROPERTY_TIMER_DELAY_SEC})
 
@@ -109,14 +111,24 @@ class Broker:
         rewrite now, as RocketMQ 5's `HookUtils.handleScheduleMessage` does.
         """
         sys_flag = fields.get("sys_flag", 0)
-        if (properties and sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE
-                and not _DELAY_PROPERTIES.isdisjoint(properties)):
-            topic, queue_id, properties = rewrite_for_delay(
-                topic, queue_id, properties, levels_ms=self.config.delay_levels_ms,
-                now_ms=self._writer().clock.now_ms(), sys_flag=sys_flag)
+        if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE:
+            # Only commits: re-appended half copies keep their properties and must stay halves.
+            topic, queue_id, properties = self._route_delay(topic, queue_id, properties, sys_flag)
+        self._register_system_topic(topic)
+        return self._writer().put(topic, queue_id, body, properties, **fields)
+
+    def _route_delay(self, topic: str, queue_id: int, properties: Mapping[str, str] | None,
+                     sys_flag: int) -> tuple[str, int, Mapping[str, str] | None]:
+        """Where a message with delay properties goes (schedule or timer topic); unchanged otherwise."""
+        if not properties or _DELAY_PROPERTIES.isdisjoint(properties):
+            return topic, queue_id, properties
+        return rewrite_for_delay(topic, queue_id, properties, levels_ms=self.config.delay_levels_ms,
+                                 now_ms=self._writer().clock.now_ms(), sys_flag=sys_flag)
+
+    def _register_system_topic(self, topic: str) -> None:
+        """Put a system topic the broker writes to into the topic table on first use."""
         if topic not in self.topics and is_system_topic(topic):
             self.topics.ensure_system(topic, len(self.config.delay_levels_ms) if topic == SCHEDULE_TOPIC else None)
-        return self._writer().put(topic, queue_id, body, properties, **fields)
 
     def _deliver_due(self, topic: str, queue_id: int, body: bytes, properties: dict[str, str], flag: int,
                      sys_flag: int, born_timestamp: int, born_host: str, reconsume_times: int) -> PutResult:
@@ -226,14 +238,10 @@ class Broker:
         store = self._writer()
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
-            self.topics.ensure_system(topic)
-        elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
-            real_topic = topic
-            topic, queue_id, properties = rewrite_for_delay(
-                topic, queue_id, properties, levels_ms=self.config.delay_levels_ms, now_ms=store.clock.now_ms(),
-                sys_flag=sys_flag)
-            if topic != real_topic:
-                self.topics.ensure_system(topic, len(self.config.delay_levels_ms) if topic == SCHEDULE_TOPIC else None)
+        else:
+            topic, queue_id, properties = self._route_delay(topic, queue_id, properties, sys_flag)
+        if topic in _ROUTED_TOPICS:
+            self._register_system_topic(topic)
         return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
                          born_timestamp=born_timestamp, reconsume_times=reconsume_times)
 
@@ -406,7 +414,7 @@ def open(path: str, *, read_only: bool = False, clock: Clock | None = None,  # n
     path = os.fspath(path)
     if read_only:
         return Broker(StoreReader(path, **config))
-    settings = open_store_config(path, config)
+    settings = config_for(path, config)
     # The delay topics' consume queues hold due times as tags codes; recovery needs the rule too.
     store = MessageStore(path, settings, tags_code_fn=delay_tags_code(settings.delay_levels_ms),
                          clock=clock or SYSTEM_CLOCK)

@@ -92,8 +92,6 @@ _SYSFLAG_POS = PREFIX.size - 12  # 36: SYSFLAG sits before the born timestamp (8
 assert HEADER.size == 88 and PREFIX.size == 48 and BLANK.size == 8 and _BODY_LEN_POS == 84 and _SYSFLAG_POS == 36
 
 STORE_HOST = ("127.0.0.1", 10911)
-#: Producer and broker are the same process, so the born host is the store host.
-DEFAULT_BORN_HOST = STORE_HOST
 
 TagsCodeFn = Callable[[str, Mapping[str, str], int], int]
 
@@ -440,7 +438,7 @@ class CommitLog:
         self._topic_bytes: dict[str, bytes] = {}
         self._empty_tails: dict[str, bytes] = {}
         self._v2_topics: set[str] = set()  # topics written with MAGIC_V2 (filled by _topic_prefix)
-        self._born_default = (_STORE_IP, _STORE_PORT)
+        self._born_default = (_STORE_IP, _STORE_PORT)  # producer and broker share a process: same host
         self._max_body = config.max_message_size
         self._system_clock = isinstance(clock, SystemClock)  # lets the put path read time_ns directly
         self._active: MappedFile | None = None  # the segment appends go to (set by _room_for)

@@ -103,6 +103,10 @@ class MappedFile:
             return wrote // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE >= least_pages
         return True
 
+    def read(self, position: int, size: int) -> bytes:
+        """A copy of `size` bytes at file position `position` (short at the file end)."""
+        return self.mm[position : position + size]
+
     def next_data(self, position: int) -> int:
         """The first position >= `position` the file system holds data for (file size if none).
 
@@ -116,17 +120,6 @@ class MappedFile:
             return position
         except AttributeError:  # no SEEK_DATA on this platform
             return position
-
-    def read(self, position: int, size: int) -> bytes:
-        """A copy of `size` bytes at file position `position` (short at the file end)."""
-        return self.mm[position : position + size]
-
-    def touch(self) -> None:
-        """Mark the file modified now (clean-up keys expiry on modification time)."""
-        try:
-            os.utime(self.path)
-        except OSError:
-            pass
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:

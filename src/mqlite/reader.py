@@ -19,7 +19,6 @@ It reads stores written by a RocketMQ broker too: sizes come from
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 from .errors import StoreCorruptedError
@@ -57,10 +56,6 @@ class StoreReader(StoreFiles):
         for cq in self.consume_queues.values():
             cq.refresh()
         self._end_of_log()
-
-    def settings(self) -> Mapping[str, Any]:
-        """The settings this reader uses (stored, inferred or default)."""
-        return self.config.to_json()
 
     def close(self) -> None:
         """Unmap everything. Idempotent."""

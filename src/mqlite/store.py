@@ -21,7 +21,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
@@ -33,17 +32,12 @@ from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
 from .storeservices import CleanService, FlushService, GroupCommit, ReputService, file_expired
 
-__all__ = ["MessageStore", "ArrivalListener", "open_store_config"]
+__all__ = ["MessageStore", "ArrivalListener"]
 
 log = logging.getLogger("mqlite")
 
 ArrivalListener = Callable[[str, int, int], None]
 _NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
-
-
-def open_store_config(root: str, settings: Mapping[str, Any]) -> StoreConfig:
-    """Settings for a writer opening `root` (stored ones, keyword overrides, format checks)."""
-    return config_for(root, settings)
 
 
 class _DirectoryLock:
@@ -94,7 +88,7 @@ class MessageStore(StoreFiles):
     def __init__(self, root: str, config: StoreConfig | None = None, *, clock: Clock = SYSTEM_CLOCK,
                  tags_code_fn: TagsCodeFn | None = None, on_arrival: ArrivalListener | None = None) -> None:
         os.makedirs(root, exist_ok=True)
-        config = config or open_store_config(root, {})
+        config = config or config_for(root, {})
         self._lock = _DirectoryLock(root)
         try:
             super().__init__(root, config, read_only=False, clock=clock, tags_code_fn=tags_code_fn)
@@ -325,16 +319,15 @@ class MessageStore(StoreFiles):
         """Delete the consume queues of `topic` (its records stay in the log until expiry)."""
         self._check_open()
         self.wait_dispatched()
-        with self._cq_lock:
+        # Under the put lock (then the queue lock, the order appends take them): no put can
+        # be writing into a queue while it is destroyed.
+        with self.commitlog.put_lock, self._cq_lock:
             doomed = [key for key in self.consume_queues if key[0] == topic]
             queues = dict(self.consume_queues)
             for key in doomed:
                 queues.pop(key).destroy()
-            self.consume_queues = queues
-        with self.commitlog.put_lock:
-            self.commitlog.unit_queues = queues
-            for key in doomed:
                 self.commitlog.topic_queue_table.pop(key, None)
+            self.consume_queues = self.commitlog.unit_queues = queues
         try:
             os.rmdir(os.path.join(self.root, "consumequeue", topic))
         except OSError:

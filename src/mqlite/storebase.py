@@ -197,7 +197,7 @@ class StoreFiles:
         return cq.min_offset if cq else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """Next queue offset to be written, counting dispatched messages only (0 for an unknown queue)."""
+        """Next queue offset to be written (0 for an unknown queue); a reader sees what its consume queues hold."""
         self._require_open()
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:

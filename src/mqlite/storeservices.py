@@ -8,7 +8,6 @@ flush, then the checkpoint).
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -26,10 +25,11 @@ log = logging.getLogger("mqlite")
 
 
 class ReputService(Service):
-    """`ReputMessageService`: turns appended records into consume-queue units and index entries.
+    """`ReputMessageService`, reduced to the index: consume-queue units are written with
+    the append (under the put lock), so this thread only builds index entries.
 
-    Woken by every put; drains the commit log's dispatch queue in order, then
-    calls the store's arrival listener once per touched queue (outside locks).
+    Woken by a put that queued index work while the thread was idle; drains the
+    commit log's dispatch queue in order and hashes all pending keys together.
     """
 
     def __init__(self, store: MessageStore) -> None:
@@ -154,7 +154,6 @@ class CleanService(Service):
     def __init__(self, store: MessageStore) -> None:
         super().__init__("clean", interval=store.config.clean_resource_interval)
         self.store = store
-        self.manual_requests = 0
 
     def run_once(self) -> None:
         self.store.delete_expired_files()
@@ -168,14 +167,3 @@ class CleanService(Service):
 def file_expired(mtime: float, now_ms: int, reserved_hours: float) -> bool:
     """A file is expired `reserved_hours` after its last modification."""
     return mtime * 1000 + reserved_hours * 3_600_000 <= now_ms
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with `pid` exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
