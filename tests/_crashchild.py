@@ -106,7 +106,10 @@ class Child:
     """A `_crashchild.py` process seen from the parent: line reading with deadlines, sure cleanup.
 
     Use as a context manager; leaving it kills the process if it still runs.
+    Subclasses run another child script by setting `script`.
     """
+
+    script = os.path.abspath(__file__)
 
     def __init__(self, *args: str) -> None:
         import mqlite
@@ -116,7 +119,7 @@ class Child:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), *args],
+            [sys.executable, self.script, *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env,
         )
         self._buffer = b""

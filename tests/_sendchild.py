@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import os
 import random
-import select
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
+
+from _crashchild import Child  # tests/ is on sys.path both under pytest and when run as a script
 
 #: Small commit-log files and short transaction intervals, so the crash test runs in seconds.
 SETTINGS: dict[str, Any] = {
@@ -168,65 +166,10 @@ def run(root: str, seed: int, max_seconds: float, settle: int, mix: str) -> None
     _emit(out_lock, "DONE\n")
 
 
-class SendChild:
-    """This script run as a child process, seen from the parent: lines with deadlines, sure cleanup.
+class SendChild(Child):
+    """This script run as a child process, seen from the parent (see `_crashchild.Child`)."""
 
-    A context manager; leaving it SIGKILLs the process if it still runs.
-    """
-
-    def __init__(self, *args: str) -> None:
-        import mqlite
-
-        env = dict(os.environ)
-        src = os.path.dirname(os.path.dirname(os.path.abspath(mqlite.__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
-        self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._stderr, env=env)
-        self._buffer = b""
-        self._eof = False
-
-    def readline(self, deadline: float) -> str | None:
-        """The next complete line; None at end of output. AssertionError once `deadline` (monotonic) passes.
-
-        A torn last line (the child died while writing it) is dropped.
-        """
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            if self._eof:
-                return None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"child {self.proc.pid} printed nothing in time; stderr:\n{self.stderr()}")
-            if select.select([fd], [], [], remaining)[0]:
-                chunk = os.read(fd, 1 << 16)
-                self._eof = not chunk
-                self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line.decode()
-
-    def kill(self) -> None:
-        """SIGKILL the child and reap it (no-op when it already exited)."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stderr(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read().decode(errors="replace")[-5000:]
-
-    def __enter__(self) -> SendChild:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            self.kill()
-        finally:
-            for pipe in (self.proc.stdin, self.proc.stdout):
-                if pipe is not None:
-                    pipe.close()
-            self._stderr.close()
+    script = os.path.abspath(__file__)
 
 
 def main(argv: list[str]) -> None:
