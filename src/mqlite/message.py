@@ -366,31 +366,33 @@ class Message:
         else:
             self.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
 
+    def _int_property(self, name: str) -> int | None:
+        text = self.properties.get(name)
+        return int(text) if text and text.lstrip("-").isdigit() else None
+
+    def _set_int_property(self, name: str, value: int | None) -> None:
+        if value is None:
+            self.properties.pop(name, None)
+        else:
+            self.properties[name] = str(int(value))
+
     @property
     def deliver_time_ms(self) -> int | None:
         """Absolute delivery time in epoch ms (RocketMQ 5's TIMER_DELIVER_MS), or None."""
-        text = self.properties.get(PROPERTY_TIMER_DELIVER_MS)
-        return int(text) if text and text.lstrip("-").isdigit() else None
+        return self._int_property(PROPERTY_TIMER_DELIVER_MS)
 
     @deliver_time_ms.setter
     def deliver_time_ms(self, when: int | None) -> None:
-        if when is None:
-            self.properties.pop(PROPERTY_TIMER_DELIVER_MS, None)
-        else:
-            self.properties[PROPERTY_TIMER_DELIVER_MS] = str(int(when))
+        self._set_int_property(PROPERTY_TIMER_DELIVER_MS, when)
 
     @property
     def delay_ms(self) -> int | None:
         """Delay from sending in ms (RocketMQ 5's TIMER_DELAY_MS), or None."""
-        text = self.properties.get(PROPERTY_TIMER_DELAY_MS)
-        return int(text) if text and text.lstrip("-").isdigit() else None
+        return self._int_property(PROPERTY_TIMER_DELAY_MS)
 
     @delay_ms.setter
     def delay_ms(self, delay: int | None) -> None:
-        if delay is None:
-            self.properties.pop(PROPERTY_TIMER_DELAY_MS, None)
-        else:
-            self.properties[PROPERTY_TIMER_DELAY_MS] = str(int(delay))
+        self._set_int_property(PROPERTY_TIMER_DELAY_MS, delay)
 
     def put_user_property(self, name: str, value: str) -> None:
         """Set a user property; RocketMQ's reserved names and blank names or values are refused."""
