@@ -27,7 +27,7 @@ LAYERS: dict[str, int] = {
     "mappedfile": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1,
     # L2 broker
-    "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "broker": 2,
+    "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "sendback": 2, "groups": 2, "longpoll": 2, "broker": 2,
     # L3 clients (consumer/ and filter/ are packages)
     "producer": 3, "consumer": 3, "rebalance": 3, "filter": 3,
     # L4 adapters (spark/ is a package)

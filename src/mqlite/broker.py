@@ -19,9 +19,11 @@ from typing import Any
 
 from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import PutResult
+from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
+from .groups import ConsumerGroups, GroupMember, QueueLocks
+from .longpoll import ArrivalHub, PullResult, PullStatus, pull_result_of
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_TIMER_DELAY_MS,
@@ -34,8 +36,9 @@ from .message import (
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
 from .reader import StoreReader
+from .sendback import DEFAULT_MAX_RECONSUME_TIMES, plan_send_back
 from .store import MessageStore
-from .storebase import StoreFiles, config_for
+from .storebase import MessageFilter, StoreFiles, config_for
 from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
 from .txn import HALF_TOPIC, TransactionalMessageService, TransactionCheckService, parse_half_message
 
@@ -44,7 +47,7 @@ _ROUTED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC})
 _DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
                                PROPERTY_TIMER_DELAY_SEC})
 
-__all__ = ["Broker", "QueueStatus", "open"]
+__all__ = ["Broker", "QueueStatus", "QueueProgress", "open"]
 
 log = logging.getLogger("mqlite")
 
@@ -59,6 +62,24 @@ class QueueStatus:
     last_update_timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class QueueProgress:
+    """One row of `consumer_progress` (mqadmin consumerProgress's `OffsetWrapper`)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    client_id: str
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        """Messages not consumed yet: broker offset minus consumer offset."""
+        return self.broker_offset - self.consumer_offset
+
+
 class Broker:
     """An embedded RocketMQ broker over one directory. Use `mqlite.open()` to get one.
 
@@ -68,6 +89,7 @@ class Broker:
     def __init__(self, store: StoreFiles) -> None:
         self._store = store
         self._closed = False
+        self._closing = False
         self.config = store.config
         self.topics = TopicTable(store.root, read_only=store.read_only, clock=store.clock)
         self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
@@ -79,6 +101,11 @@ class Broker:
         self.offsets: ConsumerOffsets | None = None
         self.transactions: TransactionalMessageService | None = None
         self.delay: DelayService | None = None
+        #: Parked pulls and pull threads, woken when their queues grow.
+        self.arrivals = ArrivalHub()
+        #: Live consumers per group, and the orderly consumers' queue locks.
+        self.consumer_groups = ConsumerGroups()
+        self.queue_locks = QueueLocks(store.clock)
         if isinstance(store, MessageStore):
             self._start_services(store)
 
@@ -99,6 +126,7 @@ class Broker:
             service.start()
 
     def _on_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
+        self.arrivals.notify(topic, queue_id)
         delay = self.delay
         if delay is not None and (topic == SCHEDULE_TOPIC or topic == TIMER_TOPIC):
             delay.notify_arrival(topic, queue_id, next_offset)
@@ -189,7 +217,11 @@ class Broker:
     def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False) -> TopicConfig:
         """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`)."""
         self._writer()
-        return self.topics.create(topic, queue_nums, order=order)
+        before = self.topics.get(topic)
+        config = self.topics.create(topic, queue_nums, order=order)
+        if before is None or before.read_queue_nums != config.read_queue_nums:
+            self.consumer_groups.notify_all()
+        return config
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic and its consume queues (its records age out of the commit log)."""
@@ -198,6 +230,7 @@ class Broker:
             raise MQClientError(f"topic {topic!r} does not exist")
         self.topics.delete(topic)
         store.delete_topic(topic)
+        self.consumer_groups.notify_all()
 
     def topic_list(self) -> list[str]:
         """Every topic: user, retry, DLQ and system topics, from the table and from the disk."""
@@ -225,6 +258,17 @@ class Broker:
         if not config.writable:
             raise MQClientError(f"topic {topic!r} is not writable (perm {config.perm})")
         return [MessageQueue(topic, self.broker_name, i) for i in range(config.write_queue_nums)]
+
+    def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues consumers of `topic` read (its read queues; none for an unknown topic)."""
+        config = self.topics.get(topic)
+        if config is None:
+            store = self._check()
+            ids = store.queue_ids(topic)
+            return [MessageQueue(topic, self.broker_name, i) for i in range(max(ids) + 1)] if ids else []
+        if not config.readable:
+            return []
+        return [MessageQueue(topic, self.broker_name, i) for i in range(config.read_queue_nums)]
 
     # -- sending ------------------------------------------------------------------------------------------------
     def put_message(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
@@ -370,12 +414,159 @@ class Broker:
                 f"(readable offsets are {result.min_offset}..{result.max_offset - 1})")
         return result.messages[0]
 
+    # -- consuming --------------------------------------------------------------------------------------------
+    def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
+             message_filter: MessageFilter | None = None, wait: float = 0.0) -> PullResult:
+        """Pull up to `max_nums` messages of `mq` from `offset` (RocketMQ's long-polling pull).
+
+        Returns at once when messages are there. Otherwise it parks until the
+        queue grows or `wait` seconds pass (push consumers wait 15 s, lite pull
+        consumers 20 s; 0 never parks) and then tries once more. Messages the filter rules out are
+        skipped while time remains, so a filtered pull returns FOUND or waits.
+        `group` names the puller, as RocketMQ's request does.
+        """
+        store = self._check()
+        if not isinstance(max_nums, int) or max_nums < 1:
+            raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise MQClientError(f"offset must be an int, got {offset!r}")
+        deadline = store.clock.monotonic() + wait
+        topic, queue_id = mq.topic, mq.queue_id
+        while True:
+            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter), offset)
+            remaining = deadline - store.clock.monotonic()
+            if result.pull_status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > offset:
+                offset = result.next_begin_offset  # RocketMQ's PULL_RETRY_IMMEDIATELY
+                if remaining > 0 or offset < result.max_offset:
+                    continue
+                return PullResult(PullStatus.NO_NEW_MSG, offset, result.min_offset, result.max_offset, [])
+            if result.pull_status is not PullStatus.NO_NEW_MSG or remaining <= 0 or self._closed:
+                return result
+            start = offset
+            self.arrivals.wait(topic, queue_id, lambda: store.max_offset(topic, queue_id) > start or self._closed,
+                               remaining)
+            if store.max_offset(topic, queue_id) <= offset:
+                return result
+
+    def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
+        """Record `group`'s next offset for `mq` (persisted every 5 s and on close)."""
+        offsets = self._offsets()
+        offsets.commit(group, mq.topic, mq.queue_id, offset, increase_only=increase_only)
+
+    def query_offset(self, group: str, mq: MessageQueue) -> int:
+        """`group`'s committed offset for `mq`, or -1 when it has none."""
+        return self._offsets().query(group, mq.topic, mq.queue_id)
+
+    def offset_for_new_group(self, mq: MessageQueue) -> int:
+        """What the broker answers a group with no offset for `mq`: 0 or -1 (`queryConsumerOffset`).
+
+        RocketMQ answers 0 instead of "not found" when the queue still starts
+        at offset 0 and that message is still in memory (within 40% of RAM of
+        the commit log's end), so a new group on a young topic reads it from
+        the start even with CONSUME_FROM_LAST_OFFSET.
+        """
+        store = self._check()
+        if store.min_offset(mq.topic, mq.queue_id) > 0 or store.max_offset(mq.topic, mq.queue_id) == 0:
+            return 0 if store.max_offset(mq.topic, mq.queue_id) == 0 else -1
+        first = store.get_messages(mq.topic, mq.queue_id, 0, 1).messages
+        if not first:
+            return -1
+        behind = store.commitlog.max_offset - first[0].commit_log_offset
+        return 0 if behind <= _memory_window() else -1
+
+    def _offsets(self) -> ConsumerOffsets:
+        self._writer()
+        assert self.offsets is not None
+        return self.offsets
+
+    def send_message_back(self, group: str, msg: MessageExt, delay_level: int = 0,
+                          max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES) -> PutResult:
+        """A consumer of `group` failed `msg`: store its retry (or dead-letter) copy.
+
+        RocketMQ's `consumerSendMsgBack`: the stored original is read back by
+        commit-log offset, and its copy goes to `%RETRY%<group>` with delay
+        level `3 + reconsume_times` (or `delay_level`), or to `%DLQ%<group>`
+        once `max_reconsume_times` is reached or `delay_level` is negative.
+        """
+        store = self._writer()
+        original = store.look_message_by_offset(msg.commit_log_offset)
+        plan = plan_send_back(original, group, delay_level, max_reconsume_times)
+        self.topics.ensure_system(plan.topic, 1)
+        body, sys_flag = stored_body(original)
+        topic, queue_id, properties = self._route_delay(plan.topic, 0, plan.properties, sys_flag)
+        if topic in _ROUTED_TOPICS:
+            self._register_system_topic(topic)
+        return store.put(topic, queue_id, body, properties, flag=original.flag, sys_flag=sys_flag,
+                         born_timestamp=original.born_timestamp, born_host=original.born_host,
+                         reconsume_times=plan.reconsume_times)
+
+    def register_consumer(self, group: str, member: GroupMember) -> None:
+        """A consumer started: every member of `group` rebalances."""
+        self._writer()
+        self.consumer_groups.register(group, member)
+
+    def unregister_consumer(self, group: str, member: GroupMember) -> None:
+        """A consumer stopped: the others rebalance and take its queues over."""
+        self.consumer_groups.unregister(group, member)
+
+    def consumer_progress(self, group: str) -> list[QueueProgress]:
+        """Per queue the group consumes: broker offset, consumer offset, diff, owner, last store time."""
+        store = self._check()
+        offsets = self._offsets()
+        table = offsets.table_for(group)
+        members = self.consumer_groups.members(group)
+        topics = set(table)
+        owners: dict[MessageQueue, str] = {}
+        for member in members:
+            topics |= member.subscribed_topics()
+            for mq in member.assigned_queues():
+                owners[mq] = member.client_id
+        rows = []
+        for topic in sorted(topics):
+            committed = table.get(topic, {})
+            for queue_id in sorted(set(store.queue_ids(topic)) | set(committed)):
+                broker_offset = store.max_offset(topic, queue_id)
+                consumer_offset = max(committed.get(queue_id, 0), 0)
+                last = store.store_timestamp(topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
+                mq = MessageQueue(topic, self.broker_name, queue_id)
+                rows.append(QueueProgress(topic, self.broker_name, queue_id, broker_offset, consumer_offset,
+                                          owners.get(mq, ""), max(last, 0)))
+        return rows
+
+    def reset_offset_by_time(self, group: str, topic: str, timestamp: int) -> dict[MessageQueue, int]:
+        """Move `group`'s offsets on `topic` to the first message stored at or after `timestamp`.
+
+        `timestamp` -1 means the end of each queue (skip everything). Running
+        consumers drop what they cached and pull from the new offsets. Returns
+        the new offset per queue.
+        """
+        store = self._writer()
+        offsets = self._offsets()
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
+            raise MQClientError(f"timestamp must be epoch milliseconds (int), got {timestamp!r}")
+        if topic not in self.topics and topic not in store.topics():
+            raise MQClientError(f"topic {topic!r} does not exist")
+        table: dict[int, int] = {}
+        for queue_id in store.queue_ids(topic):
+            table[queue_id] = (store.max_offset(topic, queue_id) if timestamp == -1
+                               else store.offset_by_time(topic, queue_id, timestamp))
+            offsets.commit(group, topic, queue_id, table[queue_id])
+        for member in self.consumer_groups.members(group):
+            if topic in member.subscribed_topics():
+                member.reset_offsets(topic, dict(table))
+        return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
+
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Ordered shutdown: services, final flush, checkpoint, unlock. Idempotent."""
-        if self._closed:
-            return
+        """Ordered shutdown: consumers, services, final flush, checkpoint, unlock. Idempotent."""
+        if self._closed or self._closing:
+            return  # a consumer shut down below may release a shared broker: that must not re-enter
+        self._closing = True
+        for group in self.consumer_groups.groups():
+            for member in self.consumer_groups.members(group):
+                member.shutdown()  # finishes in-flight batches and commits their offsets
         self._closed = True
+        self.arrivals.close()
         for service in reversed(self._services):  # check-back, delay delivery, offsets (persists on stop)
             service.stop()
         self._store.close()  # type: ignore[attr-defined]
@@ -394,6 +585,14 @@ class Broker:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
         return f"<mqlite.Broker {self.path!r} {mode}{' closed' if self._closed else ''}>"
+
+
+def _memory_window() -> int:
+    """`accessMessageInMemoryMaxRatio` (40) percent of physical memory, in bytes."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 40 // 100
+    except (ValueError, OSError, AttributeError):
+        return 1 << 30
 
 
 _SHARED: dict[str, Broker] = {}

@@ -125,14 +125,19 @@ class ConsumerOffsets:
             return {key: dict(queues) for key, queues in self._table.items()}
 
     # -- changes ----------------------------------------------------------------------------------------
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record `offset` as the next offset `group` consumes from (topic, queue) (`commitOffset`)."""
+    def commit(self, group: str, topic: str, queue_id: int, offset: int, *, increase_only: bool = False) -> None:
+        """Record `offset` as the next offset `group` consumes from (topic, queue) (`commitOffset`).
+
+        With `increase_only` a smaller offset is ignored (the client's
+        `updateOffset(mq, offset, true)`, used after each consumed batch).
+        """
         key = topic + TOPIC_GROUP_SEPARATOR + group
         with self._lock:
             queues = self._table.get(key)
             if queues is None:
                 queues = self._table[key] = {}
-            if queues.get(queue_id) != offset:
+            current = queues.get(queue_id)
+            if current != offset and not (increase_only and current is not None and current > offset):
                 queues[queue_id] = offset
                 self._changes += 1
 

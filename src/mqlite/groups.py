@@ -1,0 +1,148 @@
+"""Consumer groups inside one broker: who is a member, and who holds which queue lock.
+
+RocketMQ's broker keeps a `ConsumerManager` (the live members of each group,
+from their heartbeats) and a `RebalanceLockManager` (orderly consumers lock
+the queues they own, so two members never consume one queue at once during a
+hand-over). In one process a member registers when it starts and unregisters
+when it shuts down, and every other member of the group is told to rebalance
+at once (RocketMQ's `NOTIFY_CONSUMER_IDS_CHANGED`), so nobody waits for the
+20 s timer to notice a join or a leave.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Protocol
+
+from .clock import SYSTEM_CLOCK, Clock
+from .message import MessageQueue
+
+__all__ = ["GroupMember", "ConsumerGroups", "QueueLocks", "LOCK_MAX_LIVE_MS"]
+
+#: `RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`: a lock nobody renews expires after 60 s.
+LOCK_MAX_LIVE_MS = 60_000
+
+
+class GroupMember(Protocol):
+    """What the broker needs of a registered consumer."""
+
+    @property
+    def client_id(self) -> str:
+        """Unique per consumer instance."""
+        ...
+
+    def request_rebalance(self) -> None:
+        """Membership or topic layout changed: rebalance soon (must not block)."""
+        ...
+
+    def subscribed_topics(self) -> set[str]:
+        """Topics the member consumes (its retry topic included)."""
+        ...
+
+    def assigned_queues(self) -> set[MessageQueue]:
+        """Queues the member consumes right now."""
+        ...
+
+    def reset_offsets(self, topic: str, offsets: dict[int, int]) -> None:
+        """An admin reset `topic`'s offsets (queue id -> offset): drop cached messages, pull from there."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop consuming (the broker is closing); idempotent."""
+        ...
+
+
+class ConsumerGroups:
+    """Live members per consumer group; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: dict[str, dict[str, GroupMember]] = {}
+
+    def register(self, group: str, member: GroupMember) -> None:
+        """Add `member` to `group` and ask every member (itself included) to rebalance."""
+        with self._lock:
+            self._members.setdefault(group, {})[member.client_id] = member
+            members = list(self._members[group].values())
+        for other in members:
+            other.request_rebalance()
+
+    def unregister(self, group: str, member: GroupMember) -> None:
+        """Remove `member`; the members left rebalance and take over its queues."""
+        with self._lock:
+            table = self._members.get(group)
+            if not table or table.get(member.client_id) is not member:
+                return
+            del table[member.client_id]
+            if not table:
+                del self._members[group]
+            members = list(table.values())
+        for other in members:
+            other.request_rebalance()
+
+    def client_ids(self, group: str) -> list[str]:
+        """The members' client ids, sorted (as `RebalanceImpl` sorts them)."""
+        with self._lock:
+            return sorted(self._members.get(group, ()))
+
+    def members(self, group: str) -> list[GroupMember]:
+        """The live members of `group`."""
+        with self._lock:
+            return list(self._members.get(group, {}).values())
+
+    def groups(self) -> list[str]:
+        """Groups with at least one live member, sorted."""
+        with self._lock:
+            return sorted(self._members)
+
+    def notify_all(self) -> None:
+        """Ask every member of every group to rebalance (a topic's queues changed)."""
+        with self._lock:
+            members = [m for table in self._members.values() for m in table.values()]
+        for member in members:
+            member.request_rebalance()
+
+
+class QueueLocks:
+    """`RebalanceLockManager`: per (group, queue), the client holding it and when it last renewed."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, max_live_ms: int = LOCK_MAX_LIVE_MS) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._max_live_ms = max_live_ms
+        self._table: dict[tuple[str, MessageQueue], tuple[str, int]] = {}
+
+    def try_lock(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> set[MessageQueue]:
+        """Lock or renew each queue for `client_id`; returns the queues it now holds."""
+        now = self._clock.now_ms()
+        held: set[MessageQueue] = set()
+        with self._lock:
+            for mq in mqs:
+                entry = self._table.get((group, mq))
+                if entry is None or entry[0] == client_id or now - entry[1] > self._max_live_ms:
+                    self._table[(group, mq)] = (client_id, now)
+                    held.add(mq)
+        return held
+
+    def unlock(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
+        """Release the queues `client_id` holds (others' locks are left alone)."""
+        with self._lock:
+            for mq in mqs:
+                entry = self._table.get((group, mq))
+                if entry is not None and entry[0] == client_id:
+                    del self._table[(group, mq)]
+
+    def holder(self, group: str, mq: MessageQueue) -> str | None:
+        """The client holding an unexpired lock on `mq`, or None."""
+        with self._lock:
+            entry = self._table.get((group, mq))
+        if entry is None or self._clock.now_ms() - entry[1] > self._max_live_ms:
+            return None
+        return entry[0]
+
+    def has_locks(self, group: str) -> bool:
+        """Whether some queue of `group` is locked and unexpired (RocketMQ sends such retries to DLQ)."""
+        now = self._clock.now_ms()
+        with self._lock:
+            return any(g == group and now - ts <= self._max_live_ms for (g, _), (_, ts) in self._table.items())
