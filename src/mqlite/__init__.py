@@ -8,8 +8,19 @@
 
 from __future__ import annotations
 
-from .broker import Broker, QueueStatus, open
+from . import rebalance
+from .broker import Broker, QueueProgress, QueueStatus, open
 from .config import StoreConfig
+from .consumer import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    LitePullConsumer,
+    MessageModel,
+    PushConsumer,
+)
 from .errors import (
     ConfigError,
     FilterError,
@@ -21,6 +32,8 @@ from .errors import (
     StoreCorruptedError,
     StoreLockedError,
 )
+from .filter import ExpressionType, MessageSelector
+from .longpoll import PullResult, PullStatus
 from .message import Message, MessageExt, MessageQueue
 from .producer import (
     LocalTransactionState,
@@ -41,6 +54,20 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Broker",
+    "ConsumeConcurrentlyContext",
+    "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
+    "ExpressionType",
+    "LitePullConsumer",
+    "MessageModel",
+    "MessageSelector",
+    "PullResult",
+    "PullStatus",
+    "PushConsumer",
+    "QueueProgress",
+    "rebalance",
     "ConfigError",
     "FilterError",
     "GetMessageResult",

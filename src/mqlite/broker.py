@@ -279,11 +279,14 @@ class Broker:
         Rewrites first, as RocketMQ's broker: a prepared (half) message goes to
         the half topic; a delayed one to the schedule or timer topic.
         """
-        store = self._writer()
+        store = self._store
+        if self._closed or not isinstance(store, MessageStore):
+            store = self._writer()  # raises
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
-        else:
+        elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
             topic, queue_id, properties = self._route_delay(topic, queue_id, properties, sys_flag)
+        # else: a plain message, stored as sent (the check above is _route_delay's, inlined for sends)
         if topic in _ROUTED_TOPICS:
             self._register_system_topic(topic)
         return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
@@ -491,7 +494,9 @@ class Broker:
         store = self._writer()
         original = store.look_message_by_offset(msg.commit_log_offset)
         plan = plan_send_back(original, group, delay_level, max_reconsume_times)
-        self.topics.ensure_system(plan.topic, 1)
+        if plan.topic not in self.topics:
+            self.topics.ensure_system(plan.topic, 1)
+            self.consumer_groups.notify(group)  # members start reading their new retry topic
         body, sys_flag = stored_body(original)
         topic, queue_id, properties = self._route_delay(plan.topic, 0, plan.properties, sys_flag)
         if topic in _ROUTED_TOPICS:

@@ -96,6 +96,11 @@ class ConsumerGroups:
         with self._lock:
             return sorted(self._members)
 
+    def notify(self, group: str) -> None:
+        """Ask every member of `group` to rebalance (one of its topics appeared)."""
+        for member in self.members(group):
+            member.request_rebalance()
+
     def notify_all(self) -> None:
         """Ask every member of every group to rebalance (a topic's queues changed)."""
         with self._lock:

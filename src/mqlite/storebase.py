@@ -276,14 +276,17 @@ class StoreFiles:
                         mm, start, end = None, 0, 0
                     else:
                         mm, start, end = mf.mm, mf.file_from_offset, mf.file_from_offset + mf.file_size
-                qoff += 1
                 raw = mm[phys - start : phys - start + size] if mm is not None else b""
                 if len(raw) != size or raw[4:8] not in _MAGICS:
+                    qoff += 1
                     removed += 1
                     continue
                 msg = new(cls)
                 msg._raw = raw
                 msg.broker_name = broker
+                # Known from the unit: consumers' process queues key on it without decoding the record.
+                msg.queue_offset = qoff
+                qoff += 1
                 # SYSFLAG's low byte (offset 39) holds the compression and IPv6 host bits.
                 msg._body = raw[_BODY_POS : _BODY_POS + unpack_len(raw, _BODY_LEN_POS)[0]] \
                     if not raw[_SYSFLAG_LOW] & _SLOW_BODY_FLAGS else None

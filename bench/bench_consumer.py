@@ -1,0 +1,199 @@
+"""Consumer benchmarks (issue 4): push throughput, lite-pull poll throughput, long-poll wake-up latency,
+and end-to-end produce->consume against persist-queue's ack queue and litequeue in the same run.
+
+    .venv-bench/bin/python bench/bench_consumer.py [--n 200000] [--only push_backlog,push_e2e,poll,latency,peers]
+
+Prints one JSON line per measurement (msgs/s or latency in ms) and a summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+
+import mqlite
+from mqlite.consumer import ConsumeFromWhere, PushConsumer
+
+BODY = b"x" * 100
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+SETTINGS = {"flush_disk_type": "ASYNC_FLUSH", "message_index_enable": False}
+
+
+def emit(name: str, **fields: object) -> dict:
+    row = {"bench": name, **fields}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def fill(broker: mqlite.Broker, topic: str, n: int, queues: int = 4) -> None:
+    broker.create_topic(topic, queues)
+    per = n // queues
+    for q in range(queues):
+        for start in range(0, per, 1000):
+            count = min(1000, per - start)
+            broker.put_messages(topic, q, [BODY] * count, [None] * count)
+    broker.store.wait_dispatched()
+
+
+class Counter:
+    def __init__(self, target: int) -> None:
+        self.n = 0
+        self.target = target
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, msgs: list, ctx: object) -> None:
+        with self.lock:
+            self.n += len(msgs)
+            if self.n >= self.target:
+                self.done.set()
+
+
+def push_backlog(root: str, n: int, threads: int = 4, batch: int = 1) -> dict:
+    with mqlite.open(os.path.join(root, "pb"), **SETTINGS) as broker:
+        fill(broker, "T", n)
+        counter = Counter(n)
+        t0 = time.perf_counter()
+        with PushConsumer(broker, "bench", consume_from_where=FIRST, consume_thread_nums=threads,
+                          consume_message_batch_max_size=batch, subscription={"T": "*"}, listener=counter):
+            counter.done.wait(600)
+            elapsed = time.perf_counter() - t0
+        return emit("push_backlog", n=n, threads=threads, batch=batch, msgs_per_s=round(n / elapsed))
+
+
+def push_e2e(root: str, n: int, threads: int = 4) -> dict:
+    with mqlite.open(os.path.join(root, "pe"), **SETTINGS) as broker:
+        broker.create_topic("T", 4)
+        counter = Counter(n)
+        with PushConsumer(broker, "bench", consume_thread_nums=threads, subscription={"T": "*"},
+                          listener=counter), mqlite.Producer(broker, "p") as producer:
+            t0 = time.perf_counter()
+            msgs = [mqlite.Message("T", BODY) for _ in range(1000)]
+            for start in range(0, n, 1000):
+                for q in range(4):
+                    producer.send_batch(msgs[: 1000 // 4], queue=mqlite.MessageQueue("T", broker.broker_name, q))
+            counter.done.wait(600)
+            elapsed = time.perf_counter() - t0
+        return emit("push_e2e_send_batch", n=n, threads=threads, msgs_per_s=round(n / elapsed))
+
+
+def poll_backlog(root: str, n: int, batch: int = 32) -> dict | None:
+    try:
+        from mqlite.consumer.litepull import LitePullConsumer
+    except ImportError:
+        return None
+    with mqlite.open(os.path.join(root, "lp"), **SETTINGS) as broker:
+        fill(broker, "T", n)
+        got = 0
+        t0 = time.perf_counter()
+        with LitePullConsumer(broker, "bench", consume_from_where=FIRST, pull_batch_size=batch,
+                              auto_commit=True) as consumer:
+            consumer.subscribe("T", "*")
+            while got < n:
+                got += len(consumer.poll(timeout=5.0))
+            elapsed = time.perf_counter() - t0
+        return emit("litepull_poll", n=n, pull_batch_size=batch, msgs_per_s=round(n / elapsed))
+
+
+def latency(root: str, samples: int = 2000) -> dict:
+    with mqlite.open(os.path.join(root, "lat"), **SETTINGS) as broker:
+        broker.create_topic("T", 1)
+        arrived: list[float] = []
+        got = threading.Semaphore(0)
+
+        def listener(msgs: list, ctx: object) -> None:
+            arrived.append(time.perf_counter())
+            got.release()
+
+        with PushConsumer(broker, "bench", consume_thread_nums=4, subscription={"T": "*"}, listener=listener), \
+                mqlite.Producer(broker, "p") as producer:
+            time.sleep(0.2)
+            lat = []
+            for _ in range(samples):
+                time.sleep(0.001)  # the consumer is parked again before each send
+                sent = time.perf_counter()
+                producer.send(mqlite.Message("T", BODY))
+                got.acquire()
+                lat.append((arrived[-1] - sent) * 1000)
+        lat.sort()
+        return emit("long_poll_latency", samples=samples, p50_ms=round(lat[len(lat) // 2], 3),
+                    p99_ms=round(lat[int(len(lat) * 0.99)], 3), max_ms=round(lat[-1], 3),
+                    mean_ms=round(statistics.fmean(lat), 3))
+
+
+def peers(root: str, n: int) -> list[dict]:
+    """Producer thread puts n 100 B items while a consumer thread gets and acks them."""
+    rows = []
+    try:
+        import persistqueue
+
+        q = persistqueue.SQLiteAckQueue(os.path.join(root, "pq"), multithreading=True, auto_commit=True)
+
+        def pq_get() -> None:
+            item = q.get(block=True, raw=True)
+            q.ack(id=item["pqid"])
+
+        rows.append(_peer_e2e("persistqueue.SQLiteAckQueue", n, q.put, pq_get))
+    except ImportError:
+        pass
+    try:
+        import litequeue
+
+        lq = litequeue.LiteQueue(os.path.join(root, "lq.sqlite3"))
+
+        def lq_get() -> None:
+            while True:
+                m = lq.pop()
+                if m is not None:
+                    lq.done(m.message_id)
+                    return
+
+        rows.append(_peer_e2e("litequeue", n, lambda b: lq.put(b.decode()), lq_get))
+    except ImportError:
+        pass
+    return rows
+
+
+def _peer_e2e(name: str, n: int, put, get) -> dict:
+    t0 = time.perf_counter()
+    producer = threading.Thread(target=lambda: [put(BODY) for _ in range(n)])
+    producer.start()
+    for _ in range(n):
+        get()
+    producer.join()
+    elapsed = time.perf_counter() - t0
+    return emit("peer_e2e", peer=name, n=n, msgs_per_s=round(n / elapsed))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument("--peer-n", type=int, default=20_000)
+    parser.add_argument("--only", default="push_backlog,push_e2e,poll,latency,peers")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    root = tempfile.mkdtemp(prefix="mqlite-bench-consumer-")
+    try:
+        if "push_backlog" in only:
+            push_backlog(root, args.n)
+            push_backlog(root + "/b32", args.n, batch=32)
+        if "push_e2e" in only:
+            push_e2e(root, args.n)
+        if "poll" in only:
+            poll_backlog(root, args.n)
+        if "latency" in only:
+            latency(root)
+        if "peers" in only:
+            peers(root, args.peer_n)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

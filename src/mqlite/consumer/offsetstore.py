@@ -1,0 +1,131 @@
+"""Where a consumer keeps its offsets: on the broker (clustering) or in a local file (broadcasting).
+
+RocketMQ's `RemoteBrokerOffsetStore` keeps a client table and sends it to the
+broker every 5 s; in one process the broker's table *is* that table, so
+updates go straight to it (no I/O) and the broker's offset-persist service
+writes `config/consumerOffset.json` every 5 s and on close.
+`LocalFileOffsetStore` keeps broadcasting offsets per client instance, because
+every member consumes every queue: `<dir>/<client_id>/<group>/offsets.json`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from ..config import read_json, write_json_atomic
+from ..errors import IllegalStateError
+from ..message import MessageQueue
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+__all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path"]
+
+
+class OffsetStore(Protocol):
+    """The client's `OffsetStore`."""
+
+    def read(self, mq: MessageQueue) -> int:
+        """The stored next offset of `mq`, or -1 when there is none."""
+        ...
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        """Set `mq`'s next offset (ignored when `increase_only` and it would go back)."""
+        ...
+
+    def persist(self, mqs: Iterable[MessageQueue] | None = None) -> None:
+        """Make the offsets durable (all queues when None)."""
+        ...
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Forget the client-side entry of a queue this consumer no longer owns."""
+        ...
+
+
+class RemoteBrokerOffsetStore:
+    """Clustering offsets: the broker's consumer-offset table, shared by the whole group."""
+
+    def __init__(self, broker: Broker, group: str) -> None:
+        self._broker = broker
+        self._group = group
+        offsets = broker.offsets
+        if offsets is None:
+            raise IllegalStateError("consumers need a writable broker: its consumer offsets live there")
+        # The table itself: a commit after every consumed batch is one lock and a dict store.
+        self._commit = offsets.commit
+
+    def read(self, mq: MessageQueue) -> int:
+        """The group's committed offset of `mq`, or -1."""
+        return self._broker.query_offset(self._group, mq)
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        """Commit to the broker's table (in memory; persisted by the broker)."""
+        if offset >= 0:
+            self._commit(self._group, mq.topic, mq.queue_id, offset, increase_only=increase_only)
+
+    def persist(self, mqs: Iterable[MessageQueue] | None = None) -> None:
+        """Nothing to send: the broker's own service writes the table every 5 s and on close."""
+
+    def remove(self, mq: MessageQueue) -> None:
+        """The broker keeps the group's offset for the next owner; nothing to forget."""
+
+
+def local_offsets_path(directory: str, client_id: str, group: str) -> str:
+    """`<dir>/<client_id>/<group>/offsets.json` (RocketMQ: `~/.rocketmq_offsets/<clientId>/<group>/offsets.json`)."""
+    safe = client_id.replace(os.sep, "_")
+    return os.path.join(directory, safe, group, "offsets.json")
+
+
+class LocalFileOffsetStore:
+    """Broadcasting offsets of one client instance, in a JSON file written atomically."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._table: dict[MessageQueue, int] = {}
+        self._dirty = False
+        document = read_json(path)
+        rows = document.get("offsetTable") if isinstance(document, dict) else None
+        for row in rows if isinstance(rows, list) else []:
+            try:
+                mq = MessageQueue(str(row["topic"]), str(row["brokerName"]), int(row["queueId"]))
+                self._table[mq] = int(row["offset"])
+            except (KeyError, TypeError, ValueError):
+                continue  # a damaged row costs that queue its offset, not the consumer its start
+
+    def read(self, mq: MessageQueue) -> int:
+        """The stored next offset of `mq`, or -1."""
+        with self._lock:
+            return self._table.get(mq, -1)
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        """Set `mq`'s offset in memory (persisted by `persist`)."""
+        if offset < 0:
+            return
+        with self._lock:
+            current = self._table.get(mq)
+            if current == offset or (increase_only and current is not None and current > offset):
+                return
+            self._table[mq] = offset
+            self._dirty = True
+
+    def persist(self, mqs: Iterable[MessageQueue] | None = None) -> None:
+        """Write the table when it changed."""
+        with self._lock:
+            if not self._dirty:
+                return
+            rows = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": offset}
+                    for mq, offset in sorted(self._table.items())]
+            self._dirty = False
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            write_json_atomic(self.path, {"offsetTable": rows})
+
+    def remove(self, mq: MessageQueue) -> None:
+        """Keep the entry, as RocketMQ's `LocalFileOffsetStore.removeOffset` does.
+
+        A broadcasting member owns every queue: a rebalance must not forget an
+        offset loaded from the file, nor a shutdown empty the file.
+        """

@@ -1,0 +1,611 @@
+"""`PushConsumer`: RocketMQ's `DefaultMQPushConsumer`, in process.
+
+One pull thread (`mqlite-pull-<group>`) rebalances, pulls every owned queue
+that is not flow-controlled, caches what it pulled in the queue's
+`ProcessQueue` and hands batches to a pool of consume threads
+(`mqlite-consume-<group>-<i>`). When no queue had anything, the thread parks
+until one of its queues grows (the broker's arrival hub wakes it), so a
+message reaches a waiting listener within a wake-up, as RocketMQ's long
+polling does.
+
+Concurrent mode commits, after each batch, the smallest offset still cached
+(an unfinished message is never skipped) and sends failures back to
+`%RETRY%<group>`. Orderly mode consumes each queue on one thread at a time in
+offset order, holding the queue's broker lock in clustering mode, and retries
+a suspended batch after `suspend_current_queue_time`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from ..broker import Broker
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import IllegalStateError, MQClientError
+from ..filter import MessageSelector
+from ..message import MessageExt, MessageQueue
+from ..rebalance import AllocateMessageQueueStrategy
+from ..sendback import DEFAULT_MAX_RECONSUME_TIMES
+from .base import PERSIST_OFFSET_INTERVAL, REBALANCE_INTERVAL, ConsumerBase, check_range
+from .processqueue import ProcessQueue
+from .service import PullLoop, WorkerPool
+from .types import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    MessageListener,
+    MessageModel,
+)
+
+__all__ = ["PushConsumer"]
+
+log = logging.getLogger("mqlite.consumer")
+
+#: `BROKER_SUSPEND_MAX_TIME_MILLIS` of the push consumer: a parked pull gives up after 15 s.
+PUSH_LONG_POLLING_WAIT = 15.0
+#: `ConsumeMessageConcurrentlyService`: a failed send-back is retried locally after 5 s.
+SEND_BACK_RETRY_DELAY = 5.0
+#: `ConsumeMessageOrderlyService.MAX_TIME_CONSUME_CONTINUOUSLY`: a worker yields a busy queue after 60 s.
+MAX_TIME_CONSUME_CONTINUOUSLY = 60.0
+#: `REBALANCE_LOCK_INTERVAL`: orderly consumers renew their queue locks every 20 s.
+LOCK_RENEW_INTERVAL = 20.0
+#: Orderly: retry locking a queue we own but could not lock (`tryLockLaterAndReconsume`).
+LOCK_RETRY_DELAY = 0.1
+_MAX_INT = 2**31 - 1
+
+
+class _Request:
+    """A batch on its way to the listener (`ConsumeRequest`)."""
+
+    __slots__ = ("msgs", "pq", "mq", "started")
+
+    def __init__(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        self.msgs = msgs
+        self.pq = pq
+        self.mq = mq
+        self.started = 0.0  # time.monotonic() when the listener got it
+
+
+class PushConsumer(ConsumerBase):
+    """An in-process `DefaultMQPushConsumer`: subscribe, register a listener, start.
+
+    Options and defaults are RocketMQ's (API.md). Thread-safe; also a context
+    manager (`start()` on entry, `shutdown()` on exit).
+    """
+
+    _kind = "push consumer"
+
+    def __init__(self, broker: Broker | str | os.PathLike[str], group: str, *,
+                 message_model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp: str | int | None = None,
+                 allocate_strategy: AllocateMessageQueueStrategy | None = None,
+                 client_id: str | None = None,
+                 consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1, pull_batch_size: int = 32,
+                 pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue: int = 100,
+                 consume_concurrently_max_span: int = 2000, max_reconsume_times: int = -1,
+                 suspend_current_queue_time: float = 1.0, consume_timeout: float = 900.0,
+                 pull_interval: float = 0.0, long_polling_wait: float = PUSH_LONG_POLLING_WAIT,
+                 subscription: Mapping[str, MessageSelector | str | None] | None = None,
+                 listener: MessageListener | None = None, orderly: bool = False,
+                 offset_store_dir: str | None = None) -> None:
+        super().__init__(broker, group, message_model=message_model, consume_from_where=consume_from_where,
+                         consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy,
+                         client_id=client_id, offset_store_dir=offset_store_dir)
+        self.consume_thread_nums = check_range("consume_thread_nums", consume_thread_nums, 1, 1000)
+        self.consume_message_batch_max_size = check_range("consume_message_batch_max_size",
+                                                           consume_message_batch_max_size, 1, 1024)
+        self.pull_batch_size = check_range("pull_batch_size", pull_batch_size, 1, 1024)
+        self.pull_threshold_for_queue = check_range("pull_threshold_for_queue", pull_threshold_for_queue, 1, 65535)
+        self.pull_threshold_size_for_queue = check_range("pull_threshold_size_for_queue (MiB)",
+                                                          pull_threshold_size_for_queue, 1, 1024)
+        self.consume_concurrently_max_span = check_range("consume_concurrently_max_span",
+                                                          consume_concurrently_max_span, 1, 65535)
+        if not isinstance(max_reconsume_times, int) or isinstance(max_reconsume_times, bool):
+            raise MQClientError(f"max_reconsume_times must be an int, got {max_reconsume_times!r}")
+        self.max_reconsume_times = max_reconsume_times
+        for name, value in (("suspend_current_queue_time", suspend_current_queue_time),
+                            ("consume_timeout", consume_timeout), ("pull_interval", pull_interval),
+                            ("long_polling_wait", long_polling_wait)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise MQClientError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self.suspend_current_queue_time = float(suspend_current_queue_time)
+        self.consume_timeout = float(consume_timeout)
+        self.pull_interval = float(pull_interval)
+        self.long_polling_wait = float(long_polling_wait)
+        self._listener: MessageListener | None = None
+        self._orderly = False
+        self._suspended = False
+        self._next_offsets: dict[MessageQueue, int] = {}
+        self._running_requests: dict[_Request, None] = {}
+        self._loop: PullLoop | None = None
+        self._pool: WorkerPool | None = None
+        self._stopping = False
+        self._clock: Clock = SYSTEM_CLOCK
+        for topic, expression in (subscription or {}).items():
+            self.subscribe(topic, expression)
+        if listener is not None:
+            self.register_message_listener(listener, orderly=orderly)
+
+    # -- configuration ------------------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: MessageSelector | str | None = "*") -> None:
+        """Consume `topic`'s messages matching a tag expression or a `MessageSelector` (before or after start)."""
+        self._subscribe(topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming `topic`."""
+        self._unsubscribe(topic)
+
+    def register_message_listener(self, listener: MessageListener, *, orderly: bool = False) -> None:
+        """Set the listener: `(msgs, context) -> status`; `orderly=True` for per-queue ordered consumption."""
+        if not callable(listener):
+            raise MQClientError(f"listener must be callable (msgs, context) -> status, got {listener!r}")
+        if self._state != "CREATED":
+            raise IllegalStateError("register the listener before start()")
+        self._listener = listener
+        self._orderly = bool(orderly)
+
+    @property
+    def orderly(self) -> bool:
+        """True when the listener consumes orderly."""
+        return self._orderly
+
+    def _effective_max_reconsume_times(self) -> int:
+        if self.max_reconsume_times >= 0:
+            return self.max_reconsume_times
+        return _MAX_INT if self._orderly else DEFAULT_MAX_RECONSUME_TIMES
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Join the group, rebalance and start pulling and consuming."""
+        with self._state_lock:
+            if self._state != "CREATED":
+                raise IllegalStateError(f"push consumer {self.group!r} is {self._state.lower()}; create a new one")
+            if self._listener is None:
+                raise IllegalStateError("register a message listener before start()")
+            broker = self._attach()
+            self._clock = broker.store.clock
+            self._subscribe_retry_topic()
+            self._pool = WorkerPool(f"mqlite-consume-{self.group}", self.consume_thread_nums)
+            self._loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait,
+                                  on_stop=None)
+            self._wake = self._loop  # request_rebalance wakes the loop
+            self._state = "RUNNING"
+            self._pool.start()
+            self._join()
+            # Periodic chores run on the pull thread (its timer queue), not on threads of their own.
+            self._every(REBALANCE_INTERVAL, self.request_rebalance)
+            self._every(PERSIST_OFFSET_INTERVAL, self._persist_offsets)
+            if self._orderly and self.clustering:
+                self._every(LOCK_RENEW_INTERVAL, self._renew_locks)
+            if not self._orderly and self.clustering:
+                self._every(min(self.consume_timeout, 60.0), self._clean_expired)
+            self._loop.start()
+
+    def shutdown(self) -> None:
+        """Stop pulling, finish the batches in flight, commit and persist offsets, leave the group. Idempotent."""
+        with self._state_lock:
+            if self._state != "RUNNING":
+                self._state = "SHUTDOWN"
+                return
+            self._stopping = True
+        loop, pool = self._loop, self._pool
+        broker = self._broker
+        if loop is not None:
+            if broker is not None:
+                broker.arrivals.unwatch(loop)
+            loop.stop()
+        if pool is not None:
+            pool.stop()  # queued requests see _stopping and return; running ones finish and commit
+        self._release_all_locks()
+        self._drop_all()
+        self._state = "SHUTDOWN"
+        self._leave()
+
+    def __enter__(self) -> PushConsumer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def suspend(self) -> None:
+        """Pause pulling (cached messages are still consumed)."""
+        self._suspended = True
+
+    def resume(self) -> None:
+        """Resume pulling after `suspend()`."""
+        self._suspended = False
+        loop = self._loop
+        if loop is not None:
+            loop.poke()
+
+    @property
+    def suspended(self) -> bool:
+        """True between `suspend()` and `resume()`."""
+        return self._suspended
+
+    def reset_offsets(self, topic: str, offsets: dict[int, int]) -> None:
+        """Admin reset: drop what is cached for `topic` and pull from the new offsets."""
+        offset_store = self.offset_store
+        for mq, pq in self._process_queue_items():
+            if mq.topic == topic and mq.queue_id in offsets:
+                pq.clear()
+                self._next_offsets[mq] = offsets[mq.queue_id]
+                if offset_store is not None:
+                    offset_store.update(mq, offsets[mq.queue_id], False)
+        loop = self._loop
+        if loop is not None:
+            loop.poke()
+
+    # -- rebalance hooks --------------------------------------------------------------------------------
+    def _queue_added(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        pq.last_pull_timestamp = self._now_ms()
+        if self._orderly and self.clustering:
+            pq.locked = True
+            pq.last_lock_timestamp = self._now_ms()
+        self._next_offsets[mq] = offset
+        broker = self._broker
+        if broker is not None and self._loop is not None:
+            broker.arrivals.watch(self._loop, [(mq.topic, mq.queue_id)])
+
+    def _may_take(self, mq: MessageQueue) -> bool:
+        if not (self._orderly and self.clustering):
+            return True
+        broker = self._broker
+        assert broker is not None
+        return mq in broker.queue_locks.try_lock(self.group, [mq], self.client_id)
+
+    def _remove_unnecessary_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        broker = self._broker
+        assert broker is not None
+        if self._orderly and self.clustering:
+            # Wait (briefly) for the batch in flight so the next owner never overlaps it.
+            if not pq.consume_lock.acquire(timeout=1.0):
+                return False
+            try:
+                super()._remove_unnecessary_queue(mq, pq)
+                broker.queue_locks.unlock(self.group, [mq], self.client_id)
+            finally:
+                pq.consume_lock.release()
+            for member in broker.consumer_groups.members(self.group):
+                if member is not self:
+                    member.request_rebalance()  # the next owner can lock it now
+        else:
+            super()._remove_unnecessary_queue(mq, pq)
+        if self._loop is not None:
+            broker.arrivals.unwatch(self._loop, [(mq.topic, mq.queue_id)])
+        self._next_offsets.pop(mq, None)
+        return True
+
+    def _release_all_locks(self) -> None:
+        broker = self._broker
+        if broker is not None and self._orderly and self.clustering:
+            broker.queue_locks.unlock(self.group, [mq for mq, _ in self._process_queue_items()], self.client_id)
+
+    # -- the pull thread ---------------------------------------------------------------------------------
+    def _now_ms(self) -> int:
+        return self._clock.now_ms()
+
+    def _pull_round(self) -> bool:
+        """One pass over the owned queues; True when something was pulled."""
+        if self._stopping:
+            return False
+        if self._rebalance_requested.is_set():
+            self.rebalance()
+        if self._suspended:
+            return False
+        broker = self._broker
+        assert broker is not None
+        progress = False
+        for mq, pq in self._process_queue_items():
+            if pq.dropped:
+                continue
+            if self._flow_controlled(pq):
+                pq.flow_blocked = True  # the consume side pokes us once it frees room
+                continue
+            if self._orderly and self.clustering and not pq.locked:
+                continue
+            offset = self._next_offsets.get(mq)
+            if offset is None:
+                continue
+            selector = self._subscriptions.get(mq.topic)
+            message_filter = None if selector is None or selector.match_all else selector
+            result = broker.pull(self.group, mq, offset, self.pull_batch_size, message_filter, 0.0)
+            pq.last_pull_timestamp = self._now_ms()
+            msgs = result.msg_found_list
+            if msgs:
+                self._next_offsets[mq] = result.next_begin_offset
+                self._deliver(mq, pq, msgs)
+                progress = True
+            else:
+                self._no_messages(mq, pq, offset, result.next_begin_offset, result.pull_status.name)
+        if progress and self.pull_interval > 0:
+            time.sleep(self.pull_interval)  # the user asked to pace pulls (`pullInterval`)
+        return progress
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        if pq.msg_count > self.pull_threshold_for_queue:
+            return True
+        if pq.msg_size >> 20 > self.pull_threshold_size_for_queue:
+            return True
+        return not self._orderly and pq.max_span > self.consume_concurrently_max_span
+
+    def _no_messages(self, mq: MessageQueue, pq: ProcessQueue, offset: int, next_offset: int, status: str) -> None:
+        if status == "OFFSET_ILLEGAL":
+            log.warning("%s: offset %d of %s is illegal; moving to %d", self.group, offset, mq, next_offset)
+            pq.clear()
+        elif next_offset != offset and pq.msg_count == 0:
+            # Everything in between was filtered out (`correctTagsOffset`).
+            assert self.offset_store is not None
+            self.offset_store.update(mq, next_offset, True)
+        if next_offset != offset:
+            self._next_offsets[mq] = next_offset
+            if status == "OFFSET_ILLEGAL":
+                assert self.offset_store is not None
+                self.offset_store.update(mq, next_offset, False)
+
+    def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if mq.topic.startswith("%RETRY%"):
+            self._reset_retry_topic(msgs)
+        dispatch = pq.put_messages(msgs)
+        pool = self._pool
+        assert pool is not None
+        if self._orderly:
+            if dispatch:
+                pool.submit(lambda: self._consume_orderly(mq, pq))
+            return
+        size = self.consume_message_batch_max_size
+        submit, task = pool.submit, self._task
+        for start in range(0, len(msgs), size):
+            submit(task(_Request(msgs[start:start + size], pq, mq)))
+
+    def _task(self, request: _Request) -> Callable[[], None]:
+        return lambda: self._consume_concurrently(request)
+
+    def _every(self, period: float, chore: Callable[[], None]) -> None:
+        loop = self._loop
+        assert loop is not None
+
+        def tick() -> None:
+            if not self._stopping:
+                chore()
+                loop.call_later(period, tick)
+
+        loop.call_later(period, tick)
+
+    def _persist_offsets(self) -> None:
+        if self.offset_store is not None:
+            self.offset_store.persist()
+
+    def _renew_locks(self) -> None:
+        broker = self._broker
+        assert broker is not None
+        items = self._process_queue_items()
+        held = broker.queue_locks.try_lock(self.group, [mq for mq, _ in items], self.client_id)
+        now = self._now_ms()
+        for mq, pq in items:
+            pq.locked = mq in held
+            if pq.locked:
+                pq.last_lock_timestamp = now
+
+    def _clean_expired(self) -> None:
+        """Batches running longer than `consume_timeout` are sent back with delay level 3 (`cleanExpiredMsg`)."""
+        if not self.clustering:
+            return
+        broker = self._broker
+        assert broker is not None
+        now = time.monotonic()
+        for request in list(self._running_requests):
+            if request.started and now - request.started > self.consume_timeout and not request.pq.dropped:
+                for msg in request.msgs:
+                    try:
+                        broker.send_message_back(self.group, msg, 3, self._effective_max_reconsume_times())
+                    except Exception:
+                        log.exception("%s: sending back an expired message failed", self.group)
+                        continue
+                    offset = request.pq.remove_messages([msg])
+                    if offset >= 0 and self.offset_store is not None:
+                        self.offset_store.update(request.mq, offset, True)
+
+    # -- concurrent consumption ------------------------------------------------------------------------
+    def _consume_concurrently(self, request: _Request) -> None:
+        pq = request.pq
+        if pq.dropped or self._stopping:
+            return
+        listener = self._listener
+        assert listener is not None
+        msgs = request.msgs
+        context = ConsumeConcurrentlyContext(request.mq)
+        request.started = time.monotonic()
+        running = self._running_requests
+        running[request] = None
+        try:
+            status = listener(msgs, context)
+        except Exception:
+            log.exception("%s: listener failed; the batch will be consumed again later", self.group)
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        finally:
+            running.pop(request, None)
+        if status is None:
+            status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+        elif not isinstance(status, ConsumeConcurrentlyStatus):
+            log.warning("%s: listener returned %r, not a ConsumeConcurrentlyStatus; consuming again later",
+                        self.group, status)
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if pq.dropped:
+            return
+        self._process_concurrent_result(request, status, context)
+
+    def _process_concurrent_result(self, request: _Request, status: ConsumeConcurrentlyStatus,
+                                   context: ConsumeConcurrentlyContext) -> None:
+        msgs = request.msgs
+        failed: list[MessageExt] = []
+        if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            ack_index = min(context.ack_index, len(msgs) - 1)
+        else:
+            ack_index = -1
+        if ack_index < len(msgs) - 1:
+            if self.clustering:
+                failed = self._send_back_all(msgs[ack_index + 1:], context.delay_level_when_next_consume)
+            else:
+                for msg in msgs[ack_index + 1:]:
+                    log.warning("%s: BROADCASTING consumption failed; message %s dropped", self.group, msg.msg_id)
+        done = msgs if not failed else [m for m in msgs if m not in failed]
+        offset = request.pq.remove_messages(done)
+        if offset >= 0 and not request.pq.dropped and self.offset_store is not None:
+            self.offset_store.update(request.mq, offset, True)
+        if failed:
+            retry = _Request(failed, request.pq, request.mq)
+            loop = self._loop
+            if loop is not None:
+                loop.call_later(SEND_BACK_RETRY_DELAY, lambda: self._resubmit(retry))
+        self._unblock(request.pq)
+
+    def _unblock(self, pq: ProcessQueue) -> None:
+        """Consumption freed room in a queue the pull loop skipped: let it look again."""
+        if pq.flow_blocked:
+            pq.flow_blocked = False
+            loop = self._loop
+            if loop is not None:
+                loop.poke()
+
+    def _resubmit(self, request: _Request) -> None:
+        pool = self._pool
+        if pool is not None and not self._stopping and not request.pq.dropped:
+            pool.submit(self._task(request))
+
+    def _send_back_all(self, msgs: Sequence[MessageExt], delay_level: int) -> list[MessageExt]:
+        """Send failures back to the retry topic; returns the ones that could not be sent."""
+        broker = self._broker
+        assert broker is not None
+        failed = []
+        max_times = self._effective_max_reconsume_times()
+        for msg in msgs:
+            try:
+                broker.send_message_back(self.group, msg, delay_level, max_times)
+            except Exception:
+                log.exception("%s: sending message %s back failed; consuming it again in 5 s", self.group, msg.msg_id)
+                msg.reconsume_times += 1
+                failed.append(msg)
+        return failed
+
+    # -- orderly consumption ----------------------------------------------------------------------------
+    def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        if pq.dropped or self._stopping:
+            return
+        listener = self._listener
+        assert listener is not None
+        clustering = self.clustering
+        with pq.consume_lock:
+            begin = time.monotonic()
+            while not pq.dropped and not self._stopping:
+                if clustering and (not pq.locked or pq.is_lock_expired(self._now_ms())):
+                    self._later(LOCK_RETRY_DELAY, mq, pq, relock=True)
+                    return
+                if time.monotonic() - begin > MAX_TIME_CONSUME_CONTINUOUSLY:
+                    self._later(0.01, mq, pq)
+                    return
+                msgs = pq.take_messages(self.consume_message_batch_max_size)
+                if not msgs:
+                    return
+                context = ConsumeOrderlyContext(mq)
+                try:
+                    status = listener(msgs, context)
+                except Exception:
+                    log.exception("%s: orderly listener failed; suspending the queue a moment", self.group)
+                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                if status is None:
+                    status = ConsumeOrderlyStatus.SUCCESS
+                elif not isinstance(status, ConsumeOrderlyStatus):
+                    log.warning("%s: orderly listener returned %r; suspending the queue a moment", self.group, status)
+                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                if pq.dropped:
+                    return
+                if not self._process_orderly_result(mq, pq, msgs, status, context):
+                    return
+
+    def _process_orderly_result(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt],
+                                status: ConsumeOrderlyStatus, context: ConsumeOrderlyContext) -> bool:
+        """Apply the listener's verdict; False when the worker should stop for now."""
+        commit_offset = -1
+        keep_going = True
+        suspend = status is ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        if context.auto_commit:
+            if suspend:
+                if self._check_reconsume_times(msgs):
+                    pq.make_message_to_consume_again(msgs)
+                    self._later(self._suspend_time(context), mq, pq)
+                    keep_going = False
+                else:
+                    commit_offset = pq.commit()
+            else:  # SUCCESS, and the deprecated COMMIT / ROLLBACK
+                commit_offset = pq.commit()
+        else:
+            if status is ConsumeOrderlyStatus.COMMIT:
+                commit_offset = pq.commit()
+            elif status is ConsumeOrderlyStatus.ROLLBACK:
+                pq.rollback()
+                self._later(self._suspend_time(context), mq, pq)
+                keep_going = False
+            elif suspend:
+                if self._check_reconsume_times(msgs):
+                    pq.make_message_to_consume_again(msgs)
+                    self._later(self._suspend_time(context), mq, pq)
+                    keep_going = False
+        if commit_offset >= 0 and not pq.dropped and self.offset_store is not None:
+            self.offset_store.update(mq, commit_offset, False)
+            self._unblock(pq)
+        return keep_going
+
+    def _suspend_time(self, context: ConsumeOrderlyContext) -> float:
+        millis = context.suspend_current_queue_time_millis
+        seconds = self.suspend_current_queue_time if millis < 0 else millis / 1000
+        return min(max(seconds, 0.01), 30.0)
+
+    def _check_reconsume_times(self, msgs: list[MessageExt]) -> bool:
+        """True when the batch should be retried here; messages past the limit go to the DLQ."""
+        suspend = False
+        max_times = self._effective_max_reconsume_times()
+        broker = self._broker
+        assert broker is not None
+        for msg in msgs:
+            if msg.reconsume_times >= max_times:
+                try:
+                    broker.send_message_back(self.group, msg, -1, max_times)
+                except Exception:
+                    log.exception("%s: moving message %s to the DLQ failed; retrying it", self.group, msg.msg_id)
+                    suspend = True
+                    msg.reconsume_times += 1
+            else:
+                suspend = True
+                msg.reconsume_times += 1
+        return suspend
+
+    def _later(self, delay: float, mq: MessageQueue, pq: ProcessQueue, *, relock: bool = False) -> None:
+        loop = self._loop
+        if loop is None or self._stopping:
+            return
+
+        def again() -> None:
+            if relock and not pq.dropped:
+                broker = self._broker
+                assert broker is not None
+                if mq in broker.queue_locks.try_lock(self.group, [mq], self.client_id):
+                    pq.locked = True
+                    pq.last_lock_timestamp = self._now_ms()
+            pool = self._pool
+            if pool is not None and not pq.dropped and not self._stopping:
+                pool.submit(lambda: self._consume_orderly(mq, pq))
+
+        loop.call_later(delay, again)
+
+    def __repr__(self) -> str:
+        mode = "orderly" if self._orderly else "concurrently"
+        return f"<mqlite.PushConsumer group={self.group!r} {self.message_model.name} {mode} {self._state.lower()}>"
+

@@ -1,0 +1,362 @@
+"""PushConsumer end to end: concurrent and orderly listeners, rebalance among members, broadcasting,
+retry and DLQ, filters, offsets across restarts, long-poll latency, shutdown hygiene."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+from mqlite.consumer import (
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyStatus,
+    MessageModel,
+    PushConsumer,
+)
+from mqlite.errors import IllegalStateError, MQClientError
+from mqlite.filter import MessageSelector
+from mqlite.message import MessageQueue
+from mqlite.sendback import dlq_topic
+
+SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
+                         "max_hash_slot_num": 64, "max_index_num": 256}
+#: Every retry level 1 ms, so retries and DLQ happen within a test.
+FAST_LEVELS = " ".join(["1ms"] * 18)
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Any]:
+    b = mqlite.open(str(tmp_path / "mq"), message_delay_level=FAST_LEVELS, **SMALL)
+    yield b
+    b.close()
+
+
+class Collector:
+    """A listener that records what it saw and lets the test wait for a condition."""
+
+    def __init__(self, decide: Callable[[list[Any], Any], Any] | None = None) -> None:
+        self.cond = threading.Condition()
+        self.seen: list[Any] = []
+        self.decide = decide
+
+    def __call__(self, msgs: list[Any], context: Any) -> Any:
+        status = self.decide(msgs, context) if self.decide else None
+        with self.cond:
+            self.seen.extend((m, status) for m in msgs)
+            self.cond.notify_all()
+        return status
+
+    def wait_for(self, predicate: Callable[[list[Any]], bool], timeout: float = 10.0) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: predicate(self.seen), timeout), f"gave up; saw {len(self.seen)}"
+
+    def bodies(self) -> list[bytes]:
+        with self.cond:
+            return [m.body for m, _ in self.seen]
+
+
+def _send(broker: Any, topic: str, n: int, queues: int = 4, **kw: Any) -> list[str]:
+    if broker.topic_config(topic) is None:
+        broker.create_topic(topic, queues)
+    ids = []
+    with mqlite.Producer(broker, "pg") as producer:
+        for i in range(n):
+            ids.append(producer.send(mqlite.Message(topic, f"{i}".encode(), **kw)).msg_id)
+    return ids
+
+
+def _mqlite_threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("mqlite-") and t.is_alive()}
+
+
+def test_concurrent_consumes_everything_and_commits_offsets(broker: Any) -> None:
+    _send(broker, "T", 100)
+    listener = Collector()
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=4,
+                      subscription={"T": "*"}, listener=listener) as consumer:
+        listener.wait_for(lambda seen: len(seen) >= 100)
+        assert sorted(int(b) for b in listener.bodies()) == list(range(100))
+        assert consumer.assigned_queues() == {MessageQueue("T", broker.broker_name, q) for q in range(4)}
+    progress = {(r.topic, r.queue_id): r for r in broker.consumer_progress("cg")}
+    assert all(progress[("T", q)].diff == 0 for q in range(4))
+    assert not {n for n in _mqlite_threads() if "cg" in n}
+
+
+def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> None:
+    broker.create_topic("T", 2)
+    listener = Collector()
+    with PushConsumer(broker, "cg", subscription={"T": "*"}, listener=listener), \
+            mqlite.Producer(broker, "pg") as producer:
+        time.sleep(0.05)  # let the pull thread park
+        sent = time.monotonic()
+        producer.send(mqlite.Message("T", b"hello"))
+        listener.wait_for(lambda seen: len(seen) == 1, timeout=5)
+        assert time.monotonic() - sent < 1.0  # woken by the arrival, not the 15 s backstop
+
+
+def test_retry_then_dlq_after_exactly_max_reconsume_times(broker: Any) -> None:
+    [msg_id] = _send(broker, "T", 1, queues=1)
+    listener = Collector(lambda msgs, ctx: ConsumeConcurrentlyStatus.RECONSUME_LATER)
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, max_reconsume_times=2,
+                      subscription={"T": "*"}, listener=listener):
+        listener.wait_for(lambda seen: len(seen) >= 3)
+        deadline = time.monotonic() + 10
+        while broker.max_offset(MessageQueue(dlq_topic("cg"), broker.broker_name, 0)) < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    attempts = [(m.msg_id, m.reconsume_times, m.topic) for m, _ in listener.seen]
+    assert attempts == [(msg_id, 0, "T"), (msg_id, 1, "T"), (msg_id, 2, "T")]
+    dead = broker.query_message_by_offset(dlq_topic("cg"), 0, 0)
+    assert dead.msg_id == msg_id and dead.reconsume_times == 3 and dead.body == b"0"
+
+
+def test_a_batch_running_past_consume_timeout_is_sent_back(broker: Any) -> None:
+    _send(broker, "T", 1, queues=1)
+    release = threading.Event()
+    attempts: list[int] = []
+
+    def slow_first(msgs: list[Any], ctx: Any) -> Any:
+        attempts.append(msgs[0].reconsume_times)
+        if len(attempts) == 1:
+            release.wait(10)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    listener = Collector(slow_first)
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2, consume_timeout=0.2,
+                      subscription={"T": "*"}, listener=listener):
+        deadline = time.monotonic() + 10
+        while len(attempts) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        release.set()
+        listener.wait_for(lambda seen: len(seen) >= 2)
+    assert attempts == [0, 1]
+
+
+def test_listener_exception_means_reconsume_later(broker: Any) -> None:
+    _send(broker, "T", 1, queues=1)
+    calls: list[int] = []
+
+    def flaky(msgs: list[Any], ctx: Any) -> Any:
+        calls.append(msgs[0].reconsume_times)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    listener = Collector(flaky)
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=listener):
+        listener.wait_for(lambda seen: len(seen) >= 1)  # the raising call records nothing
+    assert calls == [0, 1]
+
+
+def test_ack_index_sends_back_only_the_rest(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    for i in range(4):
+        broker.put_message("T", 0, f"{i}".encode(), {"TAGS": "A"})
+    first_batch: list[list[bytes]] = []
+
+    def partial(msgs: list[Any], ctx: Any) -> Any:
+        if not first_batch:
+            first_batch.append([m.body for m in msgs])
+            ctx.ack_index = 1
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    listener = Collector(partial)
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, consume_message_batch_max_size=4,
+                      subscription={"T": "*"}, listener=listener):
+        listener.wait_for(lambda seen: len(seen) >= 6)
+    assert first_batch == [[b"0", b"1", b"2", b"3"]]
+    retried = sorted(m.body for m, _ in listener.seen[4:])
+    assert retried == [b"2", b"3"]
+
+
+def test_two_then_three_members_split_queues_and_take_over(broker: Any) -> None:
+    broker.create_topic("T", 6)
+    consumers = [PushConsumer(broker, "cg", client_id=f"c{i}", subscription={"T": "*"}, listener=Collector())
+                 for i in range(3)]
+
+    def owned(c: PushConsumer) -> set[int]:
+        return {mq.queue_id for mq in c.assigned_queues() if mq.topic == "T"}
+
+    def settle(active: list[PushConsumer], expected: list[set[int]]) -> None:
+        deadline = time.monotonic() + 10
+        while [owned(c) for c in active] != expected:
+            assert time.monotonic() < deadline, [owned(c) for c in active]
+            time.sleep(0.01)
+
+    try:
+        consumers[0].start()
+        settle(consumers[:1], [set(range(6))])
+        consumers[1].start()
+        settle(consumers[:2], [{0, 1, 2}, {3, 4, 5}])
+        consumers[2].start()
+        settle(consumers, [{0, 1}, {2, 3}, {4, 5}])
+        consumers[0].shutdown()
+        settle(consumers[1:], [{0, 1, 2}, {3, 4, 5}])
+    finally:
+        for c in consumers:
+            c.shutdown()
+
+
+def test_messages_survive_a_member_leaving(broker: Any) -> None:
+    broker.create_topic("T", 4)
+    a_seen, b_seen = Collector(), Collector()
+    a = PushConsumer(broker, "cg", client_id="a", consume_from_where=FIRST, subscription={"T": "*"},
+                     listener=a_seen)
+    b = PushConsumer(broker, "cg", client_id="b", consume_from_where=FIRST, subscription={"T": "*"},
+                     listener=b_seen)
+    a.start()
+    b.start()
+    try:
+        _send(broker, "T", 100)
+        a.shutdown()
+        _send(broker, "T", 100)
+        deadline = time.monotonic() + 10
+        while len(set(a_seen.bodies()) | set(b_seen.bodies())) < 100 or len(b_seen.bodies()) + len(
+                a_seen.bodies()) < 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        everything = a_seen.bodies() + b_seen.bodies()
+        assert sorted(set(int(x) for x in everything)) == list(range(100))  # bodies 0..99 twice over
+        assert len(everything) >= 200  # at least once
+    finally:
+        b.shutdown()
+
+
+def test_broadcasting_gives_every_member_everything(broker: Any, tmp_path: Path) -> None:
+    broker.create_topic("T", 3)
+    seen = [Collector(), Collector()]
+    consumers = [PushConsumer(broker, "bg", client_id=f"b{i}", message_model=MessageModel.BROADCASTING,
+                              consume_from_where=FIRST, subscription={"T": "*"}, listener=seen[i],
+                              offset_store_dir=str(tmp_path / "offsets")) for i in range(2)]
+    for c in consumers:
+        c.start()
+    try:
+        _send(broker, "T", 30, queues=3)
+        for s in seen:
+            s.wait_for(lambda msgs: len(msgs) >= 30)
+            assert sorted(int(b) for b in s.bodies()) == list(range(30))
+    finally:
+        for c in consumers:
+            c.shutdown()
+    assert (tmp_path / "offsets" / "b0" / "bg" / "offsets.json").exists()
+
+
+def test_orderly_keeps_queue_order_through_suspends(broker: Any) -> None:
+    broker.create_topic("T", 2)
+    with mqlite.Producer(broker, "pg") as producer:
+        for i in range(60):
+            producer.send_orderly(mqlite.Message("T", f"{i % 2}:{i}".encode()), i % 2)
+    suspended: set[bytes] = set()
+    consumed: dict[int, list[int]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def orderly(msgs: list[Any], ctx: Any) -> Any:
+        body = msgs[0].body
+        if int(body.split(b":")[1]) % 7 == 3 and body not in suspended:
+            suspended.add(body)
+            ctx.suspend_current_queue_time_millis = 10
+            return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+        with lock:
+            consumed[ctx.message_queue.queue_id].extend(m.queue_offset for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS
+
+    listener = Collector(orderly)
+    consumer = PushConsumer(broker, "og2", consume_from_where=FIRST, subscription={"T": "*"})
+    consumer.register_message_listener(listener, orderly=True)
+    with consumer:
+        listener.wait_for(lambda seen: sum(1 for _, s in seen if s is ConsumeOrderlyStatus.SUCCESS) >= 60)
+    for queue_id, offsets in consumed.items():
+        assert offsets == list(range(30)), queue_id  # every message once, in order, despite suspends
+    assert len(suspended) > 0
+
+
+def test_tag_and_sql_filters_deliver_exactly_the_matching_messages(broker: Any) -> None:
+    broker.create_topic("T", 2)
+    with mqlite.Producer(broker, "pg") as producer:
+        for i in range(30):
+            producer.send(mqlite.Message("T", f"{i}".encode(), tags="ABC"[i % 3], properties={"n": str(i)}))
+    tags, sql = Collector(), Collector()
+    with PushConsumer(broker, "tg", consume_from_where=FIRST, subscription={"T": "A || C"}, listener=tags), \
+            PushConsumer(broker, "sg", consume_from_where=FIRST, subscription={"T": MessageSelector.by_sql("n > 20")},
+                         listener=sql):
+        tags.wait_for(lambda seen: len(seen) >= 20)
+        sql.wait_for(lambda seen: len(seen) >= 9)
+        time.sleep(0.1)
+    assert sorted(int(b) for b in tags.bodies()) == [i for i in range(30) if i % 3 != 1]
+    assert sorted(int(b) for b in sql.bodies()) == list(range(21, 30))
+
+
+def test_offsets_survive_restart_at_least_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL) as b:
+        _send(b, "T", 50)
+        first = Collector()
+        with PushConsumer(b, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=first):
+            first.wait_for(lambda seen: len(seen) >= 50)
+    with mqlite.open(path, **SMALL) as b:
+        _send(b, "T", 10)
+        second = Collector()
+        with PushConsumer(b, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=second):
+            second.wait_for(lambda seen: len(seen) >= 10)
+            time.sleep(0.1)
+        assert sorted(int(x) for x in second.bodies()) == list(range(10))  # only the new ones
+
+
+def test_reset_offset_by_time_rewinds_a_running_consumer(broker: Any) -> None:
+    _send(broker, "T", 20, queues=1)
+    listener = Collector()
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=listener):
+        listener.wait_for(lambda seen: len(seen) >= 20)
+        broker.reset_offset_by_time("cg", "T", 0)
+        listener.wait_for(lambda seen: len(seen) >= 40)
+    assert sorted(int(b) for b in listener.bodies()) == sorted(list(range(20)) * 2)
+
+
+def test_suspend_and_resume(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    listener = Collector()
+    with PushConsumer(broker, "cg", subscription={"T": "*"}, listener=listener) as consumer:
+        consumer.suspend()
+        time.sleep(0.05)
+        _send(broker, "T", 3, queues=1)
+        time.sleep(0.1)
+        assert listener.seen == []
+        consumer.resume()
+        listener.wait_for(lambda seen: len(seen) == 3)
+
+
+def test_bad_options_and_states(broker: Any) -> None:
+    with pytest.raises(MQClientError):
+        PushConsumer(broker, "")
+    with pytest.raises(MQClientError):
+        PushConsumer(broker, "DEFAULT_CONSUMER")
+    with pytest.raises(MQClientError):
+        PushConsumer(broker, "cg", pull_batch_size=0)
+    with pytest.raises(MQClientError):
+        PushConsumer(broker, "cg", consume_thread_nums=1001)
+    with pytest.raises(IllegalStateError):
+        PushConsumer(broker, "cg").start()  # no listener
+    consumer = PushConsumer(broker, "cg", listener=Collector())
+    consumer.start()
+    with pytest.raises(IllegalStateError):
+        consumer.start()
+    consumer.shutdown()
+    consumer.shutdown()  # idempotent
+
+
+def test_broker_close_shuts_running_consumers_down(tmp_path: Path) -> None:
+    b = mqlite.open(str(tmp_path / "mq"), **SMALL)
+    consumer = PushConsumer(b, "cg", subscription={"T": "*"}, listener=Collector())
+    consumer.start()
+    b.close()
+    assert not _mqlite_threads()
+    consumer.shutdown()
