@@ -1,4 +1,4 @@
-"""The README's demo: produce with mqlite's Producer, read back, look up by key and id.
+"""The README's demo: produce (plain, delayed, batch, transactional), consume (push and lite pull), look up.
 
 Run: python examples/demo.py [store-dir]   (a temporary directory by default)
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
+import threading
 
 import mqlite
 
@@ -28,7 +28,7 @@ def main(path: str) -> None:
             for i in range(1000):
                 tag = "TagA" if i % 2 else "TagB"
                 producer.send(mqlite.Message("orders", b"order %d" % i, tags=tag, keys=f"order-{i}"))
-            delayed = producer.send(mqlite.Message("orders", b"one second later", delay_time_level=1))
+            producer.send(mqlite.Message("orders", b"one second later", delay_time_level=1))
             batch = producer.send_batch([mqlite.Message("orders", b"batch %d" % i) for i in range(10)])
         print(f"sent 1000 messages, a batch of 10 to {batch.message_queue}, one delayed by 1 s, to {path}")
         with mqlite.TransactionProducer(broker, group="demo-tx", listener=Approve()) as tx:
@@ -37,23 +37,35 @@ def main(path: str) -> None:
         print(f"transactions: {states}")
         for row in broker.topic_status("orders"):
             print(f"  orders queue {row.queue_id}: offsets {row.min_offset}..{row.max_offset}")
-        first = broker.store.get_messages("orders", 0, 0, 3)
-        print(f"read back {len(first.messages)} from queue 0:", [m.body for m in first.messages])
         hit = broker.query_message("orders", "order-42")[0]
         print(f"by key order-42: {hit.body!r} at queue {hit.queue_id} offset {hit.queue_offset}, msg_id {hit.msg_id}")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                msg = broker.view_message(delayed.msg_id)
-            except mqlite.MessageNotFoundError:
-                msg = None
-            if msg is not None and msg.topic == "orders":
-                print(f"the delayed message arrived in {msg.topic}: {msg.body!r}")
-                break
-            time.sleep(0.1)  # a demo polling for a due time; tests use a manual clock instead
-        paid = sum(broker.max_offset(mq) for mq in
-                   (mqlite.MessageQueue("payments", broker.broker_name, q) for q in range(4)))
-        print(f"payments committed and readable: {paid} of 4")
+
+        # A push consumer: the listener runs on the consumer's threads; the delayed message arrives after 1 s.
+        received = threading.Semaphore(0)
+        tag_a = []
+
+        def on_orders(msgs: list[mqlite.MessageExt], context: mqlite.ConsumeConcurrentlyContext) -> None:
+            tag_a.extend(m for m in msgs if m.tags == "TagA")
+            for _ in msgs:
+                received.release()
+
+        with mqlite.PushConsumer(broker, "demo-consumer", subscription={"orders": "*"}, listener=on_orders,
+                                 consume_from_where=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET):
+            got = sum(received.acquire(timeout=10) for _ in range(1011))
+        print(f"push consumer received {got} of 1011 orders ({len(tag_a)} tagged TagA), the delayed one included")
+
+        # A lite pull consumer with manual commit, filtered with SQL92 on a property.
+        with mqlite.LitePullConsumer(broker, "demo-puller", auto_commit=False,
+                                     consume_from_where=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as puller:
+            puller.subscribe("payments", mqlite.MessageSelector.by_sql("TAGS IS NULL"))
+            payments = []
+            while len(payments) < 2:
+                payments += puller.poll(timeout=5.0)
+            puller.commit_sync()
+        print(f"payments committed and pulled: {sorted(m.body.decode() for m in payments)}")
+        for row in broker.consumer_progress("demo-consumer"):
+            if row.topic == "orders":
+                print(f"  demo-consumer on orders queue {row.queue_id}: consumed {row.consumer_offset}, lag {row.diff}")
     with mqlite.open(path, read_only=True) as reader:
         mq = mqlite.MessageQueue("orders", reader.broker_name, 3)
         print(f"reopened read-only from another handle: orders queue 3 holds {reader.max_offset(mq)} messages")

@@ -311,6 +311,9 @@ class ConsumerBase(abc.ABC):
         if last < 0 and self.clustering:
             last = broker.offset_for_new_group(mq)
         if last >= 0:
+            if self.consume_from_where is not ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+                log.info("%s %s: %s starts at its stored offset %d; %s applies only to queues without one",
+                         self._kind, self.group, mq, last, self.consume_from_where.name)
             return last
         where = self.consume_from_where
         retry = is_retry_topic(mq.topic)
