@@ -369,7 +369,7 @@ TOKENS = ["a", "b", "TAGS", "and", "OR", "not", "NOT", "between", "in", "IN", "i
           "\n", " ", "\t", "!", "\"", ".", "$x", "_", "é", "\x00"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.one_of(st.text(max_size=40),
                  st.lists(st.sampled_from(TOKENS), max_size=25).map(" ".join),
                  st.lists(st.sampled_from(TOKENS), max_size=25).map("".join)))
@@ -711,7 +711,7 @@ conditions = st.recursive(leaves, extend, max_leaves=8)
 property_maps = st.dictionaries(NAMES, st.sampled_from(POOL), min_size=1, max_size=3)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conditions, st.lists(property_maps, min_size=1, max_size=4))
 def test_compiled_evaluator_agrees_with_the_oracle(tree: Tree, maps: list[dict[str, str]]) -> None:
     text = render(tree)

@@ -139,7 +139,7 @@ def test_immutable_and_slotted() -> None:
 
 def test_expression_type() -> None:
     assert ExpressionType("TAG") is ExpressionType.TAG and ExpressionType.SQL92 == "SQL92"
-    assert isinstance(ExpressionType.TAG, str)
+    assert isinstance(ExpressionType.TAG, str) and f"{ExpressionType.TAG}" == str(ExpressionType.TAG) == "TAG"
     with pytest.raises(FilterError, match="unknown expression type"):
         MessageSelector("XPATH", "a")
 
@@ -185,7 +185,8 @@ BLANK = st.sampled_from(["", " ", "  ", "\t"])
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(BLANK, TAG, BLANK), min_size=1, max_size=5),
        st.lists(st.one_of(TAG, st.none()), max_size=8))
-def test_tag_selector_matches_exactly_its_tags(pieces: list[tuple[str, str, str]], message_tags: list[str | None]) -> None:
+def test_tag_selector_matches_exactly_its_tags(pieces: list[tuple[str, str, str]],
+                                               message_tags: list[str | None]) -> None:
     expression = "||".join(before + tag + after for before, tag, after in pieces)
     subscribed = {tag for _, tag, _ in pieces}
     sel = MessageSelector.by_tag(expression)

@@ -21,9 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Union
 
+#: The operators of `Chain`, `Compare` and `StringMatch`.
+ChainOp = Literal["AND", "OR"]
+OrderOp = Literal[">", ">=", "<", "<="]
+MatchOp = Literal["CONTAINS", "STARTSWITH", "ENDSWITH"]
+
 __all__ = [
-    "ConstKind", "Const", "Prop", "Negate", "BoolCast", "Not", "Chain", "Compare", "Equal", "IsNull",
-    "StringMatch", "InList", "Node", "BOOLEAN_NODES", "is_boolean", "render",
+    "ConstKind", "ChainOp", "OrderOp", "MatchOp", "Const", "Prop", "Negate", "BoolCast", "Not", "Chain", "Compare",
+    "Equal", "IsNull", "StringMatch", "InList", "Node", "BOOLEAN_NODES", "is_boolean", "quote", "render",
 ]
 
 #: Java class of a literal: String, Integer, Long, Double, Boolean or null.
@@ -80,7 +85,7 @@ class Not:
 class Chain:
     """`t1 AND t2 AND ...` or `t1 OR t2 OR ...`, evaluated left to right with Java's short cuts."""
 
-    op: Literal["AND", "OR"]
+    op: ChainOp
     terms: tuple[Node, ...]
     pos: int
     depth: int
@@ -90,7 +95,7 @@ class Chain:
 class Compare:
     """`>`, `>=`, `<` or `<=`: null when either side is null (the right one is then not evaluated)."""
 
-    op: Literal[">", ">=", "<", "<="]
+    op: OrderOp
     left: Node
     right: Node
     pos: int
@@ -120,7 +125,7 @@ class IsNull:
 class StringMatch:
     """`[NOT] CONTAINS / STARTSWITH / ENDSWITH 'search'`: FALSE (never null) unless the value is a str."""
 
-    op: Literal["CONTAINS", "STARTSWITH", "ENDSWITH"]
+    op: MatchOp
     negated: bool
     operand: Node
     search: str
@@ -165,7 +170,7 @@ def render(node: Node) -> str:
         if node.kind == "string":
             return quote(str(node.value))
         if node.kind in ("bool", "null"):
-            return {True: "TRUE", False: "FALSE", None: "NULL"}[node.value]  # type: ignore[index]
+            return "NULL" if node.value is None else ("TRUE" if node.value else "FALSE")
         return repr(node.value)
     if isinstance(node, Prop):
         return node.name

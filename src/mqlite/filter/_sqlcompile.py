@@ -41,7 +41,7 @@ import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 from ._sqlast import (
     BOOLEAN_NODES,
@@ -59,10 +59,7 @@ from ._sqlast import (
     StringMatch,
 )
 
-__all__ = [
-    "EvaluationError", "compile_match", "java_compare", "to_int", "to_long", "to_double", "java_boolean",
-    "compare_doubles",
-]
+__all__ = ["EvaluationError", "MatchFunction", "compile_match", "java_compare"]
 
 MatchFunction = Callable[[Mapping[str, str]], bool]
 
@@ -171,7 +168,7 @@ def _fail(message: str) -> NoReturn:
 _KIND_OF = {"string": "S", "int": "I", "long": "L", "double": "D", "bool": "B"}
 
 
-def java_compare(lk: str, lv: object, rk: str, rv: object) -> int:
+def java_compare(lk: str, lv: Any, rk: str, rv: Any) -> int:
     """`ComparisonExpression.__compare` of two non-null values of kinds S/I/L/D/B.
 
     Raises EvaluationError where Java throws (a bad number, Boolean against String).
@@ -191,11 +188,11 @@ def java_compare(lk: str, lv: object, rk: str, rv: object) -> int:
         elif rk == "B":
             return -1
         elif "D" in (lk, rk):  # Integer/Long widen to Double
-            lv, rv = float(lv), float(rv)  # type: ignore[arg-type]
+            lv, rv = float(lv), float(rv)
         # Integer against Long: Python ints compare exactly, as Long.valueOf would
     if isinstance(lv, float) or isinstance(rv, float):
-        return compare_doubles(float(lv), float(rv))  # type: ignore[arg-type]
-    return (lv > rv) - (lv < rv)  # type: ignore[operator]
+        return compare_doubles(float(lv), float(rv))
+    return (lv > rv) - (lv < rv)
 
 
 _CONVERT: dict[str, Callable[[str], object]] = {"I": to_int, "L": to_long, "D": to_double}
@@ -242,7 +239,7 @@ class _Operand:
     kind: str
     code: str  # a name or a side-effect-free expression
     nullable: bool
-    const: object = None
+    const: Any = None
 
 
 _NULL_OPERAND = _Operand("N", "None", False)
@@ -351,7 +348,7 @@ class _Compiler:
 
     def leaf(self, node: Node) -> _Leaf:
         if isinstance(node, Const):
-            return {True: _TRUE, False: _FALSE, None: _NULL}[node.value]  # type: ignore[index]
+            return _NULL if node.value is None else (_TRUE if node.value else _FALSE)
         if isinstance(node, BoolCast):
             return _Leaf(f"p.get({node.prop.name!r}) is not None", "False")
         if isinstance(node, Not):
@@ -403,7 +400,7 @@ class _Compiler:
         if isinstance(node, Negate):
             inner = self.operand(node.operand)
             if inner.kind in ("I", "L", "D"):  # numbers only come from literals: fold
-                value = -inner.const  # type: ignore[operator]
+                value = -inner.const
                 return _Operand(inner.kind, repr(value), False, value)
             return _NULL_OPERAND  # Java: "-" of anything but a Number is null
         leaf = self.leaf(node)
@@ -530,4 +527,4 @@ def compile_match(root: Node, filename: str = "<sql92>") -> tuple[str, MatchFunc
                         "    except EvaluationError:", "        return False", ""])
     namespace: dict[str, object] = {**_RUNTIME, **compiler.constants, "__builtins__": {"int": int, "len": len}}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    return source, namespace["match"]  # type: ignore[return-value]
+    return source, cast(MatchFunction, namespace["match"])

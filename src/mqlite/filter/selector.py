@@ -12,7 +12,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import FilterError, MQClientError
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["ExpressionType", "MessageSelector"]
 
 
-class ExpressionType(str, Enum):
-    """How a subscription expression is read (`ExpressionType`): tags or SQL92."""
+class ExpressionType(StrEnum):
+    """How a subscription expression is read (`ExpressionType`): tags or SQL92.
+
+    A str: `ExpressionType.SQL92 == "SQL92"` and `f"{ExpressionType.TAG}"` is `"TAG"`.
+    """
 
     TAG = "TAG"
     SQL92 = "SQL92"

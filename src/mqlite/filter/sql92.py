@@ -33,20 +33,23 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from ..errors import FilterError
 from ._sqlast import (
     BoolCast,
     Chain,
+    ChainOp,
     Compare,
     Const,
     Equal,
     InList,
     IsNull,
+    MatchOp,
     Negate,
     Node,
     Not,
+    OrderOp,
     Prop,
     StringMatch,
     is_boolean,
@@ -198,7 +201,7 @@ class _Parser:
     def and_expr(self) -> Node:
         return self.chain("AND", self.eq_expr)
 
-    def chain(self, op: str, parse: Callable[[], Node]) -> Node:
+    def chain(self, op: ChainOp, parse: Callable[[], Node]) -> Node:
         first = parse()
         if self.peek().kind != op:
             return first
@@ -208,12 +211,12 @@ class _Parser:
             terms.append(self.as_condition(parse()))
         return self.make_chain(op, terms, first.pos)
 
-    def make_chain(self, op: str, terms: list[Node], pos: int) -> Node:
+    def make_chain(self, op: ChainOp, terms: list[Node], pos: int) -> Node:
         flat: list[Node] = []
         for term in terms:
             flat.extend(term.terms if isinstance(term, Chain) and term.op == op else (term,))
         depth = 1 + max(t.depth for t in flat)
-        return self.node_depth(Chain(op, tuple(flat), pos, depth))  # type: ignore[arg-type]
+        return self.node_depth(Chain(op, tuple(flat), pos, depth))
 
     def eq_expr(self) -> Node:
         left = self.cmp_expr()
@@ -228,8 +231,9 @@ class _Parser:
                 negated = self.peek().kind == "NOT"
                 if negated:
                     self.advance()
-                if self.peek().kind != "NULL":
-                    raise self.error(self.peek().pos, f"expected NULL or NOT NULL after IS, found {_describe(self.peek())}")
+                found = self.peek()
+                if found.kind != "NULL":
+                    raise self.error(found.pos, f"expected NULL or NOT NULL after IS, found {_describe(found)}")
                 self.advance()
                 left = self.node_depth(IsNull(left, left.pos, left.depth + 1))
                 if negated:
@@ -257,7 +261,7 @@ class _Parser:
                 self.advance()
             if op in _MATCH_OPS:
                 search = self.string_literal(f"a string literal after {op}")
-                left = self.node_depth(StringMatch(op, negated, left, search, left.pos,  # type: ignore[arg-type]
+                left = self.node_depth(StringMatch(cast(MatchOp, op), negated, left, search, left.pos,
                                                    left.depth + 1))
             elif op == "BETWEEN":
                 low = self.unary()
@@ -357,8 +361,7 @@ class _Parser:
     def make_compare(self, op: str, left: Node, right: Node, token: _Token) -> Node:
         self.check_ordered(left, op)
         self.check_ordered(right, op)
-        return self.node_depth(Compare(op, left, right, left.pos,  # type: ignore[arg-type]
-                                       1 + max(left.depth, right.depth)))
+        return self.node_depth(Compare(cast(OrderOp, op), left, right, left.pos, 1 + max(left.depth, right.depth)))
 
     def make_equal(self, left: Node, right: Node, token: _Token) -> Node:
         for side in (left, right):  # checkEqualOperand
