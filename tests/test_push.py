@@ -360,3 +360,43 @@ def test_broker_close_shuts_running_consumers_down(tmp_path: Path) -> None:
     b.close()
     assert not _mqlite_threads()
     consumer.shutdown()
+
+
+def test_at_least_once_when_the_consumer_process_is_killed(tmp_path: Path) -> None:
+    """kill -9 a process consuming a backlog; a new consumer of the group gets everything not finished."""
+    import os
+    import signal
+
+    from _crashchild import SETTINGS, Child
+
+    class ConsumeChild(Child):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_consumechild.py")
+
+    path = str(tmp_path / "mq")
+    total = 2000
+    with mqlite.open(path, **SETTINGS) as b:
+        b.create_topic("CT", 4)
+        for q in range(4):
+            b.put_messages("CT", q, [f"{q}-{i}".encode() for i in range(total // 4)], [None] * (total // 4))
+    expected = {f"{q}-{i}" for q in range(4) for i in range(total // 4)}
+    first: set[str] = set()
+    with ConsumeChild(path, "crash-g", "CT") as child:
+        deadline = time.monotonic() + 30
+        assert child.readline(deadline) == "STARTED"
+        while len(first) < total // 3:
+            line = child.readline(deadline)
+            assert line is not None and line.startswith("OK "), child.stderr()
+            first.add(line[3:])
+        os.kill(child.pid, signal.SIGKILL)
+        child.proc.wait(10)
+    assert first < expected
+    second = Collector()
+    with mqlite.open(path, **SETTINGS) as b:
+        with PushConsumer(b, "crash-g", subscription={"CT": "*"}, listener=second, consume_thread_nums=4):
+            deadline = time.monotonic() + 30
+            while not expected <= first | {m.body.decode() for m, _ in list(second.seen)}:
+                assert time.monotonic() < deadline, len(expected - first - set(second.bodies()))
+                time.sleep(0.01)
+        assert {r.diff for r in b.consumer_progress("crash-g") if r.topic == "CT"} == {0}
+    redelivered = {m.body.decode() for m, _ in second.seen}
+    assert redelivered <= expected  # nothing that was never sent
