@@ -531,3 +531,45 @@ def test_bad_shape_is_a_config_error(tmp_path: Path) -> None:
         IndexFile(str(tmp_path / "idx"), 0, 8)
     with pytest.raises(ConfigError):
         IndexService(str(tmp_path / "index"), 4, 1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=_FIXTURE_OK)
+@given(
+    slots=st.sampled_from([1, 3, 8, 64]),
+    index_num=st.sampled_from([2, 3, 10, 50, 200]),
+    inherited=st.booleans(),
+    entries=st.lists(st.tuples(st.sampled_from([0, 1, 2, 7, 2**31 - 1, 123456789]), st.integers(0, 5000)),
+                     min_size=1, max_size=250),
+    chunk=st.integers(1, 80),
+)
+def test_put_keys_writes_what_put_key_writes(tmp_path: Path, slots: int, index_num: int, inherited: bool,
+                                             entries: list[tuple[int, int]], chunk: int) -> None:
+    """The vectorised put_keys gives the same bytes as put_key one entry at a time (also when it fills)."""
+    import numpy as np
+
+    for name in ("one", "many"):
+        (tmp_path / name).unlink(missing_ok=True)
+    begin = dict(end_phy_offset=5, end_timestamp=T0) if inherited else {}
+    one = IndexFile(str(tmp_path / "one"), slots, index_num, **begin)  # type: ignore[arg-type]
+    many = IndexFile(str(tmp_path / "many"), slots, index_num, **begin)  # type: ignore[arg-type]
+    hashes = [h for h, _ in entries]
+    offsets = [100 + i * 10 for i in range(len(entries))]
+    stamps = [T0 - 3000 + sum(d for _, d in entries[: i + 1]) for i in range(len(entries))]
+    stored = 0
+    for h, o, t in zip(hashes, offsets, stamps):
+        if not one.put_key("", o, t, h):
+            break
+        stored += 1
+    done = 0
+    while done < len(entries):
+        end = min(len(entries), done + chunk)
+        took = many.put_keys(np.array(hashes[done:end]), np.array(offsets[done:end]), np.array(stamps[done:end]))
+        done += took
+        if took < end - (done - took):
+            break
+    assert done == stored
+    one.flush()
+    many.flush()
+    assert (tmp_path / "one").read_bytes() == (tmp_path / "many").read_bytes()
+    one.close()
+    many.close()

@@ -125,6 +125,61 @@ def test_send_batch_rules(producer: Any, bad: list[mqlite.Message], message: str
         producer.send_batch(bad)
 
 
+def test_plain_sends_store_what_the_full_path_stores(broker: Any, producer: Any) -> None:
+    """Sends without hooks reuse a cached encoding of the property map; what is stored must not differ."""
+    shapes = [dict(), dict(tags="A"), dict(tags="B", keys=["k1", "k2"]), dict(properties={"日本": "語", "a": "1"})]
+    sent = [mqlite.Message("plain", b"m%d" % i, **shapes[i % len(shapes)]) for i in range(12)]  # type: ignore[arg-type]
+    sent.append(mqlite.Message("plain", bytearray(b"array"), tags="A"))  # converted on the full path
+    for msg in sent:
+        producer.send(msg)
+    resent = sent[0]
+    first_id = resent.properties["UNIQ_KEY"]
+    assert producer.send(resent).msg_id == first_id  # a resent message keeps its id
+    unique_keys = [mqlite.Message("plain", b"u", keys=f"key-{i}") for i in range(300)]  # more than the cache keeps
+    for msg in unique_keys:
+        producer.send(msg)
+    stored = {m.msg_id: m for m in _all(broker, "plain")}
+    for msg in sent + unique_keys:
+        got = stored[msg.properties["UNIQ_KEY"]]
+        assert got.properties == msg.properties and list(got.properties) == list(msg.properties)
+        assert got.body == bytes(msg.body)
+    assert len(stored) == len(sent) + len(unique_keys)  # the resend is a second record with the same id
+    assert sum(1 for m in _all(broker, "plain") if m.msg_id == first_id) == 2
+
+
+def test_plain_path_still_refuses_bad_input_and_runs_hooks(broker: Any, producer: Any) -> None:
+    producer.send(mqlite.Message("plain2", b"x", tags="A"))  # the map {TAGS, WAIT} is cached now
+    with pytest.raises(mqlite.MQClientError, match="empty"):
+        producer.send(mqlite.Message("plain2", b"", tags="A"))
+    with pytest.raises(mqlite.MQClientError, match="flag"):
+        producer.send(mqlite.Message("plain2", b"x", tags="A", flag="1"))  # type: ignore[arg-type]
+    with pytest.raises(mqlite.MQClientError, match="letters, digits"):
+        producer.send(mqlite.Message("bad topic", b"x", tags="A"))
+    with pytest.raises(mqlite.MQClientError, match="TimeDelayLevel"):
+        producer.send_batch([mqlite.Message("plain2", b"x", tags="A"), mqlite.Message("plain2", b"y", delay_time_level=1)])
+    with pytest.raises(mqlite.MQClientError, match="waitStoreMsgOK"):
+        late = mqlite.Message("plain2", b"y", tags="A")
+        late.properties["WAIT"] = "false"
+        producer.send_batch([mqlite.Message("plain2", b"x", tags="A"), late])
+    seen: list[str] = []
+    producer.add_send_hook(before=lambda ctx: seen.append(ctx.communication_mode))
+    producer.send(mqlite.Message("plain2", b"x", tags="A"))
+    assert seen == ["SYNC"]
+
+
+def test_send_batch_of_cached_maps_matches_message_by_message(broker: Any, producer: Any) -> None:
+    for _ in range(2):  # the second batch takes the cached path
+        msgs = [mqlite.Message("plainb", b"b%d" % i, tags="T%d" % (i % 2), keys=f"k{i}" if i % 3 == 0 else None,
+                               flag=i) for i in range(20)]
+        result = producer.send_batch(msgs)
+        stored = broker.store.get_messages("plainb", result.message_queue.queue_id, result.queue_offset, 20).messages
+        assert [m.properties for m in stored] == [m.properties for m in msgs]
+        assert [m.flag for m in stored] == list(range(20)) and [m.body for m in stored] == [m.body for m in msgs]
+        assert [m.offset_msg_id for m in stored] == result.offset_msg_id.split(",")
+    found = [m.msg_id for m in broker.query_message("plainb", "k3")]  # the index covers both batches
+    assert len(found) == 2 and msgs[3].properties["UNIQ_KEY"] in found
+
+
 # -- validation: every bad input raises before anything is stored ------------------------------------------
 @pytest.mark.parametrize("make, fragment", [
     (lambda: mqlite.Message("", b"x"), "non-blank"),

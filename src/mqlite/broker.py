@@ -570,10 +570,11 @@ class Broker:
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
                 member.shutdown()  # finishes in-flight batches and commits their offsets
-        self._closed = True
         self.arrivals.close()
+        # The delay and check services may still put while they stop, so the broker stays open until then.
         for service in reversed(self._services):  # check-back, delay delivery, offsets (persists on stop)
             service.stop()
+        self._closed = True
         self._store.close()  # type: ignore[attr-defined]
 
     @property

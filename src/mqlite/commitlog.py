@@ -43,6 +43,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import Enum
 from typing import NamedTuple
 
+import numpy as np
+
 from .clock import Clock, SystemClock
 from .config import StoreConfig
 from .errors import MQClientError, StoreCorruptedError
@@ -51,6 +53,7 @@ from .mappedfile import MappedFile, MappedFileQueue
 from .message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    EncodedProperties,
     MessageExt,
     SysFlag,
     create_offset_msg_id,
@@ -241,6 +244,21 @@ class StoredMessage(MessageExt):
 
 
 _HOST_V6_FLAGS = SysFlag.BORNHOST_V6 | SysFlag.STOREHOSTADDRESS_V6
+# SysFlag and HEADER values as module constants: the append path reads them for every record.
+_BORNHOST_V6 = SysFlag.BORNHOST_V6
+_TRANSACTION_MASK = SysFlag.TRANSACTION_MASK
+_PREPARED = SysFlag.TRANSACTION_PREPARED_TYPE
+_ROLLBACK = SysFlag.TRANSACTION_ROLLBACK_TYPE
+_HEADER_SIZE = HEADER.size
+_DICT_TYPES = frozenset({dict, EncodedProperties})
+#: HEADER as a numpy record (batch appends pack many headers at once); same fields, same bytes.
+_HEADER_DTYPE = np.dtype([
+    ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
+    ("born_host", "S4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_host", "S4"),
+    ("store_port", ">i4"), ("reconsume_times", ">i4"), ("prepared_offset", ">i8"), ("body_length", ">i4"),
+])
+assert _HEADER_DTYPE.itemsize == HEADER.size
 _LAZY_FIELDS = frozenset(MessageExt.__slots__) | {"topic", "flag", "properties", "transaction_id"}
 
 
@@ -416,7 +434,7 @@ class CommitLog:
     (`unit_queues`): from then on each record's consume-queue unit is written
     under the same lock, and only records with keys leave a `DispatchRequest`
     (or `BatchDispatch`) in `dispatch_queue` for the reput service's index
-    work, so nothing just written is parsed again.
+    work (none when `message_index_enable` is off), so nothing just written is parsed again.
     """
 
     def __init__(self, directory: str, config: StoreConfig, clock: Clock, *, read_only: bool = False,
@@ -440,6 +458,9 @@ class CommitLog:
         self._v2_topics: set[str] = set()  # topics written with MAGIC_V2 (filled by _topic_prefix)
         self._born_default = (_STORE_IP, _STORE_PORT)  # producer and broker share a process: same host
         self._max_body = config.max_message_size
+        # Once units are written with the append, dispatch entries only feed the key index:
+        # with the index off none are queued (nothing would read them).
+        self._index_keys = config.message_index_enable
         self._system_clock = isinstance(clock, SystemClock)  # lets the put path read time_ns directly
         self._active: MappedFile | None = None  # the segment appends go to (set by _room_for)
 
@@ -504,27 +525,30 @@ class CommitLog:
         if type(body) is not bytes or len(body) > self._max_body:
             self._check_body(body)
         if properties:
-            prefix, props = self._encode_tail(topic, properties)
-            tail = prefix + _USHORT.pack(len(props)) + props
+            if type(properties) is EncodedProperties and len(properties.encoded) <= MAX_PROPERTIES_LENGTH:
+                props = properties.encoded  # a producer's send: encoded already
+                tail = (self._topic_bytes.get(topic) or self._topic_prefix(topic)) + _USHORT.pack(len(props)) + props
+            else:
+                prefix, props = self._encode_tail(topic, properties)
+                tail = prefix + _USHORT.pack(len(props)) + props
             keys = properties.get(PROPERTY_KEYS)
             uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         else:
             tail = self._empty_tails.get(topic) or self._empty_tail(topic)
             keys = uniq = None
-        if sys_flag & _HOST_V6_FLAGS:
+        v6 = 0  # extra header bytes of an IPv6 born host
+        born_ip, born_port = self._born_default
+        in_queue = True
+        if sys_flag or born_host:
             sys_flag &= ~_HOST_V6_FLAGS  # the addresses decide these bits, not the caller
-        if born_host:
-            born_ip, born_port = _host_bytes(born_host)
-            if len(born_ip) == 16:
-                sys_flag |= SysFlag.BORNHOST_V6
-        else:
-            born_ip, born_port = self._born_default
-        total = HEADER.size + len(body) + len(tail) + (_V6_EXTRA if sys_flag & SysFlag.BORNHOST_V6 else 0)
-        if sys_flag:
-            trans = sys_flag & SysFlag.TRANSACTION_MASK
-            in_queue = trans != SysFlag.TRANSACTION_PREPARED_TYPE and trans != SysFlag.TRANSACTION_ROLLBACK_TYPE
-        else:
-            in_queue = True
+            if born_host:
+                born_ip, born_port = _host_bytes(born_host)
+                if len(born_ip) == 16:
+                    sys_flag |= _BORNHOST_V6
+                    v6 = _V6_EXTRA
+            trans = sys_flag & _TRANSACTION_MASK
+            in_queue = trans != _PREPARED and trans != _ROLLBACK
+        total = _HEADER_SIZE + len(body) + len(tail) + v6
         crc = zlib.crc32(body) & 0x7FFFFFFF
         key = (topic, queue_id)
         with self.put_lock:
@@ -542,11 +566,11 @@ class CommitLog:
             born = now if born_timestamp is None else born_timestamp
             # Body and tail first, header last: a writer killed mid-copy leaves no
             # TOTALSIZE/magic, so recovery never takes a half-written record for whole.
-            body_pos = pos + HEADER.size + (_V6_EXTRA if len(born_ip) == 16 else 0)
+            body_pos = pos + _HEADER_SIZE + v6
             end = body_pos + len(body)
             mm[body_pos:end] = body
             mm[end : end + len(tail)] = tail
-            if len(born_ip) == 4:
+            if not v6:
                 HEADER.pack_into(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
                                  queue_id, flag, qoff, phys, sys_flag, born, born_ip, born_port,
                                  now, _STORE_IP, _STORE_PORT, reconsume_times, prepared_transaction_offset,
@@ -564,7 +588,7 @@ class CommitLog:
                     cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
                     if not cq.put(phys, total, code, qoff):
                         log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
-            if queues is None or keys is not None or uniq is not None:
+            if queues is None or (self._index_keys and (keys is not None or uniq is not None)):
                 self.appended_count += 1
                 # A plain tuple in DispatchRequest's field order: cheaper than building the NamedTuple.
                 self.dispatch_queue.append((topic, queue_id, phys, total, code, now, qoff, keys, uniq,
@@ -596,63 +620,78 @@ class CommitLog:
         if flags is not None and len(flags) != count:
             raise MQClientError(f"{count} bodies but {len(flags)} flags")
         max_body = self._max_body
-        for body in bodies:
-            if type(body) is not bytes or len(body) > max_body:
-                self._check_body(body)
+        if set(map(type, bodies)) != {bytes} or max(map(len, bodies)) > max_body:
+            for body in bodies:
+                if type(body) is not bytes or len(body) > max_body:
+                    self._check_body(body)
+            bodies = [b if type(b) is bytes else bytes(b) for b in bodies]
+        # The numpy header fields take any int: out-of-range ones raise here, as HEADER.pack would.
+        for value in (queue_id, flag) if flags is None else (queue_id, min(flags), max(flags)):
+            _INT.pack(value)
+        keys: list[str | None] | None
+        uniqs: list[str | None] | None
         empty = self._empty_tails.get(topic) or self._empty_tail(topic)
         if properties is None or not any(properties):
             tails = [empty] * count
             keys = uniqs = None
         else:
-            tails = []
-            for props_map in properties:
-                if props_map:
-                    prefix, props = self._encode_tail(topic, props_map)
-                    tails.append(prefix + _USHORT.pack(len(props)) + props)
-                else:
-                    tails.append(empty)
-            keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
-            uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
-        sizes = [HEADER.size + len(b) + len(t) for b, t in zip(bodies, tails)]
+            tails = self._batch_tails(topic, properties, empty)
+            if set(map(type, properties)) <= _DICT_TYPES:  # C-level gets (most batches)
+                maps: Sequence[dict[str, str]] = properties  # type: ignore[assignment]
+                keys = list(map(dict.get, maps, itertools.repeat(PROPERTY_KEYS)))
+                uniqs = list(map(dict.get, maps, itertools.repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)))
+            else:
+                keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
+                uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
+        body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
+        size_array = body_lengths + np.fromiter(map(len, tails), dtype=np.int64, count=count) + HEADER.size
+        sizes: list[int] = size_array.tolist()
         total_all = sum(sizes)
         if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
             raise MQClientError(
                 f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
                 f"{self.config.commitlog_file_size} bytes; send smaller batches"
             )
-        magic = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
+        # Headers are packed together into a numpy record array (one pass per field,
+        # measured: a third of the cost of HEADER.pack per record); the fields that
+        # depend on the log's position are filled under the lock.
+        headers = np.zeros(count, dtype=_HEADER_DTYPE)
+        headers["total"] = size_array
+        headers["magic"] = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
+        headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
+        headers["queue_id"] = queue_id
+        headers["flag"] = flag if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
+        headers["born_host"] = _STORE_IP
+        headers["born_port"] = _STORE_PORT
+        headers["store_host"] = _STORE_IP
+        headers["store_port"] = _STORE_PORT
+        headers["body_length"] = body_lengths
+        record_starts = np.zeros(count, dtype=np.int64)
+        np.cumsum(size_array[:-1], out=record_starts[1:])
         key = (topic, queue_id)
-        pack = HEADER.pack
         with self.put_lock:
             now = max(self.clock.now_ms(), self.last_store_timestamp)
             self.last_store_timestamp = now
-            born = now if born_timestamp is None else born_timestamp
             mf = self._active
             if mf is None or mf.wrote_position + total_all + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
                 mf = self._room_for(total_all)
-            pos = start = mf.wrote_position
+            start = mf.wrote_position
             mm, base = mf.mm, mf.file_from_offset
-            first_qoff = qoff = self.topic_queue_table.get(key, 0)
-            # Records are assembled into one list of pieces and copied into the map
-            # with a single slice assignment (measured: cheaper than three copies per record).
-            pieces: list[bytes] = []
-            add = pieces.append
-            phys = base + start
-            crc32 = zlib.crc32
-            record_flags = flags if flags is not None else itertools.repeat(flag)
-            for body, tail, total, record_flag in zip(bodies, tails, sizes, record_flags):
-                add(pack(total, magic, crc32(body) & 0x7FFFFFFF, queue_id, record_flag, qoff, phys, 0, born,
-                         _STORE_IP, _STORE_PORT, now, _STORE_IP, _STORE_PORT, 0, 0, len(body)))
-                add(body)
-                add(tail)
-                phys += total
-                qoff += 1
-            pos = start + total_all
-            # A torn batch (killed mid-copy) shows whole records then garbage, which the
+            first_qoff = self.topic_queue_table.get(key, 0)
+            headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
+            headers["physical_offset"] = record_starts + (base + start)
+            headers["born_timestamp"] = now if born_timestamp is None else born_timestamp
+            headers["store_timestamp"] = now
+            raw = headers.tobytes()
+            size = HEADER.size
+            # One slice assignment for the whole batch (measured: cheaper than three copies per
+            # record). A torn batch (killed mid-copy) shows whole records then garbage, which the
             # per-record checks of recovery cut; nothing of it was acknowledged.
-            mm[start:pos] = b"".join(pieces)
+            pos = start + total_all
+            mm[start:pos] = b"".join(itertools.chain.from_iterable(
+                zip([raw[i : i + size] for i in range(0, count * size, size)], bodies, tails)))
             mf.wrote_position = pos
-            self.topic_queue_table[key] = qoff
+            self.topic_queue_table[key] = first_qoff + count
             codes = None
             if properties is not None:
                 fn = self.tags_code_fn
@@ -662,12 +701,28 @@ class CommitLog:
                 cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
                 if not cq.put_batch(base + start, sizes, codes, first_qoff):
                     log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_qoff)
-            if queues is None or keys is not None:
+            if queues is None or (self._index_keys and keys is not None):
                 self.appended_count += 1
                 self.dispatch_queue.append(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes,
                                                          now, keys, uniqs))
-        offsets = list(itertools.accumulate(sizes[:-1], initial=base + start))
-        return PutResult(base + start, total_all, first_qoff, now, count, offsets)
+        return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist())
+
+    def _batch_tails(self, topic: str, properties: Sequence[Mapping[str, str] | None], empty: bytes) -> list[bytes]:
+        """Topic and property block of each record; a producer's `EncodedProperties` are not encoded again."""
+        prefix = self._topic_prefix(topic)
+        pack_len = _USHORT.pack
+        if set(map(type, properties)) == {EncodedProperties}:
+            encoded: list[bytes] = [p.encoded for p in properties]  # type: ignore[union-attr]
+            if max(map(len, encoded)) <= MAX_PROPERTIES_LENGTH:
+                return [prefix + pack_len(len(e)) + e for e in encoded]
+        tails = []
+        for props_map in properties:
+            if props_map:
+                prefix, props = self._encode_tail(topic, props_map)
+                tails.append(prefix + pack_len(len(props)) + props)
+            else:
+                tails.append(empty)
+        return tails
 
     def _pack_v6_header(self, mm: object, pos: int, total: int, v2: bool, crc: int, queue_id: int, flag: int,
                         qoff: int, phys: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int,

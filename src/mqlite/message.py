@@ -32,8 +32,10 @@ __all__ = [
     "SysFlag",
     "java_string_hash",
     "java_string_hashes",
+    "java_string_hash_array",
     "tags_code",
     "encode_properties",
+    "EncodedProperties",
     "decode_properties",
     "create_offset_msg_id",
     "decode_offset_msg_id",
@@ -143,6 +145,21 @@ def java_string_hashes(texts: Sequence[str]) -> list[int]:
     >>> java_string_hashes(["TagA", "TopicTest#KEY1", "日本"])
     [2598919, -1656969516, 835047]
     """
+    return java_string_hash_array(texts).tolist()  # type: ignore[no-any-return]
+
+
+def java_string_hash_array(texts: Sequence[str]) -> Any:
+    """`java_string_hashes` as an int64 numpy array (what the index builder consumes).
+
+    Keys of one topic and one id format (`topic#UNIQ_KEY`) are all ASCII and of
+    one length: they are checked and hashed in a few C-level passes.
+    """
+    if len(texts) >= 4:
+        length = len(texts[0])
+        if 0 < length <= 4096 and min(map(len, texts)) == length == max(map(len, texts)):
+            joined = "".join(texts)
+            if joined.isascii():
+                return _hash_ascii_rows(joined.encode("ascii"), len(texts), length)
     out = [0] * len(texts)
     groups: dict[int, list[int]] = {}
     for i, text in enumerate(texts):
@@ -155,15 +172,25 @@ def java_string_hashes(texts: Sequence[str]) -> list[int]:
             for i in members:
                 out[i] = java_string_hash(texts[i])
             continue
-        powers = _POW31.get(length)
-        if powers is None:
-            powers = np.array([pow(31, length - 1 - j, 1 << 32) for j in range(length)], dtype=np.uint64)
-            _POW31[length] = powers
-        chars = np.frombuffer("".join([texts[i] for i in members]).encode("ascii"), dtype=np.uint8)
-        sums = (chars.reshape(len(members), length).astype(np.uint64) * powers).sum(axis=1) & np.uint64(0xFFFFFFFF)
-        for i, value in zip(members, sums.tolist()):
-            out[i] = value - (1 << 32) if value & 0x80000000 else value
-    return out
+        hashes = _hash_ascii_rows("".join([texts[i] for i in members]).encode("ascii"), len(members), length)
+        for i, value in zip(members, hashes.tolist()):
+            out[i] = value
+    return np.array(out, dtype=np.int64)
+
+
+def _hash_ascii_rows(data: bytes, rows: int, length: int) -> Any:
+    """Java hashes (int64 array) of `rows` ASCII strings of `length` bytes each, concatenated in `data`."""
+    powers = _POW31.get(length)
+    if powers is None:
+        powers = np.array([pow(31, length - 1 - j, 1 << 32) for j in range(length)], dtype=np.uint64)
+        _POW31[length] = powers
+    chars = np.frombuffer(data, dtype=np.uint8).reshape(rows, length)
+    step = max(1, (1 << 20) // length)  # bounds the uint64 temporaries to 8 MiB
+    sums = np.concatenate([(chars[i : i + step].astype(np.uint64) * powers).sum(axis=1)
+                           for i in range(0, rows, step)]) & np.uint64(0xFFFFFFFF)
+    signed = sums.astype(np.int64)
+    signed[signed >= 1 << 31] -= 1 << 32
+    return signed
 
 
 @functools.lru_cache(maxsize=4096)
@@ -179,6 +206,23 @@ def tags_code(tags: str | None) -> int:
 def encode_properties(properties: Mapping[str, str]) -> str:
     """`name\\x01value\\x02` per entry, with the trailing separator Java writes."""
     return "".join([f"{k}\x01{v}\x02" for k, v in properties.items() if v is not None])
+
+
+class EncodedProperties(dict[str, str]):
+    """A property map that carries its own encoding: `encoded` is `encode_properties(self)` in UTF-8.
+
+    A producer builds one per send (its cached encoding of the message's
+    properties plus the new UNIQ_KEY entry), so the commit log does not encode
+    the map again (measured: 0.8 us a send). Whoever builds one vouches that
+    `encoded` matches; treat it as read-only, since a change would not reach `encoded`.
+
+    >>> p = EncodedProperties({"WAIT": "true"}); p.encoded = encode_properties(p).encode(); p.encoded
+    b'WAIT\\x01true\\x02'
+    """
+
+    __slots__ = ("encoded",)
+
+    encoded: bytes
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -251,6 +295,7 @@ class UniqIdGenerator:
         self._lock = threading.Lock()
         self._month_start = 0
         self._next_month_start = 0
+        self._stamp = (-1, "")  # (ms, prefix + time field): ids of one millisecond share it
 
     def _month_bounds(self, now_ms: int) -> None:
         lt = time.localtime(now_ms / 1000)
@@ -259,15 +304,34 @@ class UniqIdGenerator:
         end = time.mktime((lt.tm_year, lt.tm_mon, days, 0, 0, 0, 0, 0, -1)) + 86400
         self._month_start, self._next_month_start = int(start * 1000), int(end * 1000)
 
-    def next_id(self) -> str:
-        """A new unique id. Thread-safe: the counter is an `itertools.count` (atomic under the GIL)."""
-        now = time.time_ns() // 1_000_000
+    def _stamp_for(self, now: int) -> tuple[int, str]:
         if now >= self._next_month_start:
             with self._lock:  # once a month
                 if now >= self._next_month_start:
                     self._month_bounds(now)
-        count = next(self._counter) & 0xFFFF
-        return f"{self._prefix_hex}{(now - self._month_start) & 0xFFFFFFFF:08X}{count:04X}"
+        stamp = self._stamp = (now, f"{self._prefix_hex}{(now - self._month_start) & 0xFFFFFFFF:08X}")
+        return stamp
+
+    def next_id(self) -> str:
+        """A new unique id. Thread-safe: the counter is an `itertools.count` (atomic under the GIL).
+
+        Costs about 0.3 us: the first 28 characters are formatted once per millisecond
+        and the counter's four come from a table (measured; an f-string took 1 us).
+        """
+        now = time.time_ns() // 1_000_000
+        stamp = self._stamp
+        if stamp[0] != now:
+            stamp = self._stamp_for(now)
+        count = next(self._counter)
+        return stamp[1] + _HEX2[count >> 8 & 0xFF] + _HEX2[count & 0xFF]
+
+    def next_ids(self, n: int) -> list[str]:
+        """`n` new ids stamped with the same millisecond (a batch send's)."""
+        stamp = self._stamp_for(time.time_ns() // 1_000_000)[1]
+        return [stamp + _HEX2[c >> 8 & 0xFF] + _HEX2[c & 0xFF] for c in itertools.islice(self._counter, n)]
+
+
+_HEX2 = [f"{i:02X}" for i in range(256)]
 
 
 # -- value types ---------------------------------------------------------------------------

@@ -1,0 +1,260 @@
+"""`ProcessQueue`: RocketMQ's `ProcessQueueTest` ported, plus the contract the push consumer relies on.
+
+The numbers of the Java test (reference 8.3): 100 messages with 123-byte bodies cache 100 messages
+and 12300 bytes; taking and committing 10 leaves 90 and 11070; removing the last one leaves 89.
+The rest pins what reference 8.1 and 8.3 say of `removeMessage`, `putMessage`, `getMaxSpan`,
+`takeMessages`/`commit`/`rollback`/`makeMessageToConsumeAgain`, and the "dispatch a consumer"
+flag that orderly consumption starts from.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from mqlite.consumer.processqueue import ProcessQueue
+from mqlite.message import PROPERTY_CONSUME_START_TIMESTAMP, MessageExt
+
+BODY_SIZE = 123
+
+
+def _message(offset: int, body_size: int = BODY_SIZE) -> MessageExt:
+    """A `MessageExt` as the Java test builds it: a queue offset, a body of zeros, keys `keys<i>`."""
+    msg = MessageExt("TopicTest", bytes(body_size), keys=f"keys{offset}")
+    msg.queue_id = 0
+    msg.queue_offset = offset
+    msg.reconsume_times = 0
+    msg.properties[PROPERTY_CONSUME_START_TIMESTAMP] = str(int(time.time() * 1000))
+    return msg
+
+
+def _messages(count: int = 100, first: int = 0, body_size: int = BODY_SIZE) -> list[MessageExt]:
+    return [_message(offset, body_size) for offset in range(first, first + count)]
+
+
+# -- ProcessQueueTest ---------------------------------------------------------------------------------------
+def test_cached_message_count() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages())
+    assert pq.msg_count == 100 and len(pq) == 100
+
+    pq.take_messages(10)
+    pq.commit()
+    assert pq.msg_count == 90
+
+    last = _message(99)
+    pq.remove_messages([last])
+    assert pq.msg_count == 89
+
+
+def test_cached_message_size() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages())
+    assert pq.msg_size == 100 * BODY_SIZE == 12300
+
+    pq.take_messages(10)
+    pq.commit()
+    assert pq.msg_size == 90 * BODY_SIZE == 11070
+
+    pq.remove_messages([_message(99)])
+    assert pq.msg_size == 89 * BODY_SIZE
+
+
+def test_cached_size_in_mib_follows_take_and_commit() -> None:
+    """`testFillProcessQueueInfo`: 102400 x 123 bytes is 12 MiB; after taking 10000, 20000 and all: 10, 9, 0."""
+    pq = ProcessQueue()
+    pq.put_messages(_messages(102400))
+    assert pq.msg_size >> 20 == 12
+    for batch, mib in ((10000, 10), (10000, 9), (80000, 0)):
+        pq.take_messages(batch)
+        pq.commit()
+        assert pq.msg_size >> 20 == mib
+    assert pq.msg_count == 2400  # 102400 - 100000: still cached, under 1 MiB
+
+
+def test_rollback_of_nothing_taken_leaves_nothing_consuming() -> None:
+    """`testRollback` / `testHasTempMessage` on a fresh queue."""
+    pq = ProcessQueue()
+    pq.rollback()
+    assert pq.commit() == -1  # nothing is being consumed
+    assert not pq.has_temp_message()
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.max_span == 0 and pq.first_offset() is None
+
+
+# -- removeMessage: the offset to commit (reference 8.1) -------------------------------------------------
+def test_remove_returns_smallest_cached_offset_then_max_plus_one_then_minus_one() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(5, first=10)  # offsets 10..14
+    pq.put_messages(msgs)
+    # Out-of-order completions never move the offset past an unfinished message.
+    assert pq.remove_messages([msgs[3]]) == 10
+    assert pq.remove_messages([msgs[1], msgs[2]]) == 10
+    assert pq.remove_messages([msgs[0]]) == 14
+    assert pq.remove_messages([msgs[4]]) == 15  # empty now: queue_offset_max + 1
+    assert pq.msg_count == 0 and pq.msg_size == 0
+    assert pq.remove_messages([msgs[4]]) == -1  # already empty
+    assert pq.remove_messages([]) == -1
+
+
+def test_remove_of_messages_not_cached_changes_nothing() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(3))
+    assert pq.remove_messages([_message(7), _message(8)]) == 0
+    assert pq.msg_count == 3 and pq.msg_size == 3 * BODY_SIZE
+    assert pq.remove_messages([_message(0), _message(0)]) == 1  # a message listed twice counts once
+    assert pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE
+
+
+# -- putMessage ------------------------------------------------------------------------------------------
+def test_put_ignores_duplicate_offsets() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(10))
+    pq.put_messages(_messages(5, first=5) + _messages(3, first=10))  # 5..9 again, then 10..12
+    assert pq.msg_count == 13 and pq.msg_size == 13 * BODY_SIZE
+    assert pq.remove_messages(_messages(13)) == 13
+    assert pq.msg_count == 0 and pq.msg_size == 0
+
+
+def test_a_duplicate_keeps_the_size_of_the_first_copy() -> None:
+    pq = ProcessQueue()
+    pq.put_messages([_message(0, body_size=10)])
+    pq.put_messages([_message(0, body_size=99)])
+    assert pq.msg_count == 1 and pq.msg_size == 10
+    pq.remove_messages([_message(0, body_size=10)])
+    assert pq.msg_size == 0
+
+
+def test_max_span_is_last_minus_first_cached_offset() -> None:
+    pq = ProcessQueue()
+    assert pq.max_span == 0
+    pq.put_messages([_message(3)])
+    assert pq.max_span == 0
+    pq.put_messages([_message(7), _message(2500)])
+    assert pq.max_span == 2497
+    pq.remove_messages([_message(3)])
+    assert pq.max_span == 2493
+    pq.remove_messages([_message(2500)])
+    assert pq.max_span == 0
+
+
+def test_put_returns_true_only_when_a_consumer_should_be_dispatched() -> None:
+    pq = ProcessQueue()
+    assert pq.put_messages([]) is False  # nothing cached, nothing to consume
+    assert pq.put_messages(_messages(2)) is True  # the first worker is dispatched
+    assert pq.put_messages(_messages(2, first=2)) is False  # one is already consuming
+    assert len(pq.take_messages(10)) == 4
+    assert pq.put_messages(_messages(1, first=4)) is False  # the worker still runs: it will take these
+    assert pq.commit() == 4
+    assert [m.queue_offset for m in pq.take_messages(10)] == [4]
+    assert pq.commit() == 5
+    assert pq.take_messages(10) == []  # found nothing: the worker stops, consuming is over
+    assert pq.put_messages(_messages(1, first=5)) is True  # so the next put dispatches one again
+    assert pq.put_messages(_messages(1, first=5)) is False  # a duplicate, and still consuming
+
+
+def test_clear_resets_the_dispatch_flag_and_counters() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(4))
+    pq.take_messages(2)
+    pq.clear()
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.commit() == -1 and not pq.has_temp_message()
+    assert pq.put_messages(_messages(1, first=40)) is True
+    assert pq.remove_messages([_message(40)]) == 41
+
+
+def test_first_offset_and_span_skip_messages_removed_out_of_order() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(10)
+    pq.put_messages(msgs)
+    assert pq.remove_messages([msgs[i] for i in (0, 1, 2, 9, 8, 5)]) == 3
+    assert pq.first_offset() == 3 and pq.max_span == 4  # 3..7 left, 5 gone from the middle
+    assert pq.remove_messages([msgs[3], msgs[4]]) == 6
+    pq.put_messages(_messages(2, first=10))  # the pull moves on behind the holes
+    assert pq.first_offset() == 6 and pq.max_span == 5
+    assert pq.remove_messages([msgs[6], msgs[7]]) == 10
+    assert pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE
+
+
+# -- orderly: take, commit, rollback, consume again -----------------------------------------------------------
+def test_take_commit_returns_last_taken_plus_one() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(10, first=100))
+    taken = pq.take_messages(3)
+    assert [m.queue_offset for m in taken] == [100, 101, 102]
+    assert pq.msg_count == 10  # taken messages stay counted until committed
+    assert pq.first_offset() == 103 and pq.has_temp_message()
+    assert pq.commit() == 103
+    assert pq.msg_count == 7 and pq.msg_size == 7 * BODY_SIZE
+    assert pq.commit() == -1  # nothing taken since
+
+
+def test_rollback_puts_every_taken_message_back_in_order() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(5))
+    pq.take_messages(3)
+    pq.rollback()
+    assert pq.commit() == -1
+    assert pq.msg_count == 5 and pq.msg_size == 5 * BODY_SIZE
+    assert [m.queue_offset for m in pq.take_messages(10)] == [0, 1, 2, 3, 4]
+
+
+def test_make_message_to_consume_again_returns_only_those() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(6))
+    taken = pq.take_messages(4)  # 0..3
+    pq.make_message_to_consume_again(taken[2:])  # 2 and 3 go back
+    assert pq.commit() == 2  # 0 and 1 stay taken: commit covers them
+    assert pq.msg_count == 4
+    assert [m.queue_offset for m in pq.take_messages(10)] == [2, 3, 4, 5]
+    assert pq.commit() == 6
+    assert pq.msg_count == 0 and pq.msg_size == 0
+
+
+def test_messages_put_back_go_before_those_pulled_meanwhile() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(4))
+    taken = pq.take_messages(2)  # 0, 1
+    assert pq.put_messages(_messages(2, first=4)) is False  # pulled while 0 and 1 are consumed
+    pq.make_message_to_consume_again(taken)
+    assert [m.queue_offset for m in pq.take_messages(3)] == [0, 1, 2]
+    pq.put_messages(_messages(1, first=6))
+    pq.rollback()
+    assert [m.queue_offset for m in pq.take_messages(10)] == [0, 1, 2, 3, 4, 5, 6]
+    assert pq.commit() == 7
+    assert pq.msg_count == 0 and pq.msg_size == 0
+
+
+def test_take_in_batches_walks_the_queue_in_offset_order() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(list(reversed(_messages(7))))  # arrival order does not matter
+    seen: list[int] = []
+    while batch := pq.take_messages(3):
+        seen.extend(m.queue_offset for m in batch)
+        assert pq.commit() == batch[-1].queue_offset + 1
+    assert seen == list(range(7))
+    assert pq.msg_count == 0
+
+
+# -- threads ---------------------------------------------------------------------------------------------
+def test_concurrent_puts_and_removes_keep_the_counters_exact() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(4000)
+    pq.put_messages(msgs)
+    errors: list[BaseException] = []
+
+    def remove(part: list[MessageExt]) -> None:
+        try:
+            for i in range(0, len(part), 7):
+                offset = pq.remove_messages(part[i:i + 7])
+                assert offset == -1 or 0 <= offset <= 4000
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=remove, args=(msgs[k::4],), name=f"test-pq-{k}") for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.max_span == 0
+    assert pq.remove_messages(msgs[:1]) == -1
