@@ -32,8 +32,8 @@ def main(path: str, group: str, topic: str) -> None:
         consumer = mqlite.PushConsumer(broker, group, subscription={topic: "*"}, listener=listener,
                                        consume_thread_nums=4, pull_batch_size=8,
                                        consume_from_where=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        print("STARTED", flush=True)  # before the listener can print
         with consumer:
-            print("STARTED", flush=True)
             sys.stdin.read()  # until the parent closes stdin (or kills us)
 
 

@@ -52,6 +52,10 @@ class ProcessQueue:
         self.last_consume_timestamp = 0
         #: Set by a pull loop that skipped this queue for flow control; the consume side clears it and wakes the loop.
         self.flow_blocked = False
+        #: The highest offset `remove_messages` found committable, and what the owner last committed of it:
+        #: consume threads only note it (under the lock they already hold); the pull thread commits it.
+        self.pending_offset = -1
+        self.committed_offset = -1
 
     # -- the offset-ordered map (call with `lock` held) -----------------------------------------------------
     def _first(self) -> int | None:
@@ -131,7 +135,10 @@ class ProcessQueue:
             self.msg_count -= removed
             self.msg_size -= size
             first = self._first()
-            return first if first is not None else self.queue_offset_max + 1
+            offset = first if first is not None else self.queue_offset_max + 1
+            if offset > self.pending_offset:
+                self.pending_offset = offset
+            return offset
 
     # -- orderly consumption ---------------------------------------------------------------------------------
     def take_messages(self, batch_size: int) -> list[MessageExt]:
@@ -193,6 +200,7 @@ class ProcessQueue:
             self.msg_size = 0
             self.queue_offset_max = 0
             self.consuming = False
+            self.pending_offset = self.committed_offset = -1
 
     def is_lock_expired(self, now_ms: int) -> bool:
         """The client-side view of the orderly lock: stale after 30 s without renewal."""

@@ -201,7 +201,8 @@ class PushConsumer(ConsumerBase):
                 broker.arrivals.unwatch(loop)
             loop.stop()
         if pool is not None:
-            pool.stop()  # queued requests see _stopping and return; running ones finish and commit
+            pool.stop()  # queued requests see _stopping and return; running ones finish
+        self._commit_offsets()
         self._release_all_locks()
         self._drop_all()
         self._state = "SHUTDOWN"
@@ -264,6 +265,7 @@ class PushConsumer(ConsumerBase):
     def _remove_unnecessary_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         broker = self._broker
         assert broker is not None
+        self._commit_offsets(only=pq)
         if self._orderly and self.clustering:
             # Wait (briefly) for the batch in flight so the next owner never overlaps it.
             if not pq.consume_lock.acquire(timeout=1.0):
@@ -296,6 +298,7 @@ class PushConsumer(ConsumerBase):
         """One pass over the owned queues; True when something was pulled."""
         if self._stopping:
             return False
+        self._commit_offsets()
         if self._rebalance_requested.is_set():
             self.rebalance()
         if self._suspended:
@@ -379,7 +382,27 @@ class PushConsumer(ConsumerBase):
 
         loop.call_later(period, tick)
 
+    def _commit_offsets(self, only: ProcessQueue | None = None) -> None:
+        """Commit what the consume threads noted (`ProcessQueue.pending_offset`), increase-only.
+
+        Concurrent consumption commits from the pull thread, so consume threads
+        share no offset-table lock (RocketMQ's client, too, batches its
+        offsets before the broker sees them).
+        """
+        offset_store = self.offset_store
+        if offset_store is None or self._orderly:
+            return
+        for mq, pq in self._process_queue_items():
+            if only is not None and pq is not only:
+                continue
+            pending = pq.pending_offset
+            # A queue being given up still commits what was consumed before (`only`).
+            if pending > pq.committed_offset and (only is not None or not pq.dropped):
+                offset_store.update(mq, pending, True)
+                pq.committed_offset = pending
+
     def _persist_offsets(self) -> None:
+        self._commit_offsets()
         if self.offset_store is not None:
             self.offset_store.persist()
 
@@ -409,9 +432,7 @@ class PushConsumer(ConsumerBase):
                     except Exception:
                         log.exception("%s: sending back an expired message failed", self.group)
                         continue
-                    offset = request.pq.remove_messages([msg])
-                    if offset >= 0 and self.offset_store is not None:
-                        self.offset_store.update(request.mq, offset, True)
+                    request.pq.remove_messages([msg])
 
     # -- concurrent consumption ------------------------------------------------------------------------
     def _consume_concurrently(self, request: _Request) -> None:
@@ -457,9 +478,12 @@ class PushConsumer(ConsumerBase):
                 for msg in msgs[ack_index + 1:]:
                     log.warning("%s: BROADCASTING consumption failed; message %s dropped", self.group, msg.msg_id)
         done = msgs if not failed else [m for m in msgs if m not in failed]
-        offset = request.pq.remove_messages(done)
-        if offset >= 0 and not request.pq.dropped and self.offset_store is not None:
-            self.offset_store.update(request.mq, offset, True)
+        pq = request.pq
+        pq.remove_messages(done)  # notes the committable offset; the pull thread commits it
+        if pq.msg_count == 0 and not pq.dropped:
+            loop = self._loop
+            if loop is not None:
+                loop.poke()  # the cache drained: commit its last offset now, not at the next pull
         if failed:
             retry = _Request(failed, request.pq, request.mq)
             loop = self._loop
