@@ -57,6 +57,7 @@ LOCK_RENEW_INTERVAL = 20.0
 #: Orderly: retry locking a queue we own but could not lock (`tryLockLaterAndReconsume`).
 LOCK_RETRY_DELAY = 0.1
 _MAX_INT = 2**31 - 1
+_SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
 
 class _Request:
@@ -364,12 +365,13 @@ class PushConsumer(ConsumerBase):
                 pool.submit(lambda: self._consume_orderly(mq, pq))
             return
         size = self.consume_message_batch_max_size
-        submit, task = pool.submit, self._task
-        for start in range(0, len(msgs), size):
-            submit(task(_Request(msgs[start:start + size], pq, mq)))
-
-    def _task(self, request: _Request) -> Callable[[], None]:
-        return lambda: self._consume_concurrently(request)
+        submit, consume = pool.submit_call, self._consume_concurrently
+        if size == 1:
+            for msg in msgs:
+                submit(consume, _Request([msg], pq, mq))
+        else:
+            for start in range(0, len(msgs), size):
+                submit(consume, _Request(msgs[start:start + size], pq, mq))
 
     def _every(self, period: float, chore: Callable[[], None]) -> None:
         loop = self._loop
@@ -453,14 +455,20 @@ class PushConsumer(ConsumerBase):
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
         finally:
             running.pop(request, None)
+        if pq.dropped:
+            return
+        if (status is None or status is _SUCCESS) and context.ack_index >= len(msgs) - 1:
+            # The common case, kept short: everything acknowledged.
+            pq.remove_messages(msgs)  # notes the committable offset; the pull thread commits it
+            if pq.msg_count == 0 or pq.flow_blocked:
+                self._drained_or_unblocked(pq)
+            return
         if status is None:
-            status = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            status = _SUCCESS
         elif not isinstance(status, ConsumeConcurrentlyStatus):
             log.warning("%s: listener returned %r, not a ConsumeConcurrentlyStatus; consuming again later",
                         self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        if pq.dropped:
-            return
         self._process_concurrent_result(request, status, context)
 
     def _process_concurrent_result(self, request: _Request, status: ConsumeConcurrentlyStatus,
@@ -480,16 +488,20 @@ class PushConsumer(ConsumerBase):
         done = msgs if not failed else [m for m in msgs if m not in failed]
         pq = request.pq
         pq.remove_messages(done)  # notes the committable offset; the pull thread commits it
-        if pq.msg_count == 0 and not pq.dropped:
-            loop = self._loop
-            if loop is not None:
-                loop.poke()  # the cache drained: commit its last offset now, not at the next pull
         if failed:
             retry = _Request(failed, request.pq, request.mq)
             loop = self._loop
             if loop is not None:
                 loop.call_later(SEND_BACK_RETRY_DELAY, lambda: self._resubmit(retry))
-        self._unblock(request.pq)
+        self._drained_or_unblocked(pq)
+
+    def _drained_or_unblocked(self, pq: ProcessQueue) -> None:
+        """Wake the pull loop when a queue's cache drained (commit its offset now) or freed room."""
+        if pq.msg_count == 0 and not pq.dropped:
+            loop = self._loop
+            if loop is not None:
+                loop.poke()
+        self._unblock(pq)
 
     def _unblock(self, pq: ProcessQueue) -> None:
         """Consumption freed room in a queue the pull loop skipped: let it look again."""
@@ -502,7 +514,7 @@ class PushConsumer(ConsumerBase):
     def _resubmit(self, request: _Request) -> None:
         pool = self._pool
         if pool is not None and not self._stopping and not request.pq.dropped:
-            pool.submit(self._task(request))
+            pool.submit_call(self._consume_concurrently, request)
 
     def _send_back_all(self, msgs: Sequence[MessageExt], delay_level: int) -> list[MessageExt]:
         """Send failures back to the retry topic; returns the ones that could not be sent."""

@@ -16,6 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .._service import Service
 
@@ -43,7 +44,11 @@ class WorkerPool:
 
     def submit(self, task: Task) -> None:
         """Run `task` on a worker; exceptions are logged, never raised."""
-        self._tasks.put(task)
+        self._tasks.put((task, None))
+
+    def submit_call(self, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run `fn(arg)` on a worker (no closure to build per task)."""
+        self._tasks.put((fn, arg))
 
     def stop(self) -> None:
         """Let each worker finish what it runs and the tasks queued before this call, then join."""
@@ -64,11 +69,14 @@ class WorkerPool:
     def _work(self) -> None:
         get = self._tasks.get
         while True:
-            task = get()
-            if task is _STOP:
+            item = get()
+            if item is _STOP:
                 return
+            fn: Callable[..., None]
+            arg: Any
+            fn, arg = item  # type: ignore[misc]
             try:
-                task()  # type: ignore[operator]
+                fn() if arg is None else fn(arg)
             except Exception:
                 log.exception("consume task failed")
 
