@@ -400,3 +400,35 @@ def test_at_least_once_when_the_consumer_process_is_killed(tmp_path: Path) -> No
         assert {r.diff for r in b.consumer_progress("crash-g") if r.topic == "CT"} == {0}
     redelivered = {m.body.decode() for m, _ in second.seen}
     assert redelivered <= expected  # nothing that was never sent
+
+
+def test_orderly_members_hold_the_broker_locks_of_their_queues(broker: Any) -> None:
+    broker.create_topic("T", 4)
+    consumers = []
+    for cid in ("o1", "o2"):
+        c = PushConsumer(broker, "og", client_id=cid, subscription={"T": "*"})
+        c.register_message_listener(Collector(), orderly=True)
+        consumers.append(c)
+
+    def holders() -> dict[int, str | None]:
+        return {q: broker.queue_locks.holder("og", MessageQueue("T", broker.broker_name, q)) for q in range(4)}
+
+    def settle(expected: dict[int, str | None]) -> None:
+        deadline = time.monotonic() + 10
+        while holders() != expected:
+            assert time.monotonic() < deadline, holders()
+            time.sleep(0.01)
+
+    try:
+        consumers[0].start()
+        settle({0: "o1", 1: "o1", 2: "o1", 3: "o1"})
+        consumers[1].start()
+        settle({0: "o1", 1: "o1", 2: "o2", 3: "o2"})  # o1 let go of 2 and 3 before o2 took them
+        owned = {c.client_id: {mq.queue_id for mq in c.assigned_queues() if mq.topic == "T"} for c in consumers}
+        assert owned == {"o1": {0, 1}, "o2": {2, 3}}
+        consumers[0].shutdown()
+        settle({0: "o2", 1: "o2", 2: "o2", 3: "o2"})
+    finally:
+        for c in consumers:
+            c.shutdown()
+    assert holders() == {0: None, 1: None, 2: None, 3: None}
