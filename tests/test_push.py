@@ -432,3 +432,47 @@ def test_orderly_members_hold_the_broker_locks_of_their_queues(broker: Any) -> N
         for c in consumers:
             c.shutdown()
     assert holders() == {0: None, 1: None, 2: None, 3: None}
+
+
+def test_concurrent_shutdowns_release_a_shared_broker_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "mq")
+    producer = mqlite.Producer(path, "pg")
+    producer.start()
+    try:
+        consumer = PushConsumer(path, "cg", subscription={"T": "*"}, listener=Collector())
+        consumer.start()
+        threads = [threading.Thread(target=consumer.shutdown) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        producer.send(mqlite.Message("T", b"still open"))  # the producer's share of the broker survives
+    finally:
+        producer.shutdown()
+
+
+def test_consume_timeout_and_pull_interval_bounds(broker: Any) -> None:
+    with pytest.raises(MQClientError, match="consume_timeout"):
+        PushConsumer(broker, "cg", consume_timeout=0)
+    with pytest.raises(MQClientError, match="pull_interval"):
+        PushConsumer(broker, "cg", pull_interval=100)
+
+
+def test_a_queue_whose_pull_fails_does_not_stop_the_others(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    _send(broker, "T", 40, queues=2)
+    real_pull = broker.pull
+    failing: list[int] = []
+
+    def pull(group: str, mq: MessageQueue, *args: Any, **kwargs: Any) -> Any:
+        if mq.topic == "T" and mq.queue_id == 0:
+            failing.append(1)
+            raise mqlite.StoreCorruptedError("injected")
+        return real_pull(group, mq, *args, **kwargs)
+
+    monkeypatch.setattr(broker, "pull", pull)
+    listener = Collector()
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=listener):
+        listener.wait_for(lambda seen: len(seen) >= 20)  # all of queue 1
+        time.sleep(0.3)
+    assert {m.queue_id for m, _ in listener.seen} == {1}
+    assert len(failing) <= 2  # retried after 3 s, not in a tight loop

@@ -423,9 +423,11 @@ class Broker:
         """Pull up to `max_nums` messages of `mq` from `offset` (RocketMQ's long-polling pull).
 
         Returns at once when messages are there. Otherwise it parks until the
-        queue grows or `wait` seconds pass (push consumers wait 15 s, lite pull
-        consumers 20 s; 0 never parks) and then tries once more. Messages the filter rules out are
-        skipped while time remains, so a filtered pull returns FOUND or waits.
+        queue grows or `wait` seconds pass and then tries once more; `wait=0`
+        never parks (the consumers pull that way and park on the arrival hub
+        themselves, across all their queues). With a filter, one call scans one
+        window of units: without a wait it returns NO_MATCHED_MSG with the
+        offset to go on from; with one it scans on while time remains.
         `group` names the puller, as RocketMQ's request does.
         """
         store = self._check()
@@ -439,8 +441,10 @@ class Broker:
             result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter), offset)
             remaining = deadline - store.clock.monotonic()
             if result.pull_status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > offset:
-                offset = result.next_begin_offset  # RocketMQ's PULL_RETRY_IMMEDIATELY
-                if remaining > 0 or offset < result.max_offset:
+                if wait <= 0:
+                    return result  # RocketMQ's PULL_RETRY_IMMEDIATELY: the caller scans on (and can stop)
+                offset = result.next_begin_offset
+                if remaining > 0:
                     continue
                 return PullResult(PullStatus.NO_NEW_MSG, offset, result.min_offset, result.max_offset, [])
             if result.pull_status is not PullStatus.NO_NEW_MSG or remaining <= 0 or self._closed:
@@ -492,7 +496,12 @@ class Broker:
         once `max_reconsume_times` is reached or `delay_level` is negative.
         """
         store = self._writer()
-        original = store.look_message_by_offset(msg.commit_log_offset)
+        try:
+            original: MessageExt = store.look_message_by_offset(msg.commit_log_offset)
+        except MessageNotFoundError:
+            # The record aged out of the commit log: RocketMQ's client then re-sends its own copy
+            # (`sendMessageBackAsNormalMessage`), so the retry count and DLQ still work.
+            original = msg
         plan = plan_send_back(original, group, delay_level, max_reconsume_times)
         if plan.topic not in self.topics:
             self.topics.ensure_system(plan.topic, 1)
@@ -508,6 +517,8 @@ class Broker:
     def register_consumer(self, group: str, member: GroupMember) -> None:
         """A consumer started: every member of `group` rebalances."""
         self._writer()
+        if self._closing:
+            raise IllegalStateError(f"the broker at {self.path} is closing; start consumers before close()")
         self.consumer_groups.register(group, member)
 
     def unregister_consumer(self, group: str, member: GroupMember) -> None:
@@ -569,7 +580,17 @@ class Broker:
         self._closing = True
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
-                member.shutdown()  # finishes in-flight batches and commits their offsets
+                try:
+                    member.shutdown()  # finishes in-flight batches and commits their offsets
+                except Exception:
+                    log.exception("closing %s: a consumer of %s failed to shut down", self.path, group)
+        with self._clients_lock:
+            producers = [p for members in self._producers.values() for p in members]
+        for producer in producers:
+            try:
+                producer.shutdown()  # type: ignore[attr-defined]
+            except Exception:
+                log.exception("closing %s: a producer failed to shut down", self.path)
         self.arrivals.close()
         # The delay and check services may still put while they stop, so the broker stays open until then.
         for service in reversed(self._services):  # check-back, delay delivery, offsets (persists on stop)

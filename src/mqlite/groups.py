@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from .clock import SYSTEM_CLOCK, Clock
+from .errors import IllegalStateError
 from .message import MessageQueue
 
 __all__ = ["GroupMember", "ConsumerGroups", "QueueLocks", "LOCK_MAX_LIVE_MS"]
@@ -63,8 +64,14 @@ class ConsumerGroups:
     def register(self, group: str, member: GroupMember) -> None:
         """Add `member` to `group` and ask every member (itself included) to rebalance."""
         with self._lock:
-            self._members.setdefault(group, {})[member.client_id] = member
-            members = list(self._members[group].values())
+            table = self._members.setdefault(group, {})
+            holder = table.get(member.client_id)
+            if holder is not None and holder is not member:
+                # Two members with one id would compute the same share and consume everything twice.
+                raise IllegalStateError(f"consumer group {group!r} already has a member with client_id "
+                                        f"{member.client_id!r}; give each consumer its own client_id")
+            table[member.client_id] = member
+            members = list(table.values())
         for other in members:
             other.request_rebalance()
 
@@ -145,9 +152,3 @@ class QueueLocks:
         if entry is None or self._clock.now_ms() - entry[1] > self._max_live_ms:
             return None
         return entry[0]
-
-    def has_locks(self, group: str) -> bool:
-        """Whether some queue of `group` is locked and unexpired (RocketMQ sends such retries to DLQ)."""
-        now = self._clock.now_ms()
-        with self._lock:
-            return any(g == group and now - ts <= self._max_live_ms for (g, _), (_, ts) in self._table.items())

@@ -27,6 +27,7 @@ from ..rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrat
 from ..sendback import is_retry_topic, retry_topic
 from .offsetstore import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore, local_offsets_path
 from .processqueue import ProcessQueue
+from .service import PullLoop
 from .types import ConsumeFromWhere, MessageModel, MessageQueueListener
 
 __all__ = ["ConsumerBase", "REBALANCE_INTERVAL", "parse_consume_timestamp", "new_client_id", "check_range"]
@@ -175,6 +176,19 @@ class ConsumerBase(abc.ABC):
         assert broker is not None
         broker.register_consumer(self.group, self)
 
+    def _join_or_give_up(self) -> None:
+        """Join the group; if the broker refuses (closing, a taken client id), undo `_attach` and re-raise."""
+        try:
+            self._join()
+        except BaseException:
+            self._state = "SHUTDOWN"
+            broker, self._broker = self._broker, None
+            if broker is not None:
+                if isinstance(self._wake, PullLoop):
+                    broker.arrivals.unwatch(self._wake)
+                broker.release()
+            raise
+
     def _leave(self) -> None:
         """Persist offsets, leave the group, release the broker."""
         broker = self._broker
@@ -245,12 +259,15 @@ class ConsumerBase(abc.ABC):
         changed = False
         with self._table_lock:
             current = {mq: pq for mq, pq in self._process_queues.items() if mq.topic == topic}
-        for mq, pq in current.items():
-            if mq not in mine:
+        for mq, pq in list(current.items()):
+            # A queue given up whose hand-over could not finish yet (an orderly batch still ran) is
+            # tried again; once it is gone, a queue allocated to us again starts afresh below.
+            if mq not in mine or pq.dropped:
                 pq.dropped = True
                 if self._remove_unnecessary_queue(mq, pq):
                     with self._table_lock:
                         self._process_queues.pop(mq, None)
+                    del current[mq]
                     changed = True
         for mq in sorted(mine - set(current)):
             if not self._may_take(mq):

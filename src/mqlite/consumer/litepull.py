@@ -313,7 +313,7 @@ class LitePullConsumer(ConsumerBase):
             with self._cv:
                 assigned = list(self._assigned)
             self._watch(assigned, ())
-            self._join()
+            self._join_or_give_up()
             loop.start()
 
     def shutdown(self) -> None:
@@ -375,6 +375,7 @@ class LitePullConsumer(ConsumerBase):
             for mq, state in self._assigned.items():
                 if mq.topic == topic and mq.queue_id in offsets:
                     self._restart_at(mq, state, offsets[mq.queue_id])
+                    state.consume_offset = offsets[mq.queue_id]  # so a commit before the next pull keeps it
         self._poke()
 
     # -- polling ------------------------------------------------------------------------------------------
@@ -559,10 +560,25 @@ class LitePullConsumer(ConsumerBase):
     commit = commit_sync
 
     def _commit_all(self, persist: bool = False) -> None:
-        """`commitAll`: every assigned queue's consume offset (broadcasting: also persisted)."""
+        """`commitAll`: every assigned queue's consume offset (broadcasting: also persisted).
+
+        Each offset is read under the lock as it is committed and never written
+        back, so a `poll()` on another thread meanwhile is not undone.
+        """
+        offset_store = self.offset_store
+        assert offset_store is not None
+        done = []
         with self._cv:
-            offsets = {mq: state.consume_offset for mq, state in self._assigned.items()}
-        self._commit_offsets(offsets, persist=persist or not self.clustering)
+            queues = list(self._assigned)
+        for mq in queues:
+            with self._cv:  # held across the update, so a reset or seek cannot slip in between
+                state = self._assigned.get(mq)
+                offset = -1 if state is None or state.pq.dropped else state.consume_offset
+                if offset >= 0:
+                    offset_store.update(mq, offset, False)
+                    done.append(mq)
+        if (persist or not self.clustering) and done:
+            offset_store.persist(done)
 
     def _commit_offsets(self, offsets: Mapping[MessageQueue, int], *, persist: bool) -> None:
         offset_store = self.offset_store
@@ -589,7 +605,7 @@ class LitePullConsumer(ConsumerBase):
             self._commit_all()
 
     def committed(self, mq: MessageQueue) -> int:
-        """The committed offset of `mq` (the consumer's table first, then the store), -1 when none."""
+        """The committed offset of `mq` in the offset store (the broker's table, or the local file), -1 when none."""
         self._running()
         assert self.offset_store is not None
         return self.offset_store.read(mq)
@@ -738,7 +754,7 @@ class LitePullConsumer(ConsumerBase):
                 # consume offset on too, so the committed offset does not lag behind forever.
                 state.consume_offset = result.next_begin_offset
             state.pull_offset = result.next_begin_offset
-        return bool(msgs)
+        return bool(msgs) or result.next_begin_offset > offset  # a filtered stretch: scan on at once
 
     def _filter_for(self, topic: str) -> MessageSelector | None:
         if self._mode == "SUBSCRIBE":

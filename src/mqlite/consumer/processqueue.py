@@ -23,10 +23,8 @@ from collections.abc import Iterable, Sequence
 
 from ..message import MessageExt
 
-__all__ = ["ProcessQueue", "PULL_MAX_IDLE_MS", "REBALANCE_LOCK_MAX_LIVE_MS"]
+__all__ = ["ProcessQueue", "REBALANCE_LOCK_MAX_LIVE_MS"]
 
-#: A queue nobody pulled for 2 minutes is considered stale by rebalance (`PULL_MAX_IDLE_TIME`).
-PULL_MAX_IDLE_MS = 120_000
 #: The client considers its orderly lock expired after 30 s without renewal.
 REBALANCE_LOCK_MAX_LIVE_MS = 30_000
 
@@ -48,8 +46,6 @@ class ProcessQueue:
         self.consuming = False
         self.locked = False
         self.last_lock_timestamp = 0
-        self.last_pull_timestamp = 0
-        self.last_consume_timestamp = 0
         #: Set by a pull loop that skipped this queue for flow control; the consume side clears it and wakes the loop.
         self.flow_blocked = False
         #: The highest offset `remove_messages` found committable, and what the owner last committed of it:
@@ -205,10 +201,6 @@ class ProcessQueue:
     def is_lock_expired(self, now_ms: int) -> bool:
         """The client-side view of the orderly lock: stale after 30 s without renewal."""
         return now_ms - self.last_lock_timestamp > REBALANCE_LOCK_MAX_LIVE_MS
-
-    def is_pull_expired(self, now_ms: int) -> bool:
-        """Nobody pulled this queue for two minutes."""
-        return now_ms - self.last_pull_timestamp > PULL_MAX_IDLE_MS
 
     def first_offset(self) -> int | None:
         """The smallest cached offset, or None."""

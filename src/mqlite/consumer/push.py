@@ -26,9 +26,10 @@ from ..broker import Broker
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
+from ..longpoll import PullStatus
 from ..message import MessageExt, MessageQueue
 from ..rebalance import AllocateMessageQueueStrategy
-from ..sendback import DEFAULT_MAX_RECONSUME_TIMES
+from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, is_retry_topic
 from .base import PERSIST_OFFSET_INTERVAL, REBALANCE_INTERVAL, ConsumerBase, check_range
 from .processqueue import ProcessQueue
 from .service import PullLoop, WorkerPool
@@ -58,6 +59,14 @@ LOCK_RENEW_INTERVAL = 20.0
 LOCK_RETRY_DELAY = 0.1
 _MAX_INT = 2**31 - 1
 _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+#: `pullTimeDelayMillsWhenException`: a queue whose pull failed is tried again after 3 s.
+PULL_DELAY_WHEN_EXCEPTION = 3.0
+#: RocketMQ caps `pullInterval` at 65535 ms.
+MAX_PULL_INTERVAL = 65.535
+
+
+def _nothing() -> None:
+    """A timer that only wakes the pull loop."""
 
 
 class _Request:
@@ -115,6 +124,11 @@ class PushConsumer(ConsumerBase):
                             ("long_polling_wait", long_polling_wait)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise MQClientError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        if consume_timeout <= 0:
+            raise MQClientError(f"consume_timeout must be > 0 seconds, got {consume_timeout!r}")
+        if pull_interval > MAX_PULL_INTERVAL:
+            raise MQClientError(f"pull_interval must be at most {MAX_PULL_INTERVAL} s (RocketMQ's 65535 ms), "
+                                f"got {pull_interval!r}")
         self.suspend_current_queue_time = float(suspend_current_queue_time)
         self.consume_timeout = float(consume_timeout)
         self.pull_interval = float(pull_interval)
@@ -127,6 +141,8 @@ class PushConsumer(ConsumerBase):
         self._loop: PullLoop | None = None
         self._pool: WorkerPool | None = None
         self._stopping = False
+        self._retry_at: dict[MessageQueue, float] = {}
+        self._paced_until = 0.0
         self._clock: Clock = SYSTEM_CLOCK
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
@@ -173,12 +189,11 @@ class PushConsumer(ConsumerBase):
             self._clock = broker.store.clock
             self._subscribe_retry_topic()
             self._pool = WorkerPool(f"mqlite-consume-{self.group}", self.consume_thread_nums)
-            self._loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait,
-                                  on_stop=None)
+            self._loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait)
             self._wake = self._loop  # request_rebalance wakes the loop
             self._state = "RUNNING"
+            self._join_or_give_up()
             self._pool.start()
-            self._join()
             # Periodic chores run on the pull thread (its timer queue), not on threads of their own.
             self._every(REBALANCE_INTERVAL, self.request_rebalance)
             self._every(PERSIST_OFFSET_INTERVAL, self._persist_offsets)
@@ -192,8 +207,10 @@ class PushConsumer(ConsumerBase):
         """Stop pulling, finish the batches in flight, commit and persist offsets, leave the group. Idempotent."""
         with self._state_lock:
             if self._state != "RUNNING":
-                self._state = "SHUTDOWN"
-                return
+                if self._state == "CREATED":
+                    self._state = "SHUTDOWN"
+                return  # already stopping or stopped (a second caller must not release the broker twice)
+            self._state = "STOPPING"
             self._stopping = True
         loop, pool = self._loop, self._pool
         broker = self._broker
@@ -233,21 +250,32 @@ class PushConsumer(ConsumerBase):
         return self._suspended
 
     def reset_offsets(self, topic: str, offsets: dict[int, int]) -> None:
-        """Admin reset: drop what is cached for `topic` and pull from the new offsets."""
-        offset_store = self.offset_store
-        for mq, pq in self._process_queue_items():
-            if mq.topic == topic and mq.queue_id in offsets:
-                pq.clear()
-                self._next_offsets[mq] = offsets[mq.queue_id]
-                if offset_store is not None:
-                    offset_store.update(mq, offsets[mq.queue_id], False)
+        """Admin reset: drop what is cached for `topic` and pull from the new offsets.
+
+        Applied on the pull thread, so no pull in flight can undo it: each
+        queue gets a fresh process queue (batches still running on the old one
+        are ignored when they finish) and the new offset is committed again.
+        """
         loop = self._loop
         if loop is not None:
-            loop.poke()
+            loop.call_later(0.0, lambda: self._apply_reset(topic, offsets))
+
+    def _apply_reset(self, topic: str, offsets: dict[int, int]) -> None:
+        offset_store = self.offset_store
+        for mq, old in self._process_queue_items():
+            if mq.topic != topic or mq.queue_id not in offsets or old.dropped:
+                continue
+            old.dropped = True
+            fresh = ProcessQueue()
+            fresh.locked, fresh.last_lock_timestamp = old.locked, old.last_lock_timestamp
+            with self._table_lock:
+                self._process_queues[mq] = fresh
+            self._next_offsets[mq] = offsets[mq.queue_id]
+            if offset_store is not None:
+                offset_store.update(mq, offsets[mq.queue_id], False)
 
     # -- rebalance hooks --------------------------------------------------------------------------------
     def _queue_added(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
-        pq.last_pull_timestamp = self._now_ms()
         if self._orderly and self.clustering:
             pq.locked = True
             pq.last_lock_timestamp = self._now_ms()
@@ -304,34 +332,52 @@ class PushConsumer(ConsumerBase):
             self.rebalance()
         if self._suspended:
             return False
-        broker = self._broker
-        assert broker is not None
+        now = time.monotonic()
+        if now < self._paced_until:
+            return False  # `pull_interval`: a timer wakes the loop when it is up
         progress = False
         for mq, pq in self._process_queue_items():
-            if pq.dropped:
+            if pq.dropped or self._retry_at.get(mq, 0.0) > now:
                 continue
             if self._flow_controlled(pq):
                 pq.flow_blocked = True  # the consume side pokes us once it frees room
                 continue
             if self._orderly and self.clustering and not pq.locked:
                 continue
-            offset = self._next_offsets.get(mq)
-            if offset is None:
-                continue
-            selector = self._subscriptions.get(mq.topic)
-            message_filter = None if selector is None or selector.match_all else selector
-            result = broker.pull(self.group, mq, offset, self.pull_batch_size, message_filter, 0.0)
-            pq.last_pull_timestamp = self._now_ms()
-            msgs = result.msg_found_list
-            if msgs:
-                self._next_offsets[mq] = result.next_begin_offset
-                self._deliver(mq, pq, msgs)
-                progress = True
-            else:
-                self._no_messages(mq, pq, offset, result.next_begin_offset, result.pull_status.name)
+            try:
+                progress |= self._pull_one(mq, pq)
+            except Exception:
+                # One bad queue (a damaged record, say) must not stop the others.
+                log.exception("%s: pulling %s failed; trying it again in %.0f s", self.group, mq,
+                              PULL_DELAY_WHEN_EXCEPTION)
+                self._retry_at[mq] = now + PULL_DELAY_WHEN_EXCEPTION
+                loop = self._loop
+                if loop is not None:
+                    loop.call_later(PULL_DELAY_WHEN_EXCEPTION, _nothing)
         if progress and self.pull_interval > 0:
-            time.sleep(self.pull_interval)  # the user asked to pace pulls (`pullInterval`)
+            self._paced_until = now + self.pull_interval
+            loop = self._loop
+            if loop is not None:
+                loop.call_later(self.pull_interval, _nothing)
         return progress
+
+    def _pull_one(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """Pull one queue once; True when it moved (messages, or an offset past filtered ones)."""
+        offset = self._next_offsets.get(mq)
+        if offset is None:
+            return False
+        broker = self._broker
+        assert broker is not None
+        selector = self._subscriptions.get(mq.topic)
+        message_filter = None if selector is None or selector.match_all else selector
+        result = broker.pull(self.group, mq, offset, self.pull_batch_size, message_filter, 0.0)
+        msgs = result.msg_found_list
+        if msgs:
+            self._deliver(mq, pq, msgs)
+            self._next_offsets[mq] = result.next_begin_offset  # only once they are cached
+            return True
+        self._no_messages(mq, pq, offset, result.next_begin_offset, result.pull_status)
+        return result.next_begin_offset > offset  # a filtered stretch: scan on at once
 
     def _flow_controlled(self, pq: ProcessQueue) -> bool:
         if pq.msg_count > self.pull_threshold_for_queue:
@@ -340,8 +386,10 @@ class PushConsumer(ConsumerBase):
             return True
         return not self._orderly and pq.max_span > self.consume_concurrently_max_span
 
-    def _no_messages(self, mq: MessageQueue, pq: ProcessQueue, offset: int, next_offset: int, status: str) -> None:
-        if status == "OFFSET_ILLEGAL":
+    def _no_messages(self, mq: MessageQueue, pq: ProcessQueue, offset: int, next_offset: int,
+                     status: PullStatus) -> None:
+        illegal = status is PullStatus.OFFSET_ILLEGAL
+        if illegal:
             log.warning("%s: offset %d of %s is illegal; moving to %d", self.group, offset, mq, next_offset)
             pq.clear()
         elif next_offset != offset and pq.msg_count == 0:
@@ -350,12 +398,12 @@ class PushConsumer(ConsumerBase):
             self.offset_store.update(mq, next_offset, True)
         if next_offset != offset:
             self._next_offsets[mq] = next_offset
-            if status == "OFFSET_ILLEGAL":
+            if illegal:
                 assert self.offset_store is not None
                 self.offset_store.update(mq, next_offset, False)
 
     def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if mq.topic.startswith("%RETRY%"):
+        if is_retry_topic(mq.topic):
             self._reset_retry_topic(msgs)
         dispatch = pq.put_messages(msgs)
         pool = self._pool
@@ -378,8 +426,11 @@ class PushConsumer(ConsumerBase):
         assert loop is not None
 
         def tick() -> None:
-            if not self._stopping:
+            if self._stopping:
+                return
+            try:
                 chore()
+            finally:  # one failure (a full disk, say) must not end the chore for good
                 loop.call_later(period, tick)
 
         loop.call_later(period, tick)
@@ -411,7 +462,7 @@ class PushConsumer(ConsumerBase):
     def _renew_locks(self) -> None:
         broker = self._broker
         assert broker is not None
-        items = self._process_queue_items()
+        items = [(mq, pq) for mq, pq in self._process_queue_items() if not pq.dropped]
         held = broker.queue_locks.try_lock(self.group, [mq for mq, _ in items], self.client_id)
         now = self._now_ms()
         for mq, pq in items:
@@ -428,6 +479,7 @@ class PushConsumer(ConsumerBase):
         now = time.monotonic()
         for request in list(self._running_requests):
             if request.started and now - request.started > self.consume_timeout and not request.pq.dropped:
+                self._running_requests.pop(request, None)  # sent back once, as RocketMQ removes it
                 for msg in request.msgs:
                     try:
                         broker.send_message_back(self.group, msg, 3, self._effective_max_reconsume_times())

@@ -122,6 +122,7 @@ class PullLoop(Service):
 
     def run_once(self) -> None:
         self._poked = False
+        self._progress = False  # a round that raises must not leave the loop spinning
         self._run_timers()
         self._progress = bool(self._round())
         self.interval = self._next_wait()
