@@ -23,6 +23,7 @@ from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .groups import ConsumerGroups, GroupMember, QueueLocks
+from .inbox import InboxService, import_inbox
 from .longpoll import ArrivalHub, PullResult, PullStatus, pull_result_of
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -119,11 +120,14 @@ class Broker:
         self.transactions = TransactionalMessageService(store, self.offsets, put=self._put_system,
                                                         check_listener=self._check_transaction)
         store.on_arrival = self._on_arrival
-        # Stop order (close() reverses this list): check-back, delay delivery, then offsets persist.
+        # Stop order (close() reverses this list): Spark inbox import (its last round while the store is
+        # still open), check-back, delay delivery, then offsets persist.
+        inbox = InboxService(self.import_inbox)
         self._services = [OffsetPersistService(self.offsets, config.flush_consumer_offset_interval),
-                          self.delay, TransactionCheckService(self.transactions)]
+                          self.delay, TransactionCheckService(self.transactions), inbox]
         for service in self._services:
             service.start()
+        inbox.wakeup()  # jobs handed over while the store was closed go in now, not a second later
 
     def _on_arrival(self, topic: str, queue_id: int, next_offset: int) -> None:
         self.arrivals.notify(topic, queue_id)
@@ -306,6 +310,18 @@ class Broker:
         """Store a batch of one queue (consecutive queue offsets, one segment)."""
         return self._writer().put_batch(topic, queue_id, bodies, properties, flags=flags,
                                         born_timestamp=born_timestamp)
+
+    def import_inbox(self) -> int:
+        """Append the Spark jobs waiting in `<store>/spark-inbox/`, oldest first; returns the messages stored.
+
+        A Spark write with `.option("whenLocked", "inbox")` hands its job there while this
+        broker holds the store; the `mqlite-inbox` service calls this about every second and
+        once more on `close()`, so calling it is only needed to store them sooner. Blocks
+        while another import in this process runs; costs one `listdir` when there is nothing.
+        A job refused or damaged is moved to `spark-inbox/failed/` and logged (`mqlite.inbox`).
+        """
+        self._writer()
+        return import_inbox(self)
 
     # -- clients ------------------------------------------------------------------------------------------------
     def register_producer(self, group: str, producer: object) -> None:
@@ -593,7 +609,7 @@ class Broker:
                 log.exception("closing %s: a producer failed to shut down", self.path)
         self.arrivals.close()
         # The delay and check services may still put while they stop, so the broker stays open until then.
-        for service in reversed(self._services):  # check-back, delay delivery, offsets (persists on stop)
+        for service in reversed(self._services):  # inbox, check-back, delay delivery, offsets (persists on stop)
             service.stop()
         self._closed = True
         self._store.close()  # type: ignore[attr-defined]

@@ -1,0 +1,117 @@
+"""A streaming query's progress, recorded as a consumer group's offsets.
+
+With `.option("group", "etl")` the stream reader records, after each
+completed micro-batch, the next offset of every queue it reads as the offsets
+of consumer group `etl`, so `Broker.consumer_progress("etl")` and
+`mqlite consumerProgress` show the Spark job's lag.
+
+`config/consumerOffset.json` belongs to the process that holds the store
+open for writing: a live broker keeps the table in memory and rewrites the
+file every few seconds, so anything written beside it would be lost, and a
+write racing its own could leave either. The reader therefore writes that
+file only when no live writer holds the store: it takes the store's `lock`
+file itself, without waiting, both ways a writer locks it (`flock`, as
+mqlite does, and a POSIX `lockf`, as a Java broker's `FileChannel.tryLock`
+does), writes the table through `ConsumerOffsets` (atomic rename, `.bak`
+kept) and lets go, a few milliseconds later. A writer that opens the store in
+exactly that window gets `StoreLockedError` and can retry.
+
+When a writer holds the lock, the offsets go to the side file
+`config/sparkConsumerOffset.json` instead (same `offsetTable` shape, its own
+lock), and the next commit that finds the store free moves the group's
+entries into `consumerOffset.json`. `group_offsets()` reads both, the side
+file winning, so it always shows the latest progress.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Mapping
+
+from ..config import read_json, write_json_atomic
+from ..offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets
+from .options import split_queue_key
+
+__all__ = ["commit_group_offsets", "group_offsets", "SIDE_FILE"]
+
+#: The side file, relative to the store directory.
+SIDE_FILE = os.path.join("config", "sparkConsumerOffset.json")
+
+
+def _try_store_lock(root: str) -> int | None:
+    """The store's `lock` file, locked both ways without waiting; None when a writer holds it."""
+    try:
+        fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _table(offsets: Mapping[str, int]) -> dict[str, dict[int, int]]:
+    table: dict[str, dict[int, int]] = {}
+    for key, offset in offsets.items():
+        topic, queue_id = split_queue_key(key)
+        table.setdefault(topic, {})[queue_id] = int(offset)
+    return table
+
+
+def _update_side_file(root: str, group: str, table: dict[str, dict[int, int]] | None) -> None:
+    """Replace `group`'s entries in the side file (`table` None removes them)."""
+    path = os.path.join(root, SIDE_FILE)
+    suffix = TOPIC_GROUP_SEPARATOR + group
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        document = read_json(path)
+        entries = document.get("offsetTable", {}) if isinstance(document, dict) else {}
+        kept = {k: v for k, v in entries.items() if not k.endswith(suffix)}
+        if table:
+            kept.update({topic + suffix: {str(q): o for q, o in sorted(queues.items())}
+                         for topic, queues in table.items()})
+        if kept == entries:
+            return
+        if not kept and not os.path.exists(path):
+            return
+        write_json_atomic(path, {"offsetTable": kept})
+
+
+def commit_group_offsets(root: str, group: str, offsets: Mapping[str, int]) -> bool:
+    """Record `offsets` (`{"topic/queueId": next offset}`) as `group`'s; True when written to the store's table.
+
+    Blocks for one or two small JSON writes with fsyncs; never waits for a lock
+    a writer holds (see the module docstring).
+    """
+    table = _table(offsets)
+    fd = _try_store_lock(root)
+    if fd is None:
+        _update_side_file(root, group, table)
+        return False
+    try:
+        store_offsets = ConsumerOffsets(root)
+        for topic, queues in table.items():
+            for queue_id, offset in queues.items():
+                store_offsets.commit(group, topic, queue_id, offset)
+        store_offsets.persist()
+        _update_side_file(root, group, None)
+    finally:
+        os.close(fd)  # drops both locks
+    return True
+
+
+def group_offsets(root: str, group: str) -> dict[str, dict[int, int]]:
+    """`group`'s committed offsets `{topic: {queue_id: offset}}`: the store's table, then the side file."""
+    table = ConsumerOffsets(root).table_for(group)
+    document = read_json(os.path.join(root, SIDE_FILE))
+    entries = document.get("offsetTable", {}) if isinstance(document, dict) else {}
+    suffix = TOPIC_GROUP_SEPARATOR + group
+    for key, queues in entries.items():
+        if key.endswith(suffix) and isinstance(queues, dict):
+            table.setdefault(key[: -len(suffix)], {}).update({int(q): int(o) for q, o in queues.items()})
+    return table
