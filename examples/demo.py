@@ -1,10 +1,12 @@
-"""The README's demo: produce (plain, delayed, batch, transactional), consume (push and lite pull), look up.
+"""The README's demo: produce (plain, delayed, batch, transactional), consume (push and lite pull), look up,
+read with Spark.
 
 Run: python examples/demo.py [store-dir]   (a temporary directory by default)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import threading
@@ -69,6 +71,29 @@ def main(path: str) -> None:
     with mqlite.open(path, read_only=True) as reader:
         mq = mqlite.MessageQueue("orders", reader.broker_name, 3)
         print(f"reopened read-only from another handle: orders queue 3 holds {reader.max_offset(mq)} messages")
+    read_with_spark(path)
+
+
+def read_with_spark(path: str) -> None:
+    """Spark reads the same directory (pip install 'mqlite[spark]'; the source is found by name)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        print("pyspark is not installed: pip install 'mqlite[spark]' to read the store with Spark")
+        return
+    # Spark's Python workers run `python3` from PATH unless told otherwise; they need this interpreter's mqlite.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (SparkSession.builder.master("local[2]").appName("mqlite-demo")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        df = spark.read.format("mqlite").option("subscribe", "orders").load(path)
+        rows = df.groupBy("tags").count().orderBy("tags").collect()
+        print("Spark read orders by tag:", {row["tags"]: row["count"] for row in rows})
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":
