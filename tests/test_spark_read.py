@@ -246,6 +246,8 @@ def test_properties_parser_agrees_with_the_decoder(seed: int) -> None:
 def test_reader_handles_the_empty_partition_and_pickles(varied: tuple[str, list[Any]]) -> None:
     from pyspark.sql.datasource import InputPartition
 
+    from mqlite.spark.source import MqliteDataSource
+
     path, _ = varied
     opts = parse_read_options({"path": path, "subscribe": "orders"}, streaming=False)
     schema = to_arrow_schema(default_schema("rocketmq", True), timezone="UTC")
@@ -253,6 +255,9 @@ def test_reader_handles_the_empty_partition_and_pickles(varied: tuple[str, list[
     assert pickle.loads(pickle.dumps(opts)) == opts
     part = QueueRange(path, "orders", 0, 1, 3)
     assert pickle.loads(pickle.dumps(part)) == part
+    source = MqliteDataSource({"path": path + "-missing", "subscribe": "orders"})
+    with pytest.raises(ConfigError, match="no store at"):
+        source.reader(source.schema())
 
 
 def test_data_loss_fails_or_skips(tmp_path: Any) -> None:
@@ -363,8 +368,6 @@ def test_in_spark_register_and_bad_options(spark: Any, varied: tuple[str, list[A
         spark.read.format("mqlite").load(path).collect()
     with pytest.raises(Exception, match="column 'partition' is not a column of the rocketmq schema"):
         spark.read.format("mqlite").schema("partition int").option("subscribe", "orders").load(path).collect()
-    with pytest.raises(Exception, match="no store at"):
-        spark.read.format("mqlite").option("subscribe", "orders").load(path + "-missing").collect()
 
 
 def test_in_spark_reads_a_store_written_like_a_broker(spark: Any, tmp_path: Any) -> None:

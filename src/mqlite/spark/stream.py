@@ -166,7 +166,10 @@ class MqliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(self.options, to_arrow_schema(self.schema, timezone="UTC"), partition)
 
     def commit(self, end: Offsets) -> None:
-        self._record(end)
+        """Spark's acknowledgement of a batch; it lags, so it never moves the group's offsets back."""
+        recorded = self._recorded or {}
+        if all(end.get(key, 0) >= offset for key, offset in recorded.items()):
+            self._record(end)
 
     def _record(self, offsets: Offsets) -> None:
         """Record completed progress as the consumer group's offsets (only when it moved)."""
