@@ -56,7 +56,7 @@ from .message import java_string_hash_array, java_string_hashes
 
 __all__ = [
     "INDEX_ENTRY", "INDEX_HEADER", "INDEX_SLOT", "IndexFile", "IndexService",
-    "index_file_size", "index_key_hash",
+    "index_file_size", "index_key_hash", "index_key_names",
 ]
 
 _log = logging.getLogger(__name__)
@@ -560,6 +560,15 @@ def _parse_name(name: str) -> int | None:
     return seconds * 1000 + int(name[-3:])
 
 
+def index_key_names(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
+    """A record's index keys (RocketMQ ``buildIndex``): ``topic#UNIQ_KEY``, then ``topic#k`` for each
+    non-empty space-separated ``k`` of KEYS."""
+    names = [f"{topic}#{uniq_key}"] if uniq_key is not None else []
+    if keys:
+        names += [f"{topic}#{k}" for k in keys.split(" ") if k]
+    return names
+
+
 class IndexService:
     """The index files of a store, oldest first (RocketMQ ``IndexService``).
 
@@ -679,33 +688,14 @@ class IndexService:
         (msync) and ``on_file_full(end_timestamp)`` called, both after the lock is released.
         Writable mode; call from one thread (the reput service).
         """
-        self.build_index_many([(topic, commit_log_offset, store_timestamp, uniq_key, keys, is_rollback)])
-
-    def build_index_many(self, records: Sequence[tuple[str, int, int, str | None, str | None, bool]]) -> None:
-        """`build_index` for many records in log order: `(topic, offset, store_timestamp, uniq_key, keys,
-        is_rollback)`. The keys' hashes are computed together (numpy), which is most of the cost.
-        """
-        names: list[str] = []
-        offsets: list[int] = []
-        stamps: list[int] = []
-        for topic, offset, timestamp, uniq_key, keys, is_rollback in records:
-            if is_rollback:
-                continue
-            if uniq_key is not None:
-                names.append(f"{topic}#{uniq_key}")
-                offsets.append(offset)
-                stamps.append(timestamp)
-            if keys:
-                for k in keys.split(" "):
-                    if k:
-                        names.append(f"{topic}#{k}")
-                        offsets.append(offset)
-                        stamps.append(timestamp)
-        self.build_index_keys(names, offsets, stamps)
+        if is_rollback:
+            return
+        names = index_key_names(topic, uniq_key, keys)
+        self.build_index_keys(names, [commit_log_offset] * len(names), [store_timestamp] * len(names))
 
     def build_index_keys(self, names: Sequence[str], offsets: Sequence[int], stamps: Sequence[int]) -> None:
         """Index `names[i]` (a full key, ``topic#key``) at commit-log offset `offsets[i]` stored at
-        `stamps[i]`, in log order; what `build_index_many` does once keys are split (the reput
+        `stamps[i]`, in log order; what `build_index` does once keys are split (the reput
         thread builds these columns directly). Small inputs go entry by entry, large ones
         through `IndexFile.put_keys`. Writable mode; one thread.
         """

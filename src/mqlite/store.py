@@ -28,6 +28,7 @@ from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
 from .config import StoreConfig, store_config_path, write_json_atomic
 from .errors import IllegalStateError, StoreLockedError
+from .indexfile import index_key_names
 from .message import SysFlag
 from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
@@ -389,16 +390,11 @@ def _add_single_keys(requests: list[DispatchRequest], names: list[str], offsets:
                                                                   uniqs, sys_flags):
         if sys_flag & mask == rollback:
             continue
-        if uniq is not None and (uniq or keys_text):  # an empty id alone was never indexed
-            names.append(f"{topic}#{uniq}")
-            offsets.append(offset)
-            stamps.append(store_ts)
-        if keys_text:
-            for k in keys_text.split(" "):
-                if k:
-                    names.append(f"{topic}#{k}")
-                    offsets.append(offset)
-                    stamps.append(store_ts)
+        # An empty id alone was never indexed.
+        record_names = index_key_names(topic, uniq if uniq or keys_text else None, keys_text)
+        names += record_names
+        offsets += [offset] * len(record_names)
+        stamps += [store_ts] * len(record_names)
 
 
 def _add_batch_keys(request: BatchDispatch, names: list[str], offsets: list[int], stamps: list[int]) -> None:
