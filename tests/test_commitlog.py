@@ -289,6 +289,54 @@ def test_a_batch_that_does_not_fit_moves_whole_to_the_next_segment(log: CommitLo
     assert log.topic_queue_table[("T", 0)] == 11
 
 
+def test_an_encoded_batch_writes_the_same_bytes_as_a_batch_of_maps(tmp_path: Path) -> None:
+    # The Spark commit's path (blocks encoded once per head, no map per message) against the
+    # producer's: same records byte for byte, same units and the same dispatch for the index.
+    from mqlite.message import encode_properties, tags_code
+
+    maps: list[dict[str, str] | None] = [
+        {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "A" * 32},
+        None,
+        {"WAIT": "true", "UNIQ_KEY": "B" * 32},
+        {"TAGS": "TagB", "a": "\u00e9t\u00e9", "UNIQ_KEY": "C" * 32},
+    ]
+    bodies = [b"one", b"two" * 30, b"three", b"four"]
+    by_maps = CommitLog(str(tmp_path / "maps"), _config(), ManualClock())
+    encoded = CommitLog(str(tmp_path / "encoded"), _config(), ManualClock())
+    try:
+        r1 = by_maps.append_batch("T", 2, bodies, maps, flags=[0, 1, 2, 3])
+        blocks = [encode_properties(m).encode() if m else b"" for m in maps]
+        codes = [tags_code(m["TAGS"]) if m and "TAGS" in m else 0 for m in maps]
+        keys = [m.get("KEYS") if m else None for m in maps]
+        uniqs = [m.get("UNIQ_KEY") if m else None for m in maps]
+        r2 = encoded.append_encoded_batch("T", 2, bodies, blocks, codes, keys, uniqs, flags=[0, 1, 2, 3])
+        assert r1 == r2
+        assert _raw(by_maps, 0, r1.wrote_bytes) == _raw(encoded, 0, r2.wrote_bytes)
+        assert list(by_maps.dispatch_queue) == list(encoded.dispatch_queue)
+        assert decode_message(_raw(encoded, r2.commit_log_offsets[3], r2.wrote_bytes - (  # type: ignore[index]
+            r2.commit_log_offsets[3] - r2.commit_log_offset)), "b").properties["a"] == "\u00e9t\u00e9"
+    finally:
+        by_maps.close()
+        encoded.close()
+
+
+@pytest.mark.parametrize("case", ["blocks", "codes", "keys", "uniqs", "long block", "empty"])
+def test_an_encoded_batch_with_bad_columns_stores_nothing(log: CommitLog, case: str) -> None:
+    bodies = [b"a", b"b"]
+    columns: dict[str, list] = {"blocks": [b"x\x01y\x02"] * 2, "codes": [0, 0], "keys": [None, None],
+                                "uniqs": [None, None]}
+    if case in columns:
+        columns[case] = columns[case][:1]
+    elif case == "long block":
+        columns["blocks"] = [b"x\x01" + b"y" * 40_000 + b"\x02", b""]
+    else:
+        bodies, columns = [], {k: [] for k in columns}
+    with pytest.raises(MQClientError):
+        log.append_encoded_batch("T", 0, bodies, columns["blocks"], columns["codes"], columns["keys"],
+                                 columns["uniqs"])
+    assert log.max_offset == 0 and not log.dispatch_queue
+
+
 def test_a_batch_bigger_than_a_segment_is_refused_before_anything_is_stored(log: CommitLog) -> None:
     before = log.max_offset
     with pytest.raises(MQClientError, match="batch"):

@@ -188,3 +188,40 @@ def test_odd_files_load_as_empty(tmp_path: Path, text: str) -> None:
     path.parent.mkdir(parents=True)
     path.write_text(text)
     assert ConsumerOffsets(str(tmp_path)).query("g", "t", 0) == -1
+
+
+# -- the side file: offsets other processes leave for the store's owner ------------------------------------
+def _leave_in_side_file(root: Path, table: dict) -> None:
+    from mqlite.config import write_json_atomic
+    from mqlite.offsets import side_file_lock
+
+    with side_file_lock(str(root)) as path:
+        write_json_atomic(path, {"offsetTable": table})
+
+
+def test_side_file_offsets_are_read_on_top_and_absorbed_by_the_owner(tmp_path: Path) -> None:
+    from mqlite.offsets import side_offset_path
+
+    offsets = ConsumerOffsets(str(tmp_path))
+    offsets.commit("etl", "orders", 0, 5)
+    offsets.commit("cg", "orders", 0, 9)
+    offsets.persist()
+    _leave_in_side_file(tmp_path, {"orders@etl": {"0": 7, "1": 2}})
+    _leave_in_side_file(tmp_path, {"orders@etl": {"0": 8, "1": 2}})  # twice: the .bak holds the older one
+    assert ConsumerOffsets(str(tmp_path)).table_for("etl") == {"orders": {0: 8, 1: 2}}  # a reader's view
+
+    assert offsets.absorb_side_file() is True
+    assert offsets.table_for("etl") == {"orders": {0: 8, 1: 2}} and offsets.query("cg", "orders", 0) == 9
+    side = side_offset_path(str(tmp_path))
+    assert not os.path.exists(side) and not os.path.exists(side + ".bak")
+    assert _document(tmp_path)["offsetTable"]["orders@etl"] == {"0": 8, "1": 2}  # persisted before removal
+    assert offsets.absorb_side_file() is False
+
+
+def test_the_persist_service_absorbs_the_side_file_each_round(tmp_path: Path) -> None:
+    offsets = ConsumerOffsets(str(tmp_path))
+    service = OffsetPersistService(offsets, interval=3600)
+    _leave_in_side_file(tmp_path, {"orders@etl": {"3": 4}})
+    service.run_once()
+    assert offsets.query("etl", "orders", 3) == 4
+    assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"3": 4}}

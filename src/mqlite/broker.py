@@ -311,6 +311,18 @@ class Broker:
         return self._writer().put_batch(topic, queue_id, bodies, properties, flags=flags,
                                         born_timestamp=born_timestamp)
 
+    def put_encoded_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes],
+                             codes: Sequence[int], keys: Sequence[str | None] | None = None,
+                             uniq_keys: Sequence[str | None] | None = None, *, flags: Sequence[int] | None = None,
+                             born_timestamp: int | None = None) -> PutResult:
+        """`put_messages` with property blocks already encoded (`MessageStore.put_encoded_batch`)."""
+        return self._writer().put_encoded_batch(topic, queue_id, bodies, blocks, codes, keys, uniq_keys,
+                                                flags=flags, born_timestamp=born_timestamp)
+
+    def tags_code(self, topic: str, properties: Mapping[str, str]) -> int:
+        """The tags code a message of `topic` with `properties` is stored with (`put_encoded_messages`)."""
+        return self._writer().tags_code(topic, properties)
+
     def import_inbox(self) -> int:
         """Append the Spark jobs waiting in `<store>/spark-inbox/`, oldest first; returns the messages stored.
 
@@ -545,6 +557,7 @@ class Broker:
         """Per queue the group consumes: broker offset, consumer offset, diff, owner, last store time."""
         store = self._check()
         offsets = self._offsets()
+        offsets.absorb_side_file()  # a Spark stream's progress, left while this broker held the store
         table = offsets.table_for(group)
         members = self.consumer_groups.members(group)
         topics = set(table)

@@ -39,9 +39,9 @@ from time import time_ns as _time_ns
 import threading
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -167,10 +167,10 @@ class BatchDispatch(NamedTuple):
     first_queue_offset: int
     first_commit_log_offset: int
     sizes: list[int]
-    tags_codes: list[int] | None  # None: every record has tags code 0
+    tags_codes: Sequence[int] | None  # None: every record has tags code 0
     store_timestamp: int
-    keys: list[str | None] | None
-    uniq_keys: list[str | None] | None
+    keys: Sequence[str | None] | None
+    uniq_keys: Sequence[str | None] | None
 
 
 def _host_bytes(host: str) -> tuple[bytes, int]:
@@ -613,10 +613,58 @@ class CommitLog:
         one `BatchDispatch` for all of it.
         """
         count = len(bodies)
-        if not count:
-            raise MQClientError("a batch needs at least one message")
         if properties is not None and len(properties) != count:
             raise MQClientError(f"{count} bodies but {len(properties)} property maps")
+        if properties is None or not any(properties):
+            return self._append_columns(topic, queue_id, bodies, None, None, None, None, flag, flags, born_timestamp)
+        blocks = self._property_blocks(properties)
+        if set(map(type, properties)) <= _DICT_TYPES:  # C-level gets (most batches)
+            maps: Sequence[dict[str, str]] = properties  # type: ignore[assignment]
+            keys = list(map(dict.get, maps, itertools.repeat(PROPERTY_KEYS)))
+            uniqs = list(map(dict.get, maps, itertools.repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)))
+        else:
+            keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
+            uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
+        fn = self.tags_code_fn
+
+        def codes_at(now: int) -> list[int]:  # a delayed message's code is its due time: known under the lock
+            return [fn(topic, p, now) if p else 0 for p in properties]  # type: ignore[union-attr]
+
+        return self._append_columns(topic, queue_id, bodies, blocks, codes_at, keys, uniqs, flag, flags,
+                                    born_timestamp)
+
+    def append_encoded_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes],
+                             codes: Sequence[int], keys: Sequence[str | None] | None = None,
+                             uniq_keys: Sequence[str | None] | None = None, *, flags: Sequence[int] | None = None,
+                             born_timestamp: int | None = None) -> PutResult:
+        """`append_batch` of messages whose property maps the caller has already encoded.
+
+        `blocks[i]` is message i's property block as `encode_properties(...).encode()`
+        gives it, `codes[i]` its tags code, `keys[i]` and `uniq_keys[i]` its `KEYS` and
+        `UNIQ_KEY` values for the key index (None: none). The caller vouches that they
+        agree; nothing is decoded again. Saves a map and a tags-code call per message
+        (the Spark commit, which shares one property head across many rows). Not for
+        the schedule topic, whose codes depend on the store time.
+        """
+        count = len(bodies)
+        for name, column in (("property blocks", blocks), ("tags codes", codes), ("keys", keys),
+                             ("unique keys", uniq_keys)):
+            if column is not None and len(column) != count:
+                raise MQClientError(f"{count} bodies but {len(column)} {name}")
+        if count and max(map(len, blocks)) > MAX_PROPERTIES_LENGTH:
+            raise MQClientError(f"a property block is over {MAX_PROPERTIES_LENGTH} bytes "
+                                f"(RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
+        return self._append_columns(topic, queue_id, bodies, blocks, lambda now: codes, keys, uniq_keys, 0, flags,
+                                    born_timestamp)
+
+    def _append_columns(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes] | None,
+                        codes_at: Callable[[int], Sequence[int]] | None, keys: Sequence[str | None] | None,
+                        uniqs: Sequence[str | None] | None, flag: int, flags: Sequence[int] | None,
+                        born_timestamp: int | None) -> PutResult:
+        """The batch append itself: records of `bodies` with property `blocks` (None: empty)."""
+        count = len(bodies)
+        if not count:
+            raise MQClientError("a batch needs at least one message")
         if flags is not None and len(flags) != count:
             raise MQClientError(f"{count} bodies but {len(flags)} flags")
         max_body = self._max_body
@@ -628,23 +676,24 @@ class CommitLog:
         # The numpy header fields take any int: out-of-range ones raise here, as HEADER.pack would.
         for value in (queue_id, flag) if flags is None else (queue_id, min(flags), max(flags)):
             _INT.pack(value)
-        keys: list[str | None] | None
-        uniqs: list[str | None] | None
-        empty = self._empty_tails.get(topic) or self._empty_tail(topic)
-        if properties is None or not any(properties):
-            tails = [empty] * count
-            keys = uniqs = None
+        # Each record ends with the topic, the property block's length and the block: the first two
+        # are one shared object when every block has the same length (no bytes built per record).
+        prefix = self._topic_prefix(topic)
+        tail_lengths: Any
+        if blocks is None:
+            tail_heads: Iterable[bytes] = itertools.repeat(prefix + b"\0\0", count)
+            tail_lengths = len(prefix) + 2
         else:
-            tails = self._batch_tails(topic, properties, empty)
-            if set(map(type, properties)) <= _DICT_TYPES:  # C-level gets (most batches)
-                maps: Sequence[dict[str, str]] = properties  # type: ignore[assignment]
-                keys = list(map(dict.get, maps, itertools.repeat(PROPERTY_KEYS)))
-                uniqs = list(map(dict.get, maps, itertools.repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)))
+            block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=count)
+            shortest, longest = int(block_lengths.min()), int(block_lengths.max())
+            pack_len = _USHORT.pack
+            if shortest == longest:
+                tail_heads = itertools.repeat(prefix + pack_len(shortest), count)
             else:
-                keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
-                uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
+                tail_heads = list(map(prefix.__add__, map(pack_len, block_lengths.tolist())))
+            tail_lengths = block_lengths + (len(prefix) + 2)
         body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
-        size_array = body_lengths + np.fromiter(map(len, tails), dtype=np.int64, count=count) + HEADER.size
+        size_array = body_lengths + tail_lengths + HEADER.size
         sizes: list[int] = size_array.tolist()
         total_all = sum(sizes)
         if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
@@ -684,45 +733,38 @@ class CommitLog:
             headers["store_timestamp"] = now
             raw = headers.tobytes()
             size = HEADER.size
+            slices = [raw[i : i + size] for i in range(0, count * size, size)]
+            records = zip(slices, bodies, tail_heads) if blocks is None else zip(slices, bodies, tail_heads, blocks)
             # One slice assignment for the whole batch (measured: cheaper than three copies per
             # record). A torn batch (killed mid-copy) shows whole records then garbage, which the
             # per-record checks of recovery cut; nothing of it was acknowledged.
             pos = start + total_all
-            mm[start:pos] = b"".join(itertools.chain.from_iterable(
-                zip([raw[i : i + size] for i in range(0, count * size, size)], bodies, tails)))
+            mm[start:pos] = b"".join(itertools.chain.from_iterable(records))
             mf.wrote_position = pos
             self.topic_queue_table[key] = first_qoff + count
-            codes = None
-            if properties is not None:
-                fn = self.tags_code_fn
-                codes = [fn(topic, p, now) if p else 0 for p in properties]
+            codes = None if codes_at is None else codes_at(now)
             queues = self.unit_queues
             if queues is not None:
                 cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
                 if not cq.put_batch(base + start, sizes, codes, first_qoff):
                     log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_qoff)
-            if queues is None or (self._index_keys and keys is not None):
+            if queues is None or (self._index_keys and (keys is not None or uniqs is not None)):
                 self.appended_count += 1
                 self.dispatch_queue.append(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes,
                                                          now, keys, uniqs))
         return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist())
 
-    def _batch_tails(self, topic: str, properties: Sequence[Mapping[str, str] | None], empty: bytes) -> list[bytes]:
-        """Topic and property block of each record; a producer's `EncodedProperties` are not encoded again."""
-        prefix = self._topic_prefix(topic)
-        pack_len = _USHORT.pack
+    def _property_blocks(self, properties: Sequence[Mapping[str, str] | None]) -> list[bytes]:
+        """Each message's encoded property block (empty for none); a producer's `EncodedProperties` are reused."""
         if set(map(type, properties)) == {EncodedProperties}:
-            encoded: list[bytes] = [p.encoded for p in properties]  # type: ignore[union-attr]
-            if max(map(len, encoded)) <= MAX_PROPERTIES_LENGTH:
-                return [prefix + pack_len(len(e)) + e for e in encoded]
-        tails = []
-        for props_map in properties:
-            if props_map:
-                prefix, props = self._encode_tail(topic, props_map)
-                tails.append(prefix + pack_len(len(props)) + props)
-            else:
-                tails.append(empty)
-        return tails
+            blocks: list[bytes] = [p.encoded for p in properties]  # type: ignore[union-attr]
+        else:
+            blocks = [encode_properties(p).encode("utf-8") if p else b"" for p in properties]
+        if max(map(len, blocks)) > MAX_PROPERTIES_LENGTH:
+            raise MQClientError(
+                f"message properties are {max(map(len, blocks))} bytes encoded; the limit is "
+                f"{MAX_PROPERTIES_LENGTH} (RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
+        return blocks
 
     def _pack_v6_header(self, mm: object, pos: int, total: int, v2: bool, crc: int, queue_id: int, flag: int,
                         qoff: int, phys: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -172,7 +172,8 @@ class ConsumeQueue:
         self.max_physic_offset = offset + size
         return True
 
-    def put_batch(self, first_offset: int, sizes: list[int], tags_codes: list[int] | None, first_queue_offset: int) -> bool:
+    def put_batch(self, first_offset: int, sizes: list[int], tags_codes: Sequence[int] | None,
+                  first_queue_offset: int) -> bool:
         """Append units for contiguous records (a batch); one numpy write per file touched."""
         if first_offset + sizes[-1] <= self.max_physic_offset or len(sizes) == 1:
             offset = first_offset

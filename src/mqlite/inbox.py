@@ -36,7 +36,6 @@ Streaming sinks record their last stored batch per query in `<store>/spark-sink/
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -45,9 +44,7 @@ import shutil
 import struct
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -57,7 +54,7 @@ import numpy as np
 from ._service import Service
 from .config import read_json, write_json_atomic
 from .errors import MQClientError, MQLiteError, StoreCorruptedError
-from .message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, EncodedProperties, UniqIdGenerator, encode_properties
+from .message import PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, UniqIdGenerator, encode_properties
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -78,7 +75,6 @@ __all__ = [
     "committed_batch",
     "mark_committed",
     "already_committed",
-    "no_cyclic_gc",
 ]
 
 log = logging.getLogger("mqlite")
@@ -109,22 +105,6 @@ _IMPORT_LOCK = threading.Lock()
 #: How often a live broker looks at its inbox: a hand-off comes from another process, so no
 #: in-process wakeup exists; this is the latency of an inbox job, one `listdir` a second when idle.
 INBOX_INTERVAL = 1.0
-
-
-@contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """Cyclic GC off for a loop that makes many small acyclic objects (bytes, maps, lists).
-
-    Its passes over a growing heap cost 12% of staging rows with keys and 15% of a commit
-    (measured, docs/benchmarks.md 5e); reference counting still frees everything.
-    """
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 # -- writing and reading staged files ------------------------------------------------------------------------------
@@ -275,12 +255,9 @@ class _Appender:
         """Append every chunk of `paths` (after `plan`); returns the messages stored."""
         for path in paths:
             for chunk in read_chunks(path):
-                assert chunk.heads is not None
-                # A head's encoding, up to the UNIQ_KEY each message gets (the producer's plain send does the same).
-                uniq = b"" if chunk.bare else _UNIQ_HEAD
-                encoded = [encode_properties(h).encode("utf-8") + uniq for h in chunk.heads]
+                heads = _Heads(self.broker, chunk)
                 for queue_id, rows in self._queues_of(chunk):
-                    self._put(chunk, encoded, queue_id, rows)
+                    self._put(chunk, heads, queue_id, rows)
         return self.appended
 
     def _queues_of(self, chunk: Chunk) -> Iterator[tuple[int, Any]]:
@@ -300,54 +277,66 @@ class _Appender:
         for rows in np.split(order, cuts):
             yield int(queues[rows[0]]), rows
 
-    def _put(self, chunk: Chunk, encoded: list[bytes], queue_id: int, rows: Any) -> None:
-        assert chunk.bodies is not None and chunk.heads is not None and chunk.head_index is not None
+    def _put(self, chunk: Chunk, heads: _Heads, queue_id: int, rows: Any) -> None:
+        assert chunk.bodies is not None and chunk.head_index is not None
         bodies, head_index, flags = chunk.bodies, chunk.head_index, chunk.flags
         if rows is not None:
             picked = rows.tolist()
             bodies = [bodies[i] for i in picked]
             head_index = [head_index[i] for i in picked]
             flags = [flags[i] for i in picked] if flags is not None else None
-        heads = chunk.heads
         sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)) + _RECORD_OVERHEAD
         start = 0
         while start < len(bodies):
             end = min(len(bodies), start + _PUT_ROWS)
             cut = int(np.searchsorted(np.cumsum(sizes[start:end]), self._put_bytes, side="right"))
             end = start + max(1, cut)
-            props = self._properties(heads, encoded, head_index[start:end], chunk.bare)
-            self.broker.put_messages(chunk.topic, queue_id, bodies[start:end], props,
-                                     flags=flags[start:end] if flags is not None else None,
-                                     born_timestamp=chunk.born_timestamp)
+            blocks, codes, keys, uniqs = heads.columns(head_index[start:end])
+            self.broker.put_encoded_messages(chunk.topic, queue_id, bodies[start:end], blocks, codes, keys, uniqs,
+                                             flags=flags[start:end] if flags is not None else None,
+                                             born_timestamp=chunk.born_timestamp)
             self.appended += end - start
             start = end
 
-    @staticmethod
-    def _properties(heads: list[dict[str, str]], encoded: list[bytes], numbers: list[int],
-                    bare: bool) -> list[Any]:
-        """Each message's property map (its head and, unless bare, a new UNIQ_KEY) with its encoding.
 
-        C-level passes (`map`) rather than a loop, as `Producer.send_batch` does: measured
-        0.5 us a message instead of 1.9 (docs/benchmarks.md, 5e).
-        """
-        if bare:  # rows that share a head share one map; no map at all is the store's fastest put
-            if not any(heads):
-                return [None] * len(numbers)
-            shared = [EncodedProperties(h) if h else None for h in heads]
-            deque(map(setattr, filter(None, shared), repeat("encoded"), filter(None, encoded)), 0)
-            return list(map(shared.__getitem__, numbers))
-        ids = _ID_GENERATOR.next_ids(len(numbers))
-        maps = list(map(EncodedProperties, map(heads.__getitem__, numbers)))
-        deque(map(dict.__setitem__, maps, repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), ids), 0)
-        tails = map(str.encode, map(str.__add__, ids, repeat("\x02")))
-        deque(map(setattr, maps, repeat("encoded"), map(bytes.__add__, map(encoded.__getitem__, numbers), tails)), 0)
-        return maps
+class _Heads:
+    """A chunk's property heads, encoded once, and the store's columns for rows that use them.
+
+    Rows share a few heads (the writer's `tags`, `keys` and `properties`, or the producer's
+    `WAIT`): each head's property block, tags code and `KEYS` are worked out once here, and
+    a message then costs a list lookup per column plus, unless bare, its new `UNIQ_KEY`
+    appended to the head's block (C-level `map` passes: no property map per message).
+    """
+
+    def __init__(self, broker: Broker, chunk: Chunk) -> None:
+        assert chunk.heads is not None
+        self.bare = chunk.bare
+        uniq = b"" if chunk.bare else _UNIQ_HEAD
+        self.blocks = [encode_properties(h).encode("utf-8") + uniq for h in chunk.heads]
+        self.codes = [broker.tags_code(chunk.topic, h) if h else 0 for h in chunk.heads]
+        self.keys: list[str | None] = [h.get(PROPERTY_KEYS) for h in chunk.heads]
+
+    def columns(self, numbers: list[int]) -> tuple[list[bytes], list[int], list[str | None] | None,
+                                                   list[str] | None]:
+        """Property blocks, tags codes, KEYS (None: no row has any) and UNIQ_KEYs of the rows using heads `numbers`."""
+        n = len(numbers)
+        if len(self.blocks) == 1:  # one head for the chunk: shared objects, no lookups
+            blocks, codes, keys = [self.blocks[0]] * n, [self.codes[0]] * n, [self.keys[0]] * n
+        else:
+            blocks = list(map(self.blocks.__getitem__, numbers))
+            codes = list(map(self.codes.__getitem__, numbers))
+            keys = list(map(self.keys.__getitem__, numbers))
+        if self.bare:
+            return blocks, codes, keys if any(self.keys) else None, None
+        ids = _ID_GENERATOR.next_ids(n)
+        # The id closes the block: "UNIQ_KEY\x01" ends each head's block, "\x02" ends the pair.
+        blocks = list(map(bytes.__add__, blocks, map(str.encode, map(str.__add__, ids, repeat("\x02")))))
+        return blocks, codes, keys if any(self.keys) else None, ids
 
 
 def _append_planned(appender: _Appender, paths: Sequence[str], total: int) -> int:
     try:
-        with no_cyclic_gc():
-            return appender.append(paths)
+        return appender.append(paths)
     except Exception as err:
         raise MQLiteError(f"appending a staged Spark job to {appender.broker.path} failed after "
                           f"{appender.appended} of {total} messages were stored: {err}") from err

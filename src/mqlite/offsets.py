@@ -13,6 +13,12 @@ torn or corrupt file falls back to the previous one on load)::
 `OffsetPersistService` (thread `mqlite-offset-persist`) writes the table every
 `flush_consumer_offset_interval` seconds and once more when it stops.
 
+Other processes must not write that file while a live broker holds the store (the
+broker would overwrite it). They leave offsets in the side file
+`config/sparkConsumerOffset.json` (same `offsetTable` shape, guarded by an `flock` on
+`<side file>.lock`; a Spark stream's `group` progress does this), which `load()` reads
+on top of the table and the owner absorbs on its next persist round.
+
 >>> import tempfile
 >>> with tempfile.TemporaryDirectory() as root:
 ...     offsets = ConsumerOffsets(root)
@@ -24,18 +30,22 @@ torn or corrupt file falls back to the previous one on load)::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
 from .config import read_json, write_json_atomic
 
-__all__ = ["ConsumerOffsets", "OffsetPersistService", "TOPIC_GROUP_SEPARATOR", "consumer_offset_path"]
+__all__ = ["ConsumerOffsets", "OffsetPersistService", "TOPIC_GROUP_SEPARATOR", "consumer_offset_path",
+           "side_offset_path", "side_file_lock"]
 
 log = logging.getLogger("mqlite")
 
@@ -51,6 +61,21 @@ def consumer_offset_path(root: str) -> str:
     return os.path.join(root, "config", "consumerOffset.json")
 
 
+def side_offset_path(root: str) -> str:
+    """Where other processes leave offsets for the store's owner (see the module docstring)."""
+    return os.path.join(root, "config", "sparkConsumerOffset.json")
+
+
+@contextmanager
+def side_file_lock(root: str) -> Iterator[str]:
+    """Hold the side file's lock (blocking; held for one small read or write); yields its path."""
+    path = side_offset_path(root)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield path
+
+
 class ConsumerOffsets:
     """The consumer offset table of one store (`ConsumerOffsetManager`).
 
@@ -60,6 +85,7 @@ class ConsumerOffsets:
     """
 
     def __init__(self, root: str, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.root = root
         self.path = consumer_offset_path(root)
         self._clock = clock
         self._lock = threading.Lock()
@@ -75,7 +101,8 @@ class ConsumerOffsets:
 
     # -- loading --------------------------------------------------------------------------------------
     def load(self) -> None:
-        """(Re)read the file, falling back to `.bak` when it is missing, empty or corrupt. Does I/O."""
+        """(Re)read the file, falling back to `.bak` when it is missing, empty or corrupt, with the
+        side file's offsets on top (they are newer). Does I/O."""
         document = read_json(self.path)
         if document is None:
             document = _read_lenient(self.path)
@@ -93,6 +120,8 @@ class ConsumerOffsets:
                     extra[key] = value
         elif document is not None:
             log.error("%s is not a JSON object; starting with no consumer offsets", self.path)
+        for key, queues in self._side_entries().items():
+            table.setdefault(key, {}).update(queues)
         with self._lock:
             self._table, self._extra = table, extra
             self._counter, self._state_version = counter, state_version
@@ -163,6 +192,38 @@ class ConsumerOffsets:
                 self._changes += 1
             return bool(doomed)
 
+    def absorb_side_file(self) -> bool:
+        """Take the offsets other processes left in the side file into the table, persist, remove
+        the file; True when there were any. The store's owner calls this (each persist round).
+
+        Costs one `stat` when there is no side file. The file goes only after the table
+        holding its offsets is written, so a crash in between absorbs them again.
+        """
+        if not os.path.exists(side_offset_path(self.root)):
+            return False
+        with side_file_lock(self.root) as path:
+            entries = self._side_entries()
+            with self._lock:
+                for key, queues in entries.items():
+                    current = self._table.setdefault(key, {})
+                    if any(current.get(q) != o for q, o in queues.items()):
+                        current.update(queues)
+                        self._changes += 1
+            self.persist()
+            for name in (path, path + ".bak"):  # read_json would fall back to an old .bak
+                try:
+                    os.remove(name)
+                except FileNotFoundError:
+                    pass
+        return bool(entries)
+
+    def _side_entries(self) -> dict[str, dict[int, int]]:
+        path = side_offset_path(self.root)
+        document = read_json(path)
+        if not isinstance(document, dict) or "offsetTable" not in document:
+            return {}
+        return _parse_table(document["offsetTable"], path)
+
     # -- persistence ----------------------------------------------------------------------------------------
     @property
     def dirty(self) -> bool:
@@ -206,10 +267,11 @@ class OffsetPersistService(Service):
         self.offsets = offsets
 
     def run_once(self) -> None:
-        self.offsets.persist()
+        if not self.offsets.absorb_side_file():  # which persists
+            self.offsets.persist()
 
     def on_stop(self) -> None:
-        self.offsets.persist()
+        self.run_once()
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

@@ -166,8 +166,25 @@ class MessageStore(StoreFiles):
                   born_timestamp: int | None = None, flags: Sequence[int] | None = None) -> PutResult:
         """Append messages of one queue together (one lock, one segment, consecutive offsets)."""
         self._check_open()
-        result = self.commitlog.append_batch(topic, queue_id, bodies, properties, flag=flag,
-                                             born_timestamp=born_timestamp, flags=flags)
+        return self._batch_stored(topic, queue_id, self.commitlog.append_batch(
+            topic, queue_id, bodies, properties, flag=flag, born_timestamp=born_timestamp, flags=flags))
+
+    def put_encoded_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes],
+                          codes: Sequence[int], keys: Sequence[str | None] | None = None,
+                          uniq_keys: Sequence[str | None] | None = None, *, flags: Sequence[int] | None = None,
+                          born_timestamp: int | None = None) -> PutResult:
+        """`put_batch` of pre-encoded property blocks with their tags codes and index keys
+        (`CommitLog.append_encoded_batch`): no property map per message."""
+        self._check_open()
+        return self._batch_stored(topic, queue_id, self.commitlog.append_encoded_batch(
+            topic, queue_id, bodies, blocks, codes, keys, uniq_keys, flags=flags, born_timestamp=born_timestamp))
+
+    def tags_code(self, topic: str, properties: Mapping[str, str]) -> int:
+        """The consume-queue tags code a message of `topic` with `properties` gets if stored now."""
+        return self.commitlog.tags_code_fn(topic, properties, self.clock.now_ms())
+
+    def _batch_stored(self, topic: str, queue_id: int, result: PutResult) -> PutResult:
+        """After a batch append: wake the reput thread and long polls; wait for the flush in SYNC_FLUSH."""
         if self._reput.idle and self.commitlog.dispatch_queue:
             self._reput.wakeup()
         if self.on_arrival is not None:

@@ -17,10 +17,12 @@ kept) and lets go, a few milliseconds later. A writer that opens the store in
 exactly that window gets `StoreLockedError` and can retry.
 
 When a writer holds the lock, the offsets go to the side file
-`config/sparkConsumerOffset.json` instead (same `offsetTable` shape, its own
-lock), and the next commit that finds the store free moves the group's
-entries into `consumerOffset.json`. `group_offsets()` reads both, the side
-file winning, so it always shows the latest progress.
+`config/sparkConsumerOffset.json` instead (`mqlite.offsets.side_offset_path`:
+same `offsetTable` shape, its own lock). The live broker absorbs it into its
+table on its next persist round (every 5 s) and at once when asked for
+`consumer_progress`; a later commit that finds the store free also moves the
+group's entries into `consumerOffset.json`. `ConsumerOffsets` reads both, the
+side file winning, so `group_offsets()` always shows the latest progress.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ import os
 from collections.abc import Mapping
 
 from ..config import read_json, write_json_atomic
-from ..offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets
+from ..offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, side_file_lock, side_offset_path
 from .options import split_queue_key
 
 __all__ = ["commit_group_offsets", "group_offsets", "SIDE_FILE"]
 
 #: The side file, relative to the store directory.
-SIDE_FILE = os.path.join("config", "sparkConsumerOffset.json")
+SIDE_FILE = os.path.relpath(side_offset_path("."), ".")
 
 
 def _try_store_lock(root: str) -> int | None:
@@ -64,11 +66,8 @@ def _table(offsets: Mapping[str, int]) -> dict[str, dict[int, int]]:
 
 def _update_side_file(root: str, group: str, table: dict[str, dict[int, int]] | None) -> None:
     """Replace `group`'s entries in the side file (`table` None removes them)."""
-    path = os.path.join(root, SIDE_FILE)
     suffix = TOPIC_GROUP_SEPARATOR + group
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with side_file_lock(root) as path:
         document = read_json(path)
         entries = document.get("offsetTable", {}) if isinstance(document, dict) else {}
         kept = {k: v for k, v in entries.items() if not k.endswith(suffix)}
@@ -106,12 +105,5 @@ def commit_group_offsets(root: str, group: str, offsets: Mapping[str, int]) -> b
 
 
 def group_offsets(root: str, group: str) -> dict[str, dict[int, int]]:
-    """`group`'s committed offsets `{topic: {queue_id: offset}}`: the store's table, then the side file."""
-    table = ConsumerOffsets(root).table_for(group)
-    document = read_json(os.path.join(root, SIDE_FILE))
-    entries = document.get("offsetTable", {}) if isinstance(document, dict) else {}
-    suffix = TOPIC_GROUP_SEPARATOR + group
-    for key, queues in entries.items():
-        if key.endswith(suffix) and isinstance(queues, dict):
-            table.setdefault(key[: -len(suffix)], {}).update({int(q): int(o) for q, o in queues.items()})
-    return table
+    """`group`'s committed offsets `{topic: {queue_id: offset}}`: the store's table, the side file on top."""
+    return ConsumerOffsets(root).table_for(group)
