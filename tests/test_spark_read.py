@@ -8,6 +8,7 @@ Spark tests share one session (conftest.py) and combine several checks per query
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -264,12 +265,19 @@ def test_data_loss_fails_or_skips(tmp_path: Any) -> None:
     path = str(tmp_path / "store")
     produce_uniform(path, 400)
     full = read_local(path, {"subscribe": "uniform"})
+    from_zero = json.dumps({"uniform": {str(q): 0 for q in range(4)}})
     # Retention removed the first commit-log segment: its messages are gone.
     os.unlink(os.path.join(path, "commitlog", "0" * 20))
-    with pytest.raises(MessageNotFoundError, match="failOnDataLoss"):
-        read_local(path, {"subscribe": "uniform"})
-    rest = read_local(path, {"subscribe": "uniform", "failOnDataLoss": "false"})
+    rest = read_local(path, {"subscribe": "uniform"})  # earliest is what is left (as a writer sees it)
     assert 0 < len(rest) < len(full) and all(r in full for r in rest)
+    with pytest.raises(MessageNotFoundError, match="failOnDataLoss"):
+        read_local(path, {"subscribe": "uniform", "startingOffsets": from_zero})
+    assert read_local(path, {"subscribe": "uniform", "startingOffsets": from_zero, "failOnDataLoss": "false"}) == rest
+    past_end = json.dumps({"uniform": {"0": 1000}})
+    with pytest.raises(MessageNotFoundError, match=r"next offset \d+"):
+        read_local(path, {"subscribe": "uniform", "startingOffsets": past_end})
+    assert read_local(path, {"assign": json.dumps({"uniform": [0]}), "startingOffsets": past_end,
+                             "failOnDataLoss": "false"}) == []
 
 
 BAD_OPTIONS = [
@@ -296,6 +304,10 @@ BAD_OPTIONS = [
     ({"subscribe": "a", "maxOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger applies to streaming"),
     ({"subscribe": "a", "group": "g"}, "group applies to streaming"),
     ({"subscribe": "a", "subscibe": "b"}, "unknown read option(s) subscibe"),
+    ({"subscribe": "\u8ba2\u5355"}, "option subscribe: topic"),
+    ({"subscribe": "a,bad topic!"}, "option subscribe: topic 'bad topic!'"),
+    ({"assign": '{"\u8ba2\u5355": [0]}'}, "option assign: topic"),
+    ({"subscribePattern": "a.*", "startingOffsets": '{"a b": {"0": 1}}'}, "option startingOffsets: topic 'a b'"),
 ]
 
 
@@ -304,6 +316,16 @@ def test_bad_options_name_the_option(options: dict[str, str], message: str) -> N
     with pytest.raises(ConfigError) as info:
         parse_read_options({"path": "/tmp/mq", **options}, streaming=False)
     assert message in str(info.value)
+
+
+def test_a_user_schema_may_not_declare_a_nullable_column_not_null() -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from mqlite.spark.schema import check_user_schema
+
+    check_user_schema(StructType([StructField("queueOffset", LongType(), False)]), "rocketmq")  # never null
+    with pytest.raises(ConfigError, match="column 'tags' can be null"):
+        check_user_schema(StructType([StructField("tags", StringType(), False)]), "rocketmq")
 
 
 def test_stream_only_checks() -> None:

@@ -103,8 +103,12 @@ def test_offsets_limits_new_queues_and_available_now(tmp_path: Any) -> None:
     assert chosen.initialOffset() == {"s1/0": 3, "s1/1": 0, "s1/2": 11, "s1/3": 11}  # the rest: latest
     with mqlite.open(path) as broker:
         stamp = broker.store.store_timestamp("s1", 2, 6)
-    timed = stream_reader(path, subscribe="s1", startingTimestamp=str(stamp))
-    assert timed.initialOffset()["s1/2"] <= 6 and all(v <= 11 for v in timed.initialOffset().values())
+        timed = stream_reader(path, subscribe="s1", startingTimestamp=str(stamp))
+        for key, offset in timed.initialOffset().items():  # each queue's first message stored at or after it
+            queue_id = int(key.split("/")[1])
+            assert offset == 11 or broker.store.store_timestamp("s1", queue_id, offset) >= stamp
+            assert offset == 0 or broker.store.store_timestamp("s1", queue_id, offset - 1) < stamp
+        assert timed.initialOffset()["s1/2"] <= 6
     for r in (reader, later, chosen, timed):
         r.stop()
 

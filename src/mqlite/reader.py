@@ -38,6 +38,19 @@ class StoreReader(StoreFiles):
         for cq in self.consume_queues.values():
             cq.recover()
         self._end_of_log()
+        self._correct_min_offsets()
+
+    def _correct_min_offsets(self) -> None:
+        """Start each queue at its first unit whose record is still in the log.
+
+        After retention deleted old segments, a queue's first file can still hold units
+        pointing into them (RocketMQ deletes a queue file only once its last unit has
+        expired); the writer skips them on open (`correct_min_offset`), and so does a reader.
+        """
+        min_phys = self.commitlog.min_offset
+        if min_phys > 0:
+            for cq in self.consume_queues.values():
+                cq.correct_min_offset(min_phys)
 
     def _end_of_log(self) -> None:
         """Mark the newest segment as written up to the end of the last dispatched record."""
@@ -56,6 +69,7 @@ class StoreReader(StoreFiles):
         for cq in self.consume_queues.values():
             cq.refresh()
         self._end_of_log()
+        self._correct_min_offsets()
 
     def close(self) -> None:
         """Unmap everything. Idempotent."""

@@ -62,15 +62,16 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
-def check_topic(topic: object) -> str:
+def check_topic(topic: object, *, max_length: int | None = MAX_TOPIC_LENGTH) -> str:
     """`Validators.checkTopic`: a non-blank name of [%|a-zA-Z0-9_-], at most 127 characters.
 
-    Returns the topic; raises `MQClientError` saying what to change.
+    Returns the topic; raises `MQClientError` saying what to change. Readers pass
+    `max_length=None`: a broker's store may hold longer topics (MAGIC_V2 records).
     """
     if not isinstance(topic, str) or not topic.strip():
         raise MQClientError(f"topic must be a non-blank string, got {topic!r}")
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise MQClientError(f"topic {topic[:40]!r}... is {len(topic)} characters; the limit is {MAX_TOPIC_LENGTH}")
+    if max_length is not None and len(topic) > max_length:
+        raise MQClientError(f"topic {topic[:40]!r}... is {len(topic)} characters; the limit is {max_length}")
     if not _TOPIC_PATTERN.match(topic):
         raise MQClientError(f"topic {topic!r} may only contain letters, digits and % | _ - (RocketMQ's rule)")
     return topic

@@ -29,6 +29,7 @@ about 700 instructions a row on the default schema (2,200 with varied layouts).
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from collections.abc import Iterator
@@ -53,6 +54,8 @@ from ..message import (
 from ..storebase import config_for
 from .options import ReadOptions
 from .plan import QueueRange, data_loss
+
+log = logging.getLogger("mqlite")
 
 __all__ = ["read_range", "BATCH_ROWS", "RangeReader"]
 
@@ -512,6 +515,7 @@ class RangeReader:
         self.queue_id = part.queue_id
         cqs = _Files(os.path.join(part.path, "consumequeue", part.topic, str(part.queue_id)))
         self.segments = _Files(os.path.join(part.path, "commitlog"))
+        self.lost = 0
         try:
             qoff = part.start
             while qoff < part.end:
@@ -528,6 +532,9 @@ class RangeReader:
         finally:
             cqs.close()
             self.segments.close()
+            if self.lost:  # as Kafka's source warns: failOnDataLoss=false skipped what was gone
+                log.warning("skipped %d messages of %s/%d offsets %d..%d that the store no longer holds "
+                            "(failOnDataLoss=false)", self.lost, part.topic, part.queue_id, part.start, part.end)
 
     def _lose(self, count: int, what: str) -> None:
         if count and self.options.fail_on_data_loss:

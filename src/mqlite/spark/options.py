@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError, FilterError
+from ..errors import ConfigError, FilterError, MQClientError
 from ..filter import MessageSelector
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "ReadOptions", "parse_read_options", "parse_schema_options",
@@ -254,9 +254,20 @@ def _offsets(options: Mapping[str, str], key: str, *, streaming: bool, default: 
             if not streaming and ((starting and offset == LATEST) or (not starting and offset == EARLIEST)):
                 raise ConfigError(f"option {_name(key)}: offset {offset} of {topic}/{qid} is not allowed for "
                                   f"a batch read (it would read nothing)")
-            entries[(topic, int(qid))] = offset
+            entries[(_topic_name(topic, _name(key)), int(qid))] = offset
     per_queue = tuple((t, q, o) for (t, q), o in sorted(entries.items()))
     return OffsetSpec(default, per_queue)
+
+
+def _topic_name(topic: str, option: str) -> str:
+    """`topic`, checked as RocketMQ's `Validators.checkTopic` does (a bad name could only read nothing);
+    longer names than a client may send are allowed, as a broker's store can hold them."""
+    from ..topics import check_topic
+
+    try:
+        return check_topic(topic, max_length=None)
+    except MQClientError as exc:
+        raise ConfigError(f"option {option}: {exc}") from None
 
 
 def _subscription(options: Mapping[str, str]) -> dict[str, Any]:
@@ -270,7 +281,7 @@ def _subscription(options: Mapping[str, str]) -> dict[str, Any]:
         topics = tuple(dict.fromkeys(t.strip() for t in str(options[key]).split(",") if t.strip()))
         if not topics:
             raise ConfigError("option subscribe needs at least one topic name (comma-separated)")
-        return {"topics": topics}
+        return {"topics": tuple(_topic_name(t, "subscribe") for t in topics)}
     if key == "subscribepattern":
         pattern = str(options[key])
         try:
@@ -288,7 +299,7 @@ def _subscription(options: Mapping[str, str]) -> dict[str, Any]:
                 or not all(isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids)):
             raise ConfigError(f"option assign: {topic!r} must map to a non-empty list of queue ids, "
                               f"such as {example}")
-        assign.append((str(topic), tuple(sorted(set(qids)))))
+        assign.append((_topic_name(str(topic), "assign"), tuple(sorted(set(qids)))))
     return {"assign": tuple(sorted(assign))}
 
 
@@ -338,8 +349,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         if start_ts is not None and end_ts < start_ts:
             raise ConfigError(f"option endingTimestamp ({end_ts}) is before startingTimestamp ({start_ts})")
         ending = OffsetSpec(ending.default, timestamp=end_ts)
+    subscription = ReadOptions(**fields)
     for spec, key in ((starting, "startingOffsets"), (ending, "endingOffsets")):
-        outside = sorted(t for t in spec.topics if not _subscribed(fields, t))
+        outside = sorted(t for t in spec.topics if not subscription.subscribes(t))
         if outside:
             raise ConfigError(f"option {key} names topic(s) {', '.join(outside)} that the subscription does not "
                               f"include")
@@ -359,9 +371,3 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     )
 
 
-def _subscribed(fields: Mapping[str, Any], topic: str) -> bool:
-    if "topics" in fields:
-        return topic in fields["topics"]
-    if "assign" in fields:
-        return any(topic == t for t, _ in fields["assign"])
-    return re.fullmatch(fields["pattern"], topic) is not None

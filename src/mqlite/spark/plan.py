@@ -83,6 +83,10 @@ def plan_batch(store: StoreReader, options: ReadOptions) -> list[QueueRange]:
                 raise data_loss(f"startingOffsets asks for {topic}/{queue_id} from offset {start}, "
                                 f"but the queue now starts at {low}")
             start = low
+        if start > high:  # beyond the end: the queue lost its tail (a store restored from an older copy?)
+            if options.fail_on_data_loss:
+                raise data_loss(f"startingOffsets asks for {topic}/{queue_id} from offset {start}, "
+                                f"but the queue holds offsets {low}..{high - 1} (next offset {high})")
         start, end = min(start, high), min(end, high)
         if end > start:
             ranges.append(QueueRange(options.path, topic, queue_id, start, end))

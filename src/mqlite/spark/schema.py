@@ -99,6 +99,11 @@ def default_schema(schema_name: str, include_properties: bool) -> StructType:
     return StructType([f for f in full_schema(schema_name).fields if f.name != skip])
 
 
+#: Columns that are null for some messages (no TAGS; no KEYS): a user schema may not declare them NOT NULL,
+#: which Spark would trust and then fail on inside the task.
+MAY_BE_NULL = frozenset({"tags", "key"})
+
+
 def check_user_schema(schema: StructType, schema_name: str) -> None:
     """Refuse a user schema with a column the source cannot produce, or with another type."""
     available = {f.name: f.dataType for f in full_schema(schema_name).fields}
@@ -116,3 +121,6 @@ def check_user_schema(schema: StructType, schema_name: str) -> None:
         if field.dataType != expected:
             raise ConfigError(f"column {field.name!r} must have type {expected.simpleString()}, "
                               f"not {field.dataType.simpleString()}")
+        if not field.nullable and field.name in MAY_BE_NULL:
+            raise ConfigError(f"column {field.name!r} can be null (a message without one); "
+                              f"declare it nullable (drop NOT NULL)")
