@@ -13,7 +13,9 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,10 +28,12 @@ from mqlite.commitlog import (
     HEADER,
     MAGIC_V1,
     MAGIC_V2,
+    BatchDispatch,
     CommitLog,
     StoredMessage,
     check_record,
     decode_message,
+    encode_records,
     record_length,
 )
 from mqlite.config import StoreConfig
@@ -289,52 +293,121 @@ def test_a_batch_that_does_not_fit_moves_whole_to_the_next_segment(log: CommitLo
     assert log.topic_queue_table[("T", 0)] == 11
 
 
-def test_an_encoded_batch_writes_the_same_bytes_as_a_batch_of_maps(tmp_path: Path) -> None:
-    # The Spark commit's path (blocks encoded once per head, no map per message) against the
-    # producer's: same records byte for byte, same units and the same dispatch for the index.
-    from mqlite.message import encode_properties, tags_code
+def _encoded(topic: str, bodies: list[bytes], heads: list[dict[str, str]], head_index: list[int],
+             ids: list[str] | None, flags: list[int], born: int) -> tuple[bytearray, Any, list[dict[str, str]]]:
+    """The Spark task's encoding of the messages (`encode_records`), and the property maps `append_batch`
+    gets for the same messages (each head, then its UNIQ_KEY)."""
+    from mqlite.message import encode_properties
 
-    maps: list[dict[str, str] | None] = [
-        {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "A" * 32},
-        None,
-        {"WAIT": "true", "UNIQ_KEY": "B" * 32},
-        {"TAGS": "TagB", "a": "\u00e9t\u00e9", "UNIQ_KEY": "C" * 32},
-    ]
-    bodies = [b"one", b"two" * 30, b"three", b"four"]
+    blocks = [encode_properties(h).encode() + (b"UNIQ_KEY\x01" if ids else b"") for h in heads]
+    suffixes = None
+    if ids:
+        suffixes = np.frombuffer("".join(i + "\x02" for i in ids).encode(), dtype=np.uint8).reshape(len(ids), -1)
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in bodies])])
+    records, sizes = encode_records(topic, b"".join(bodies), offsets, blocks, np.array(head_index), suffixes,
+                                    flags=np.array(flags), born_timestamp=born)
+    maps = [{**heads[h], **({"UNIQ_KEY": ids[i]} if ids else {})} for i, h in enumerate(head_index)]
+    return bytearray(records), sizes, maps
+
+
+ENCODED_CASES = {
+    # heads of different lengths, bodies of different lengths: the three-piece join
+    "mixed": ("T", [b"one", b"two" * 30, b"three", b"four"],
+              [{"TAGS": "TagA", "KEYS": "k1 k2"}, {"WAIT": "true"}], [0, 1, 1, 0], True),
+    # one head, one body length: the 2-D path
+    "one size": ("T", [b"x" * 10] * 5, [{"WAIT": "true"}], [0] * 5, True),
+    # heads of one length, bodies of different lengths: the two-piece join
+    "one tail length": ("T", [b"a", b"bb" * 9, b"c" * 3], [{"a": "1"}, {"b": "2"}], [0, 1, 0], True),
+    # producerProperties=false: no UNIQ_KEY, empty property blocks
+    "bare": ("T", [b"x" * 10, b"yy"], [{}], [0, 0], False),
+    # a topic of more than 127 UTF-8 bytes: MAGIC_V2 and a 2-byte topic length
+    "v2 topic": ("\u00e9" * 70, [b"x" * 10] * 3, [{"a": "\u00e9t\u00e9"}, {"b": "2"}], [0, 1, 0], True),
+}
+
+
+@pytest.mark.parametrize("case", list(ENCODED_CASES))
+def test_encoded_records_are_the_bytes_of_a_batch_of_maps(tmp_path: Path, case: str) -> None:
+    # The Spark path (whole records built by the tasks, fields filled in at commit) against the
+    # producer's batch: same records byte for byte, same units, same index keys (hashed).
+    from mqlite.indexfile import index_key_hash, index_key_names
+
+    topic, bodies, heads, head_index, with_ids = ENCODED_CASES[case]
+    ids = [f"{i:032X}" for i in range(len(bodies))] if with_ids else None
+    flags = [i % 3 for i in range(len(bodies))]
+    records, sizes, maps = _encoded(topic, bodies, heads, head_index, ids, flags, T0 - 5)
     by_maps = CommitLog(str(tmp_path / "maps"), _config(), ManualClock())
     encoded = CommitLog(str(tmp_path / "encoded"), _config(), ManualClock())
     try:
-        r1 = by_maps.append_batch("T", 2, bodies, maps, flags=[0, 1, 2, 3])
-        blocks = [encode_properties(m).encode() if m else b"" for m in maps]
-        codes = [tags_code(m["TAGS"]) if m and "TAGS" in m else 0 for m in maps]
-        keys = [m.get("KEYS") if m else None for m in maps]
-        uniqs = [m.get("UNIQ_KEY") if m else None for m in maps]
-        r2 = encoded.append_encoded_batch("T", 2, bodies, blocks, codes, keys, uniqs, flags=[0, 1, 2, 3])
+        for clog in (by_maps, encoded):  # both start mid-segment, at the same offset and queue offset
+            clog.append(topic, 2, b"before")
+        r1 = by_maps.append_batch(topic, 2, bodies, maps, flags=flags, born_timestamp=T0 - 5)
+        codes = np.array([java_string_hash(m["TAGS"]) if "TAGS" in m else 0 for m in maps])
+        names = [index_key_names(topic, m.get("UNIQ_KEY"), m.get("KEYS")) for m in maps]
+        key_rows = np.array([i for i, n in enumerate(names) for _ in n], dtype=np.int64)
+        key_hashes = np.array([index_key_hash(k) for n in names for k in n], dtype=np.int64)
+        r2 = encoded.append_encoded_records(topic, 2, records, sizes, codes, key_hashes, key_rows)
         assert r1 == r2
-        assert _raw(by_maps, 0, r1.wrote_bytes) == _raw(encoded, 0, r2.wrote_bytes)
-        assert list(by_maps.dispatch_queue) == list(encoded.dispatch_queue)
-        assert decode_message(_raw(encoded, r2.commit_log_offsets[3], r2.wrote_bytes - (  # type: ignore[index]
-            r2.commit_log_offsets[3] - r2.commit_log_offset)), "b").properties["a"] == "\u00e9t\u00e9"
+        assert _raw(by_maps, 0, r1.commit_log_offset + r1.wrote_bytes) == \
+            _raw(encoded, 0, r2.commit_log_offset + r2.wrote_bytes)
+        assert bytes(records) == _raw(by_maps, r1.commit_log_offset, r1.wrote_bytes)  # filled in place
+        batch1, batch2 = by_maps.dispatch_queue[-1], encoded.dispatch_queue[-1]
+        assert isinstance(batch1, BatchDispatch) and isinstance(batch2, BatchDispatch)
+        assert batch1[:4] == batch2[:4] and batch1.store_timestamp == batch2.store_timestamp
+        assert list(batch1.sizes) == list(batch2.sizes) and list(batch1.tags_codes or [0] * len(bodies)) == list(
+            batch2.tags_codes)  # type: ignore[arg-type]
+        offsets = r1.commit_log_offsets or []
+        if len(key_hashes):
+            assert batch2.key_hashes is not None and batch2.key_offsets is not None
+            assert batch2.key_hashes.tolist() == key_hashes.tolist()
+            assert batch2.key_offsets.tolist() == [offsets[i] for i in key_rows]
+        else:  # nothing to index: the dispatch (queued only because this log has no unit queues) has no keys
+            assert batch2.key_hashes is None and not any(batch1.keys or []) and not any(batch1.uniq_keys or [])
+        for offset, size, body in zip(offsets, sizes.tolist(), bodies):
+            assert rf.decode_record(_raw(encoded, offset, size), 0)["body"] == body  # type: ignore[index]
     finally:
         by_maps.close()
         encoded.close()
 
 
-@pytest.mark.parametrize("case", ["blocks", "codes", "keys", "uniqs", "long block", "empty"])
-def test_an_encoded_batch_with_bad_columns_stores_nothing(log: CommitLog, case: str) -> None:
-    bodies = [b"a", b"b"]
-    columns: dict[str, list] = {"blocks": [b"x\x01y\x02"] * 2, "codes": [0, 0], "keys": [None, None],
-                                "uniqs": [None, None]}
-    if case in columns:
-        columns[case] = columns[case][:1]
-    elif case == "long block":
-        columns["blocks"] = [b"x\x01" + b"y" * 40_000 + b"\x02", b""]
+def test_encoded_records_that_do_not_fit_move_whole_to_the_next_segment(log: CommitLog) -> None:
+    records, sizes, _ = _encoded("T", [b"x" * 600] * 4, [{"WAIT": "true"}], [0] * 4, None, [0] * 4, T0)
+    first = log.append("T", 0, b"y" * 1500)  # 1592 bytes: the 4 x 702 bytes of the batch do not fit after it
+    r = log.append_encoded_records("T", 0, records, sizes)
+    assert r.commit_log_offset == SEGMENT and r.queue_offset == 1
+    raw = _raw(log, 0, SEGMENT)
+    blank_at = first.wrote_bytes
+    assert BLANK.unpack_from(raw, blank_at) == (SEGMENT - blank_at, BLANK_MAGIC)
+    assert [(o, m.queue_offset) for o, m in ((o, decode_message(_raw(log, o, int(s)), "b"))
+                                             for o, s in zip(r.commit_log_offsets or [], sizes))] == \
+        [(SEGMENT + i * int(sizes[0]), 1 + i) for i in range(4)]
+
+
+@pytest.mark.parametrize("damage", ["size", "magic", "sys flag", "topic", "body length", "read-only", "sum",
+                                    "huge"])
+def test_malformed_encoded_records_store_nothing(log: CommitLog, damage: str) -> None:
+    records, sizes, _ = _encoded("T", [b"ab", b"cde"], [{"WAIT": "true"}], [0, 0], None, [0, 0], T0)
+    second = int(sizes[0])
+    buffer: Any = records
+    if damage == "size":
+        struct.pack_into(">i", records, second, int(sizes[1]) + 1)
+    elif damage == "magic":
+        struct.pack_into(">i", records, second + 4, MAGIC_V2)
+    elif damage == "sys flag":
+        struct.pack_into(">i", records, second + 36, SysFlag.BORNHOST_V6)
+    elif damage == "topic":
+        records[second + 88 + 3 + 1] = ord("X")
+    elif damage == "body length":
+        struct.pack_into(">i", records, second + 84, 10_000)
+    elif damage == "read-only":
+        buffer = bytes(records)
+    elif damage == "sum":
+        sizes = sizes[:1]
     else:
-        bodies, columns = [], {k: [] for k in columns}
+        records, sizes, _ = _encoded("T", [b"x" * 1000] * 5, [{}], [0] * 5, None, [0] * 5, T0)
+        buffer = records
     with pytest.raises(MQClientError):
-        log.append_encoded_batch("T", 0, bodies, columns["blocks"], columns["codes"], columns["keys"],
-                                 columns["uniqs"])
-    assert log.max_offset == 0 and not log.dispatch_queue
+        log.append_encoded_records("T", 0, buffer, sizes)
+    assert log.max_offset == 0 and not log.dispatch_queue and not log.topic_queue_table
 
 
 def test_a_batch_bigger_than_a_segment_is_refused_before_anything_is_stored(log: CommitLog) -> None:

@@ -9,6 +9,7 @@ commit idempotency, concurrent committers) call the writer classes directly.
 Benchmark (not part of the test run; results in docs/benchmarks.md, 5e):
 
     .venv/bin/python tests/test_spark_write.py --bench --rows 1000000 --rounds 3
+    .venv/bin/python tests/test_spark_write.py --commit --rows 500000 --rounds 3   # the commit alone
 """
 
 from __future__ import annotations
@@ -592,6 +593,37 @@ def bench(rows: int, rounds: int, only: str = "") -> None:
     spark.stop()
 
 
+def commit_bench(rows: int, rounds: int) -> None:
+    """The commit without Spark: stage `rows` 100-byte bodies in chunks of 10,000 with `write_chunk` (a
+    task's work), then time `append_staged` into a fresh store, key index on and off; CPU time of all
+    threads per message."""
+    import tempfile
+
+    import numpy as np
+
+    from mqlite.inbox import append_staged, write_chunk
+
+    chunk = 10_000
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        path = os.path.join(tmp, "part.mqsb")
+        start = time.process_time()
+        with open(path, "wb") as f:
+            for _ in range(rows // chunk):
+                write_chunk(f, "B", int(time.time() * 1000), np.full(chunk, 100), b"x" * 100 * chunk,
+                            [{"WAIT": "true"}], np.zeros(chunk))
+        staged = rows // chunk * chunk
+        print(f"task: staging {(time.process_time() - start) / staged * 1e6:.2f} us a row", flush=True)
+        for r in range(rounds):
+            for index in (True, False):
+                with mqlite.open(os.path.join(tmp, f"store-{r}-{index}"), message_index_enable=index) as broker:
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    append_staged(broker, [path])
+                    broker.store.wait_dispatched()
+                    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                print(f"commit, key index {'on ' if index else 'off'}: {cpu / staged * 1e6:.2f} us a message CPU, "
+                      f"{wall / staged * 1e6:.2f} wall", flush=True)
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -600,6 +632,9 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="", help="run the cases whose label contains this text")
+    parser.add_argument("--commit", action="store_true", help="time the commit in-process, without Spark")
     args = parser.parse_args()
     if args.bench:
         bench(args.rows, args.rounds, args.only)
+    if args.commit:
+        commit_bench(args.rows, args.rounds)

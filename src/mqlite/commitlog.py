@@ -66,6 +66,7 @@ __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
     "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code", "stored_body",
+    "encode_records", "topic_prefix",
 ]
 
 log = logging.getLogger("mqlite")
@@ -160,17 +161,24 @@ class DispatchRequest(NamedTuple):
 
 
 class BatchDispatch(NamedTuple):
-    """One dispatch entry for a whole batch of one queue (records are contiguous in the log)."""
+    """One dispatch entry for a whole batch of one queue (records are contiguous in the log).
+
+    Its index keys are either strings (`keys`, `uniq_keys`: each record's KEYS and
+    UNIQ_KEY) or already hashed (`key_hashes` as `IndexFile` stores them, with each
+    key's record offset in `key_offsets`, in log order: `append_encoded_records`).
+    """
 
     topic: str
     queue_id: int
     first_queue_offset: int
     first_commit_log_offset: int
-    sizes: list[int]
-    tags_codes: Sequence[int] | None  # None: every record has tags code 0
+    sizes: Sequence[int] | np.ndarray
+    tags_codes: Sequence[int] | np.ndarray | None  # None: every record has tags code 0
     store_timestamp: int
     keys: Sequence[str | None] | None
     uniq_keys: Sequence[str | None] | None
+    key_hashes: np.ndarray | None = None
+    key_offsets: np.ndarray | None = None
 
 
 def _host_bytes(host: str) -> tuple[bytes, int]:
@@ -424,6 +432,149 @@ def check_record(
     return total, request
 
 
+def topic_prefix(topic: str) -> tuple[bytes, bool]:
+    """The topic as a record stores it (length, then UTF-8) and whether it needs MAGIC_V2.
+
+    RocketMQ picks V2 above 127 characters; a topic of fewer characters but more UTF-8
+    bytes would overflow V1's signed length byte, so mqlite counts bytes. Raises
+    `MQClientError` above `MAX_TOPIC_BYTES`.
+    """
+    data = topic.encode("utf-8")
+    if len(data) > MAX_TOPIC_BYTES:
+        raise MQClientError(f"topic {topic[:40]!r}... is {len(data)} bytes; the limit is {MAX_TOPIC_BYTES}")
+    if len(data) > _V1_TOPIC_BYTES:
+        return _USHORT.pack(len(data)) + data, True
+    return bytes((len(data),)) + data, False
+
+
+def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[bytes], block_index: Any = None,
+                   suffixes: Any = None, *, flags: Any = None, born_timestamp: int) -> tuple[memoryview, Any]:
+    """Whole commit-log records for messages of `topic`, before they have a place in the log.
+
+    Message i has body `bodies[body_offsets[i]:body_offsets[i + 1]]` (`body_offsets`: n + 1
+    ints from 0), properties `blocks[block_index[i]] + suffixes[i]` (encoded property blocks
+    shared by many messages, e.g. `b"WAIT\x01true\x02UNIQ_KEY\x01"`, and an (n, w) uint8
+    array of per-message endings such as a new id and its `\x02`; `block_index` None: all
+    use `blocks[0]`), flag `flags[i]` (None: 0), IPv4 hosts and sys flag 0. Returns the
+    records back to back and their sizes (int64), the bytes `append_batch` writes for the
+    same messages except QUEUEID, QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP, left 0
+    for `CommitLog.append_encoded_records` to fill in. Needs no store: the Spark writer's
+    tasks call it in parallel. Raises `MQClientError` for a topic or property block too long.
+
+    Cost: a CRC per body (and a slice, unless the bodies have one length) and numpy passes:
+    a 2-D copy when all records have one size, else one `bytes.join` of two pieces a record
+    (three when property blocks differ in length). Measured within `inbox.write_chunk`.
+    """
+    offsets = np.asarray(body_offsets, dtype=np.int64)
+    count = len(offsets) - 1
+    prefix, v2 = topic_prefix(topic)
+    width = 0 if suffixes is None else int(suffixes.shape[1])
+    block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks)) + width
+    if len(blocks) and int(block_lengths.max()) > MAX_PROPERTIES_LENGTH:
+        raise MQClientError(f"message properties are {int(block_lengths.max())} bytes encoded; the limit is "
+                            f"{MAX_PROPERTIES_LENGTH} (RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values "
+                            f"into the body")
+    index = np.zeros(count, dtype=np.int64) if block_index is None else np.asarray(block_index, dtype=np.int64)
+    body_lengths = np.diff(offsets)
+    sizes = body_lengths + block_lengths[index] + (HEADER.size + len(prefix) + _SHORT.size)
+    if not count:
+        return memoryview(b""), sizes
+    data = bytes(bodies)  # slices of bytes are the cheapest per-body objects (measured against memoryviews)
+    tails = [prefix + _USHORT.pack(len(b) + width) + b for b in blocks]
+    # Tails of one length (one head, say) are columns of a 2-D array, like the headers and suffixes.
+    tail_table = np.frombuffer(b"".join(tails), dtype=np.uint8).reshape(len(tails), -1) \
+        if len(set(map(len, tails))) == 1 else None
+    length = int(body_lengths[0])
+    one_size = tail_table is not None and int(body_lengths.min()) == int(body_lengths.max())
+    if one_size:
+        body_rows = np.frombuffer(data, dtype=np.uint8, count=count * length).reshape(count, length)
+        body_list: Any = body_rows  # rows of a 2-D array: cheaper than slices for the CRCs
+    else:
+        ends = offsets.tolist()
+        body_list = [data[s:e] for s, e in zip(ends[:-1], ends[1:])]
+    headers = np.zeros(count, dtype=_HEADER_DTYPE)
+    headers["total"] = sizes
+    headers["magic"] = MAGIC_V2 if v2 else MAGIC_V1
+    headers["body_crc"] = np.fromiter(map(zlib.crc32, body_list), dtype=np.int64, count=count) & 0x7FFFFFFF
+    if flags is not None:
+        flag_array = np.asarray(flags, dtype=np.int64)
+        for value in (int(flag_array.min()), int(flag_array.max())):
+            _INT.pack(value)  # out of an int's range: struct.error, as HEADER.pack would raise
+        headers["flag"] = flag_array
+    headers["born_timestamp"] = born_timestamp
+    headers["born_host"] = headers["store_host"] = _STORE_IP
+    headers["born_port"] = headers["store_port"] = _STORE_PORT
+    headers["body_length"] = body_lengths
+    # `fixed` row i: header_i, then the tail (when of one length) and suffix_i that follow body_i.
+    trailer = (0 if tail_table is None else tail_table.shape[1]) + width
+    fixed = np.empty((count, HEADER.size + trailer), dtype=np.uint8)
+    fixed[:, : HEADER.size] = headers.view(np.uint8).reshape(count, HEADER.size)
+    if tail_table is not None:
+        fixed[:, HEADER.size : fixed.shape[1] - width] = tail_table[0] if len(tails) == 1 else tail_table[index]
+    if width:
+        fixed[:, fixed.shape[1] - width :] = suffixes
+    if one_size:  # every record the same size: a 2-D array, three column copies
+        out = np.empty((count, int(sizes[0])), dtype=np.uint8)
+        out[:, : HEADER.size] = fixed[:, : HEADER.size]
+        out[:, HEADER.size : HEADER.size + length] = body_rows
+        out[:, HEADER.size + length :] = fixed[:, HEADER.size :]
+        return out.reshape(-1).data, sizes
+    # Else one `bytes.join`: each trailer and the next header are one piece (a row of `fixed`
+    # read from a header further on), so a record takes two pieces (body, that row), or
+    # three when tails differ in length (body, its shared tail, that row).
+    flat = fixed.reshape(-1)
+    step = fixed.shape[1]
+    gaps = list(flat[HEADER.size : HEADER.size + (count - 1) * step].reshape(count - 1, step))
+    gaps.append(flat[len(flat) - trailer :])
+    if tail_table is not None:
+        pieces: Iterable[Any] = zip(body_list, gaps)
+    else:
+        pieces = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
+    joined = b"".join(itertools.chain((flat[: HEADER.size].data,), itertools.chain.from_iterable(pieces)))
+    return memoryview(joined), sizes
+
+
+class _Rows:
+    """`width` bytes at each of `positions` in the uint8 array `buf`, to read or overwrite.
+
+    A strided view when the positions are `step` apart (records of one size: no index
+    array at all), else an (n, width) fancy index. Built outside the put lock, so the
+    writes under it are single numpy assignments.
+    """
+
+    __slots__ = ("buf", "view", "index")
+
+    view: Any  # the strided view, or None
+    index: Any  # the fancy index, or None
+
+    def __init__(self, buf: Any, positions: Any, width: int, step: int | None) -> None:
+        self.buf = buf
+        if step is not None or len(positions) == 1:
+            first = int(positions[0])
+            self.view = np.lib.stride_tricks.as_strided(buf[first:], shape=(len(positions), width),
+                                                        strides=(step or width, 1))
+            self.index = None
+        else:
+            self.view = None
+            self.index = positions[:, None] + np.arange(width)
+
+    def get(self) -> Any:
+        """The bytes as an (n, width) uint8 array."""
+        return self.view if self.index is None else self.buf[self.index]
+
+    def set(self, values: Any) -> None:
+        """Overwrite them with `values` ((n, width) uint8, or one row to broadcast)."""
+        if self.index is None:
+            self.view[...] = values
+        else:
+            self.buf[self.index] = values
+
+
+def _ints(rows: Any, dtype: str) -> Any:
+    """The (n, width) byte rows as n big-endian integers of `dtype` (width = its size)."""
+    return np.ascontiguousarray(rows).view(dtype)[:, 0].astype(np.int64)
+
+
 # -- the log -------------------------------------------------------------------------------
 class CommitLog:
     """Appends records under one lock and reads them back by offset.
@@ -481,16 +632,9 @@ class CommitLog:
         cached = self._topic_bytes.get(topic)
         if cached is not None:
             return cached
-        data = topic.encode("utf-8")
-        if len(data) > MAX_TOPIC_BYTES:
-            raise MQClientError(f"topic {topic[:40]!r}... is {len(data)} bytes; the limit is {MAX_TOPIC_BYTES}")
-        # RocketMQ picks V2 above 127 characters; a topic of fewer characters but more
-        # UTF-8 bytes would overflow V1's signed length byte, so mqlite counts bytes.
-        if len(data) > _V1_TOPIC_BYTES:
-            prefix = _USHORT.pack(len(data)) + data
+        prefix, v2 = topic_prefix(topic)
+        if v2:
             self._v2_topics.add(topic)
-        else:
-            prefix = bytes((len(data),)) + data
         if len(self._topic_bytes) < 100_000:
             self._topic_bytes[topic] = prefix
         return prefix
@@ -633,29 +777,98 @@ class CommitLog:
         return self._append_columns(topic, queue_id, bodies, blocks, codes_at, keys, uniqs, flag, flags,
                                     born_timestamp)
 
-    def append_encoded_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes],
-                             codes: Sequence[int], keys: Sequence[str | None] | None = None,
-                             uniq_keys: Sequence[str | None] | None = None, *, flags: Sequence[int] | None = None,
-                             born_timestamp: int | None = None) -> PutResult:
-        """`append_batch` of messages whose property maps the caller has already encoded.
+    def append_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
+                               key_hashes: Any = None, key_rows: Any = None) -> PutResult:
+        """Append whole records `encode_records` built (a Spark task did), as one batch of one queue.
 
-        `blocks[i]` is message i's property block as `encode_properties(...).encode()`
-        gives it, `codes[i]` its tags code, `keys[i]` and `uniq_keys[i]` its `KEYS` and
-        `UNIQ_KEY` values for the key index (None: none). The caller vouches that they
-        agree; nothing is decoded again. Saves a map and a tags-code call per message
-        (the Spark commit, which shares one property head across many rows). Not for
-        the schedule topic, whose codes depend on the store time.
+        `records` is a writable buffer of the records back to back, `sizes` their sizes;
+        QUEUEID, QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are filled in, in place,
+        then the bytes go into the segment with one copy: the same bytes, units and
+        dispatch as `append_batch` of the same messages. `codes` are the records' tags codes
+        (None: 0); `key_hashes` are index-key hashes (`index_key_hash`) of record
+        `key_rows[i]`, in log order, for the reput thread's key index. Every record's
+        structure (size, magic, host flags, topic, lengths) is checked first:
+        `MQClientError` and nothing stored when one is wrong. Costs numpy passes over the
+        headers, no Python per record.
         """
-        count = len(bodies)
-        for name, column in (("property blocks", blocks), ("tags codes", codes), ("keys", keys),
-                             ("unique keys", uniq_keys)):
-            if column is not None and len(column) != count:
-                raise MQClientError(f"{count} bodies but {len(column)} {name}")
-        if count and max(map(len, blocks)) > MAX_PROPERTIES_LENGTH:
-            raise MQClientError(f"a property block is over {MAX_PROPERTIES_LENGTH} bytes "
-                                f"(RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
-        return self._append_columns(topic, queue_id, bodies, blocks, lambda now: codes, keys, uniq_keys, 0, flags,
-                                    born_timestamp)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        count = len(sizes)
+        if not count:
+            raise MQClientError("a batch needs at least one message")
+        buf = np.frombuffer(records, dtype=np.uint8)
+        if not buf.flags.writeable:
+            raise MQClientError("encoded records must be in a writable buffer (they are filled in place)")
+        total_all = int(sizes.sum())
+        if total_all != len(buf) or int(sizes.min()) < HEADER.size:
+            raise MQClientError(f"{count} record sizes add up to {total_all} bytes, but the buffer holds {len(buf)}")
+        if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
+            raise MQClientError(f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
+                                f"{self.config.commitlog_file_size} bytes; send smaller batches")
+        _INT.pack(queue_id)
+        prefix, v2 = topic_prefix(topic)
+        starts = np.zeros(count, dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        step = int(sizes[0]) if int(sizes.min()) == int(sizes.max()) else None
+        header_rows = _Rows(buf, starts, HEADER.size, step)
+        headers = np.ascontiguousarray(header_rows.get()).view(_HEADER_DTYPE)[:, 0]
+        body_lengths = headers["body_length"].astype(np.int64)
+        tails = starts + HEADER.size + body_lengths
+        if ((headers["total"] != sizes).any() or (headers["magic"] != (MAGIC_V2 if v2 else MAGIC_V1)).any()
+                or (headers["sys_flag"] != 0).any() or (body_lengths < 0).any()
+                or (tails + len(prefix) + _USHORT.size > starts + sizes).any()):
+            raise MQClientError(f"encoded records for {topic!r} are damaged (a size, magic code, host flag or body "
+                                f"length disagrees with the record); nothing was stored")
+        same_body = int(body_lengths.min()) == int(body_lengths.max())
+        topic_rows = _Rows(buf, tails, len(prefix) + _USHORT.size, step if same_body else None).get()
+        props_lengths = _ints(topic_rows[:, len(prefix):], ">u2")
+        if ((topic_rows[:, : len(prefix)] != np.frombuffer(prefix, dtype=np.uint8)).any()
+                or (tails + len(prefix) + _USHORT.size + props_lengths != starts + sizes).any()):
+            raise MQClientError(f"encoded records are not all of topic {topic!r} or their property lengths "
+                                f"disagree with their sizes; nothing was stored")
+        if v2:
+            self._v2_topics.add(topic)
+        codes = np.zeros(count, dtype=np.int64) if codes is None else np.asarray(codes, dtype=np.int64)
+        if len(codes) != count:
+            raise MQClientError(f"{count} records but {len(codes)} tags codes")
+        hashes = None if key_hashes is None or not len(key_hashes) else np.asarray(key_hashes, dtype=np.int64)
+        rows = None if hashes is None else np.asarray(key_rows, dtype=np.int64)
+        if rows is not None and (len(rows) != len(hashes) or int(rows.min()) < 0  # type: ignore[arg-type]
+                                 or int(rows.max()) >= count):
+            raise MQClientError("every index key hash needs the number of its record in the batch")
+        key = (topic, queue_id)
+        with self.put_lock:
+            now = max(self.clock.now_ms(), self.last_store_timestamp)
+            self.last_store_timestamp = now
+            mf = self._active
+            if mf is None or mf.wrote_position + total_all + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+                mf = self._room_for(total_all)
+            start = mf.wrote_position
+            mm, base = mf.mm, mf.file_from_offset
+            first_qoff = self.topic_queue_table.get(key, 0)
+            physical = starts + (base + start)
+            # The fields that depend on the log's place, filled before the copy: a torn copy
+            # never leaves a valid-looking record with placeholder offsets.
+            headers["queue_id"] = queue_id
+            headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
+            headers["physical_offset"] = physical
+            headers["store_timestamp"] = now
+            header_rows.set(headers.view(np.uint8).reshape(count, HEADER.size))
+            pos = start + total_all
+            mm[start:pos] = buf.data
+            mf.wrote_position = pos
+            self.topic_queue_table[key] = first_qoff + count
+            queues = self.unit_queues
+            if queues is not None:
+                cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
+                if not cq.put_batch(base + start, sizes, codes, first_qoff):
+                    log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_qoff)
+            if queues is None or (self._index_keys and hashes is not None):
+                self.appended_count += 1
+                self.dispatch_queue.append(BatchDispatch(
+                    topic, queue_id, first_qoff, base + start, sizes, codes, now, None, None,
+                    hashes if self._index_keys else None,
+                    physical[rows] if rows is not None and self._index_keys else None))
+        return PutResult(base + start, total_all, first_qoff, now, count, physical.tolist())
 
     def _append_columns(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes] | None,
                         codes_at: Callable[[int], Sequence[int]] | None, keys: Sequence[str | None] | None,

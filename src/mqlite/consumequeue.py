@@ -172,14 +172,17 @@ class ConsumeQueue:
         self.max_physic_offset = offset + size
         return True
 
-    def put_batch(self, first_offset: int, sizes: list[int], tags_codes: Sequence[int] | None,
-                  first_queue_offset: int) -> bool:
-        """Append units for contiguous records (a batch); one numpy write per file touched."""
+    def put_batch(self, first_offset: int, sizes: Sequence[int] | np.ndarray,
+                  tags_codes: Sequence[int] | np.ndarray | None, first_queue_offset: int) -> bool:
+        """Append units for contiguous records (a batch); one numpy write per file touched.
+
+        `sizes` and `tags_codes` may be lists or int64 arrays (the Spark commit's batches).
+        """
         if first_offset + sizes[-1] <= self.max_physic_offset or len(sizes) == 1:
             offset = first_offset
-            codes = tags_codes or [0] * len(sizes)
+            codes = [0] * len(sizes) if tags_codes is None else [int(c) for c in tags_codes]
             ok = True
-            for i, size in enumerate(sizes):
+            for i, size in enumerate(int(s) for s in sizes):
                 ok = self.put(offset, size, codes[i], first_queue_offset + i) and ok
                 offset += size
             return ok
@@ -205,7 +208,7 @@ class ConsumeQueue:
             mf.mm[pos : pos + take * _UNIT] = data[done * _UNIT : (done + take) * _UNIT]
             mf.wrote_position = pos + take * _UNIT
             done += take
-        self.max_physic_offset = int(offsets[-1]) + sizes[-1]
+        self.max_physic_offset = int(offsets[-1]) + int(sizes[-1])
         return True
 
     def _file_for(self, expect: int) -> MappedFile | None:

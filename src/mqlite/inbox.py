@@ -1,32 +1,44 @@
 """Staged Spark jobs: their file format, appending them to a broker, and the inbox a live broker imports.
 
 The Spark writer (`mqlite.spark.writer`) stages a job's rows in files under
-`<store>/spark-staging/<job>/` and appends them at commit through `Broker.put_messages`.
+`<store>/spark-staging/<job>/` and appends them at commit through `Broker.put_encoded_records`.
 When a live process holds the store, the job is handed off instead: fsynced and renamed, with
 a manifest, into `<store>/spark-inbox/<time_ns>-<name>/`. Whoever holds the store's lock
 appends the inbox, oldest entry first: a live `Broker` from its `mqlite-inbox` service (about
 every second, and once more as it closes), a Spark commit before its own job. This module is
 that protocol without pyspark or pyarrow (numpy and mqlite only), so the broker can import it.
 
+The per-message work happens where the rows are staged, in Spark's parallel tasks: each row
+becomes its whole commit-log record (`commitlog.encode_records`: RocketMQ's bytes, with a new
+`UNIQ_KEY` made by the task's own `UniqIdGenerator`, as RocketMQ's client makes it), plus the
+hashes of its index keys. The commit, one process, only routes rows to queues, fills in the
+fields the log decides (queue id and offset, physical offset, store time) and copies the
+records, with numpy (`CommitLog.append_encoded_records`).
+
 Staged file: chunks, each one topic's rows of one Arrow batch in row order.
 Big-endian, `CHUNK`:
 
     offset size  field
      0      4    magic b"MQSB"
-     4      1    version (1)
-     5      1    bits: 1 routes present, 2 flags present, 4 bare (producerProperties=false)
+     4      1    format version (2; another version is refused, never appended)
+     5      1    bits: 1 routes present
      6      2    T: topic length (UTF-8 bytes)
      8      4    N: rows
-    12      8    born timestamp (ms, when the task staged the chunk)
-    20      8    B: body bytes
-    28      4    H: heads length (bytes)
-    32           topic (T) | heads: JSON list of property maps (H) | head of each row (N x u4)
-                 | body lengths (N x u4) | routes (N x i8, if present) | flags (N x i4, if
-                 present) | bodies (B)
+    12      8    R: record bytes
+    20      4    H: tags table length (bytes)
+    24      4    K: index keys
+    28           topic (T) | tags table: JSON list of the distinct TAGS values, null for none
+                 (H) | tags number of each row (N x u4) | record size of each row (N x u4)
+                 | routes (N x i8, if present) | row of each index key (K x u4, ascending)
+                 | hash of each index key (K x u4, `indexfile.index_key_hash` of
+                 `topic#UNIQ_KEY` then of each `topic#KEY`) | records (R)
 
-A row's properties are its head (TAGS, KEYS, WAIT and user properties; rows that share them
-share one head) plus the `UNIQ_KEY` given at commit. A route is a queue id (>= 0), -1
-(round robin) or -(2 + |hash|) for a sharding key.
+A record is what `commitlog.encode_records` returns: complete but for QUEUEID, QUEUEOFFSET,
+PHYSICALOFFSET and STORETIMESTAMP (zeros). A message's properties are its head (TAGS, KEYS,
+WAIT and user properties) then, unless `producerProperties=false`, its `UNIQ_KEY`. A route is
+a queue id (>= 0), -1 (round robin) or -(2 + |hash|) for a sharding key. Tags codes are
+computed at commit from the tags table with the store's own function (the writer's topics
+are never the schedule or timer topics, whose codes depend on other properties).
 
 Inbox entry: a directory holding the staged files and `MANIFEST.json`
 (`{"version": 1, "files": [...], "rows": n, "sink": null | {"query_id", "batch_id"}, "created": ms}`).
@@ -46,15 +58,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from ._service import Service
+from .commitlog import HEADER, encode_records
 from .config import read_json, write_json_atomic
 from .errors import MQClientError, MQLiteError, StoreCorruptedError
-from .message import PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, UniqIdGenerator, encode_properties
+from .indexfile import index_key_hash_array, index_key_hashes
+from .message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    UniqIdGenerator,
+    encode_properties,
+)
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -85,19 +104,20 @@ FAILED_DIR = "failed"  # under INBOX_DIR: entries that could not be stored whole
 SINK_DIR = "spark-sink"
 MANIFEST = "MANIFEST.json"
 
-CHUNK = struct.Struct(">4sBBHIqQI")
+CHUNK = struct.Struct(">4sBBHIQII")
 _MAGIC = b"MQSB"
-_VERSION = 1
-HAS_ROUTES, HAS_FLAGS, BARE = 1, 2, 4
+_VERSION = 2
+HAS_ROUTES = 1
 ROUND_ROBIN = -1
 
-#: One put: at most this many messages and (about) this many bytes, further bounded by the segment size.
-_PUT_ROWS = 2048
+#: One put: about this many bytes (at least one record), further bounded by the segment size.
 _PUT_BYTES = 4 << 20
-_RECORD_OVERHEAD = 160  # header, topic and UNIQ_KEY of a record, for the byte bound of a put
+#: Ids per `UniqIdGenerator.next_ids` call: its 16-bit counter must not wrap within one millisecond.
+_IDS_PER_CALL = 1 << 16
+_MIN_RECORD = HEADER.size + 1 + 2  # empty topic and properties: anything shorter is not a record
 
 _UNIQ_HEAD = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01".encode()
-_ID_GENERATOR = UniqIdGenerator()  # one per process, as MessageClientIDSetter
+_ID_GENERATOR: tuple[int, UniqIdGenerator] | None = None  # (pid, generator): see _new_ids
 
 #: Imports in this process take turns: a broker's `mqlite-inbox` service and a Spark commit on the same broker.
 _IMPORT_LOCK = threading.Lock()
@@ -108,47 +128,118 @@ INBOX_INTERVAL = 1.0
 
 
 # -- writing and reading staged files ------------------------------------------------------------------------------
+def _new_ids(count: int) -> list[str]:
+    """`count` new `UNIQ_KEY`s from this process's generator (one per process, as `MessageClientIDSetter`).
+
+    Made on first use in each process, not at import: a Spark worker forked from a daemon
+    that imported mqlite must not share the daemon's pid in its ids (nor its counter).
+    """
+    global _ID_GENERATOR
+    pid = os.getpid()
+    if _ID_GENERATOR is None or _ID_GENERATOR[0] != pid:
+        _ID_GENERATOR = (pid, UniqIdGenerator())
+    generator = _ID_GENERATOR[1]
+    ids: list[str] = []
+    for start in range(0, count, _IDS_PER_CALL):
+        ids += generator.next_ids(min(_IDS_PER_CALL, count - start))
+    return ids
+
+
 def write_chunk(f: BinaryIO, topic: str, born_timestamp: int, lengths: Any, bodies: Any,
                 heads: Sequence[dict[str, str]], head_index: Any, routes: Any = None, flags: Any = None, *,
                 bare: bool = False) -> None:
-    """Append one chunk to the staged file `f`: `len(lengths)` rows of `topic`.
+    """Append one chunk to the staged file `f`: `len(lengths)` rows of `topic`, encoded as records.
 
     `lengths` are the body lengths and `bodies` their concatenation (any buffer: the Spark
-    writer passes a slice of an Arrow data buffer, no copy); `head_index` gives each row's
-    head number in `heads`; `routes` (int64 per row) and `flags` (int32 per row) are optional.
-    Costs one write per section; no per-row Python work.
+    writer passes a slice of an Arrow data buffer); `head_index` gives each row's head (its
+    property map, without `UNIQ_KEY`) in `heads`; `routes` (int64 per row) and `flags`
+    (int32 per row) are optional. Unless `bare`, each row gets a new `UNIQ_KEY` after its
+    head's properties. Raises `MQClientError` for a topic or properties too long.
+    Cost: `encode_records` (about 1 us a row), new ids and numpy hashes of the index keys;
+    Python work per head, not per row (but the ids).
     """
-    lengths = np.ascontiguousarray(lengths, dtype=">u4")
+    count = len(lengths)
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.asarray(lengths, dtype=np.int64), out=offsets[1:])
+    index = np.asarray(head_index, dtype=np.int64)
+    blocks = [encode_properties(h).encode("utf-8") + (b"" if bare else _UNIQ_HEAD) for h in heads]
+    suffixes = uniq_hashes = None
+    if not bare and count:
+        ids = np.frombuffer("".join(_new_ids(count)).encode("ascii"), dtype=np.uint8).reshape(count, -1)
+        suffixes = np.empty((count, ids.shape[1] + 1), dtype=np.uint8)
+        suffixes[:, :-1] = ids
+        suffixes[:, -1] = 2  # "\x02" closes the UNIQ_KEY pair
+        uniq_hashes = index_key_hashes(f"{topic}#", ids)
+    records, sizes = encode_records(topic, bodies, offsets, blocks, index, suffixes, flags=flags,
+                                    born_timestamp=born_timestamp)
+    tags, tag_numbers = _tags_table(heads, index)
+    key_rows, key_hashes = _index_keys(topic, heads, index, uniq_hashes)
     topic_bytes = topic.encode("utf-8")
-    heads_bytes = json.dumps(list(heads), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    body_view = memoryview(bodies).cast("B")
-    bits = (HAS_ROUTES if routes is not None else 0) | (HAS_FLAGS if flags is not None else 0) | (BARE if bare else 0)
-    f.write(CHUNK.pack(_MAGIC, _VERSION, bits, len(topic_bytes), len(lengths), born_timestamp, len(body_view),
-                       len(heads_bytes)))
+    tags_bytes = json.dumps(tags, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    f.write(CHUNK.pack(_MAGIC, _VERSION, HAS_ROUTES if routes is not None else 0, len(topic_bytes), count,
+                       len(records), len(tags_bytes), len(key_rows)))
     f.write(topic_bytes)
-    f.write(heads_bytes)
-    f.write(np.ascontiguousarray(head_index, dtype=">u4").tobytes())
-    f.write(lengths.tobytes())
+    f.write(tags_bytes)
+    f.write(tag_numbers.astype(">u4").tobytes())
+    f.write(sizes.astype(">u4").tobytes())
     if routes is not None:
         f.write(np.ascontiguousarray(routes, dtype=">i8").tobytes())
-    if flags is not None:
-        f.write(np.ascontiguousarray(flags, dtype=">i4").tobytes())
-    f.write(body_view)
+    f.write(key_rows.astype(">u4").tobytes())
+    f.write(key_hashes.astype(">u4").tobytes())
+    f.write(records)
+
+
+def _tags_table(heads: Sequence[dict[str, str]], head_index: Any) -> tuple[list[str | None], Any]:
+    """The distinct TAGS values of the heads (None: no tags) and each row's number in that list."""
+    values = [h.get(PROPERTY_TAGS) or None for h in heads]
+    table = list(dict.fromkeys(values))
+    numbers = {value: i for i, value in enumerate(table)}
+    of_head = np.array([numbers[v] for v in values], dtype=np.int64)
+    return table, of_head[head_index] if len(head_index) else np.zeros(0, dtype=np.int64)
+
+
+def _index_keys(topic: str, heads: Sequence[dict[str, str]], head_index: Any, uniq_hashes: Any) -> tuple[Any, Any]:
+    """(row, hash) of every index key, rows ascending: `topic#UNIQ_KEY` (if any), then each `topic#KEY`.
+
+    The order of `indexfile.index_key_names`; keys are hashed once per head.
+    """
+    count = len(head_index)
+    names_of = [[f"{topic}#{k}" for k in (h.get(PROPERTY_KEYS) or "").split(" ") if k] for h in heads]
+    head_counts = np.array([len(n) for n in names_of], dtype=np.int64)
+    uniq = 0 if uniq_hashes is None else 1
+    if not head_counts.any():
+        if uniq:
+            return np.arange(count, dtype=np.int64), uniq_hashes
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    head_hashes = index_key_hash_array([name for names in names_of for name in names])
+    head_first = np.zeros(len(heads), dtype=np.int64)
+    np.cumsum(head_counts[:-1], out=head_first[1:])
+    counts = head_counts[head_index] + uniq
+    rows = np.repeat(np.arange(count, dtype=np.int64), counts)
+    row_first = np.zeros(count, dtype=np.int64)
+    np.cumsum(counts[:-1], out=row_first[1:])
+    within = np.arange(len(rows), dtype=np.int64) - row_first[rows]  # a key's place among its row's keys
+    hashes = np.empty(len(rows), dtype=np.int64)
+    if uniq:
+        hashes[row_first] = uniq_hashes
+    keyed = within >= uniq
+    hashes[keyed] = head_hashes[head_first[head_index[rows[keyed]]] + within[keyed] - uniq]
+    return rows, hashes
 
 
 @dataclass
 class Chunk:
-    """One chunk of a staged file, decoded (`read_chunks`)."""
+    """One chunk of a staged file, decoded (`read_chunks`); arrays are int64."""
 
     topic: str
-    born_timestamp: int
     rows: int
-    bare: bool  # no WAIT and no UNIQ_KEY: only the row's own properties
-    routes: Any  # int64 array or None
-    heads: list[dict[str, str]] | None = None
-    head_index: list[int] | None = None
-    flags: list[int] | None = None
-    bodies: list[bytes] | None = None
+    routes: Any  # per row, or None: all round robin
+    tags: list[str | None]
+    tag_numbers: Any
+    sizes: Any
+    key_rows: Any
+    key_hashes: Any
+    records: memoryview | None = None  # writable; None when read without records
 
 
 def _read_exact(f: BinaryIO, size: int, path: str, what: str) -> bytes:
@@ -158,54 +249,67 @@ def _read_exact(f: BinaryIO, size: int, path: str, what: str) -> bytes:
     return data
 
 
-def read_chunks(path: str, *, full: bool = True) -> Iterator[Chunk]:
-    """The chunks of a staged file; with `full=False` only topics, row counts and routes.
+def _read_array(f: BinaryIO, count: int, dtype: str, path: str, what: str) -> Any:
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(_read_exact(f, count * size, path, what), dtype=dtype).astype(np.int64)
 
-    Both modes check the file's structure (magic, heads, head numbers, body lengths, the
-    file's end), so a damaged file raises `StoreCorruptedError` in the `full=False` pass
-    that plans an append, before anything is stored; `full=False` skips the bodies.
+
+def read_chunks(path: str, *, records: bool = True) -> Iterator[Chunk]:
+    """The chunks of a staged file; with `records=False` everything but the records.
+
+    Both modes check the file's structure (magic, format version, tags, sizes, keys, the
+    file's end), so a damaged file or one of another format version raises
+    `StoreCorruptedError` in the `records=False` pass that plans an append, before
+    anything is stored. Costs a read per section. A chunk's records are a view of one
+    buffer the file's chunks share (no allocation per chunk): use them before the next.
     """
+    buffer = bytearray()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         try:
             while header := f.read(CHUNK.size):
-                yield _read_chunk(f, path, header, size, full)
+                chunk = _read_chunk(f, path, header, size, records)
+                if records:
+                    record_bytes = int(chunk.sizes.sum())
+                    if len(buffer) < record_bytes:
+                        buffer = bytearray(record_bytes)
+                    chunk.records = memoryview(buffer)[:record_bytes]
+                    if f.readinto(chunk.records) != record_bytes:  # type: ignore[attr-defined]
+                        raise StoreCorruptedError(f"staged file {path} ends inside the records of a chunk")
+                yield chunk
         except (ValueError, TypeError, struct.error) as err:  # bad UTF-8 or JSON, odd-sized arrays
             raise StoreCorruptedError(f"staged file {path} is damaged: {err}") from None
 
 
-def _read_chunk(f: BinaryIO, path: str, header: bytes, size: int, full: bool) -> Chunk:
+def _read_chunk(f: BinaryIO, path: str, header: bytes, size: int, with_records: bool) -> Chunk:
     if len(header) < CHUNK.size:
         raise StoreCorruptedError(f"staged file {path} ends inside a chunk header")
-    magic, version, bits, topic_len, rows, born, body_bytes, heads_len = CHUNK.unpack(header)
-    if magic != _MAGIC or version != _VERSION:
+    magic, version, bits, topic_len, rows, record_bytes, tags_len, keys = CHUNK.unpack(header)
+    if magic != _MAGIC:
         raise StoreCorruptedError(f"staged file {path}: not an mqlite staged chunk (magic {magic!r})")
+    if version != _VERSION:
+        raise StoreCorruptedError(f"staged file {path} is in staging format version {version}; this mqlite reads "
+                                  f"version {_VERSION} only (staged by another mqlite version: run the job again)")
     topic = _read_exact(f, topic_len, path, "topic").decode("utf-8")
-    chunk = Chunk(topic, born, rows, bool(bits & BARE), None)
-    heads = json.loads(_read_exact(f, heads_len, path, "heads"))
-    if not isinstance(heads, list) or not all(isinstance(h, dict) for h in heads):
-        raise StoreCorruptedError(f"staged file {path}: the heads of a chunk are not a list of property maps")
-    head_index = np.frombuffer(_read_exact(f, 4 * rows, path, "head numbers"), dtype=">u4")
-    if rows and int(head_index.max()) >= len(heads):
-        raise StoreCorruptedError(f"staged file {path}: a row's head number is beyond the chunk's heads")
-    lengths = np.frombuffer(_read_exact(f, 4 * rows, path, "body lengths"), dtype=">u4")
-    if int(lengths.sum(dtype=np.int64)) != body_bytes:
-        raise StoreCorruptedError(f"staged file {path}: a chunk's body lengths do not add up to its body bytes")
-    if bits & HAS_ROUTES:
-        chunk.routes = np.frombuffer(_read_exact(f, 8 * rows, path, "routes"), dtype=">i8").astype(np.int64)
-    if full:
-        chunk.heads = heads
-        chunk.head_index = head_index.tolist()
-        if bits & HAS_FLAGS:
-            chunk.flags = np.frombuffer(_read_exact(f, 4 * rows, path, "flags"), dtype=">i4").tolist()
-        data = _read_exact(f, body_bytes, path, "bodies")
-        ends = np.cumsum(lengths, dtype=np.int64).tolist()
-        chunk.bodies = [data[s:e] for s, e in zip([0, *ends[:-1]], ends)]
-    else:
-        f.seek((4 * rows if bits & HAS_FLAGS else 0) + body_bytes, os.SEEK_CUR)
+    tags = json.loads(_read_exact(f, tags_len, path, "tags table"))
+    if not isinstance(tags, list) or not all(t is None or isinstance(t, str) for t in tags):
+        raise StoreCorruptedError(f"staged file {path}: the tags table of a chunk is not a list of strings")
+    tag_numbers = _read_array(f, rows, ">u4", path, "tags numbers")
+    sizes = _read_array(f, rows, ">u4", path, "record sizes")
+    routes = _read_array(f, rows, ">i8", path, "routes") if bits & HAS_ROUTES else None
+    key_rows = _read_array(f, keys, ">u4", path, "index key rows")
+    key_hashes = _read_array(f, keys, ">u4", path, "index key hashes")
+    if rows and (int(tag_numbers.max()) >= len(tags) or int(sizes.min()) < _MIN_RECORD):
+        raise StoreCorruptedError(f"staged file {path}: a row's tags number or record size is out of range")
+    if int(sizes.sum()) != record_bytes:
+        raise StoreCorruptedError(f"staged file {path}: a chunk's record sizes do not add up to its record bytes")
+    if keys and (int(key_rows[-1]) >= rows or (np.diff(key_rows) < 0).any() or int(key_hashes.max()) >= 1 << 31):
+        raise StoreCorruptedError(f"staged file {path}: a chunk's index keys are out of order or range")
+    if not with_records:
+        f.seek(record_bytes, os.SEEK_CUR)
         if f.tell() > size:
-            raise StoreCorruptedError(f"staged file {path} ends inside the bodies of a chunk")
-    return chunk
+            raise StoreCorruptedError(f"staged file {path} ends inside the records of a chunk")
+    return Chunk(topic, rows, routes, tags, tag_numbers, sizes, key_rows, key_hashes)
 
 
 # -- appending staged files to an open store ------------------------------------------------------------------------
@@ -223,12 +327,12 @@ class _Appender:
     def plan(self, paths: Sequence[str]) -> int:
         """Check every file and resolve every topic's queues (auto-creating topics as a producer would).
 
-        Raises `MQClientError` (a topic or queue refused) or `StoreCorruptedError` (a damaged
-        file) before anything is stored. Returns the rows to append.
+        Raises `MQClientError` (a topic or queue refused: system topics among them) or
+        `StoreCorruptedError` (a damaged file) before anything is stored. Returns the rows to append.
         """
         rows = 0
         for path in paths:
-            for chunk in read_chunks(path, full=False):
+            for chunk in read_chunks(path, records=False):
                 rows += chunk.rows
                 nums = self._queue_nums(chunk.topic)
                 if chunk.routes is not None:
@@ -255,9 +359,11 @@ class _Appender:
         """Append every chunk of `paths` (after `plan`); returns the messages stored."""
         for path in paths:
             for chunk in read_chunks(path):
-                heads = _Heads(self.broker, chunk)
+                # The store's own tags-code function, once per distinct TAGS value of the chunk.
+                codes = np.array([self.broker.tags_code(chunk.topic, {PROPERTY_TAGS: t}) if t else 0
+                                  for t in chunk.tags], dtype=np.int64)[chunk.tag_numbers]
                 for queue_id, rows in self._queues_of(chunk):
-                    self._put(chunk, heads, queue_id, rows)
+                    self._put(chunk, codes, queue_id, rows)
         return self.appended
 
     def _queues_of(self, chunk: Chunk) -> Iterator[tuple[int, Any]]:
@@ -277,61 +383,47 @@ class _Appender:
         for rows in np.split(order, cuts):
             yield int(queues[rows[0]]), rows
 
-    def _put(self, chunk: Chunk, heads: _Heads, queue_id: int, rows: Any) -> None:
-        assert chunk.bodies is not None and chunk.head_index is not None
-        bodies, head_index, flags = chunk.bodies, chunk.head_index, chunk.flags
-        if rows is not None:
-            picked = rows.tolist()
-            bodies = [bodies[i] for i in picked]
-            head_index = [head_index[i] for i in picked]
-            flags = [flags[i] for i in picked] if flags is not None else None
-        sizes = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies)) + _RECORD_OVERHEAD
-        start = 0
-        while start < len(bodies):
-            end = min(len(bodies), start + _PUT_ROWS)
-            cut = int(np.searchsorted(np.cumsum(sizes[start:end]), self._put_bytes, side="right"))
-            end = start + max(1, cut)
-            blocks, codes, keys, uniqs = heads.columns(head_index[start:end])
-            self.broker.put_encoded_messages(chunk.topic, queue_id, bodies[start:end], blocks, codes, keys, uniqs,
-                                             flags=flags[start:end] if flags is not None else None,
-                                             born_timestamp=chunk.born_timestamp)
-            self.appended += end - start
-            start = end
-
-
-class _Heads:
-    """A chunk's property heads, encoded once, and the store's columns for rows that use them.
-
-    Rows share a few heads (the writer's `tags`, `keys` and `properties`, or the producer's
-    `WAIT`): each head's property block, tags code and `KEYS` are worked out once here, and
-    a message then costs a list lookup per column plus, unless bare, its new `UNIQ_KEY`
-    appended to the head's block (C-level `map` passes: no property map per message).
-    """
-
-    def __init__(self, broker: Broker, chunk: Chunk) -> None:
-        assert chunk.heads is not None
-        self.bare = chunk.bare
-        uniq = b"" if chunk.bare else _UNIQ_HEAD
-        self.blocks = [encode_properties(h).encode("utf-8") + uniq for h in chunk.heads]
-        self.codes = [broker.tags_code(chunk.topic, h) if h else 0 for h in chunk.heads]
-        self.keys: list[str | None] = [h.get(PROPERTY_KEYS) for h in chunk.heads]
-
-    def columns(self, numbers: list[int]) -> tuple[list[bytes], list[int], list[str | None] | None,
-                                                   list[str] | None]:
-        """Property blocks, tags codes, KEYS (None: no row has any) and UNIQ_KEYs of the rows using heads `numbers`."""
-        n = len(numbers)
-        if len(self.blocks) == 1:  # one head for the chunk: shared objects, no lookups
-            blocks, codes, keys = [self.blocks[0]] * n, [self.codes[0]] * n, [self.keys[0]] * n
+    def _put(self, chunk: Chunk, codes: Any, queue_id: int, rows: Any) -> None:
+        """Append the chunk's `rows` (None: all) to one queue, in puts of about `_put_bytes`."""
+        assert chunk.records is not None
+        if rows is None:
+            view, sizes, key_rows, key_hashes = chunk.records, chunk.sizes, chunk.key_rows, chunk.key_hashes
         else:
-            blocks = list(map(self.blocks.__getitem__, numbers))
-            codes = list(map(self.codes.__getitem__, numbers))
-            keys = list(map(self.keys.__getitem__, numbers))
-        if self.bare:
-            return blocks, codes, keys if any(self.keys) else None, None
-        ids = _ID_GENERATOR.next_ids(n)
-        # The id closes the block: "UNIQ_KEY\x01" ends each head's block, "\x02" ends the pair.
-        blocks = list(map(bytes.__add__, blocks, map(str.encode, map(str.__add__, ids, repeat("\x02")))))
-        return blocks, codes, keys if any(self.keys) else None, ids
+            selected, sizes, key_rows, key_hashes = _select(chunk, rows)
+            view, codes = memoryview(selected), codes[rows]
+        ends = np.cumsum(sizes)
+        key_cuts = np.searchsorted(key_rows, np.arange(len(sizes) + 1))  # each row's first key
+        start, done = 0, 0
+        while start < len(sizes):
+            end = max(start + 1, int(np.searchsorted(ends, done + self._put_bytes, side="right")))
+            first_key, last_key = int(key_cuts[start]), int(key_cuts[end])
+            self.broker.put_encoded_records(chunk.topic, queue_id, view[done : int(ends[end - 1])], sizes[start:end],
+                                            codes[start:end], key_hashes[first_key:last_key],
+                                            key_rows[first_key:last_key] - start)
+            self.appended += end - start
+            start, done = end, int(ends[end - 1])
+
+
+def _select(chunk: Chunk, rows: Any) -> tuple[bytearray, Any, Any, Any]:
+    """The records (copied, in one join of runs of consecutive rows), sizes and index keys of `rows` (ascending)."""
+    assert chunk.records is not None
+    firsts = np.zeros(chunk.rows, dtype=np.int64)
+    np.cumsum(chunk.sizes[:-1], out=firsts[1:])
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    run_first = rows[np.concatenate(([0], breaks))]
+    run_last = rows[np.concatenate((breaks - 1, [len(rows) - 1]))]
+    view = memoryview(chunk.records)
+    records = bytearray().join([view[a:b] for a, b in zip(firsts[run_first].tolist(),
+                                                        (firsts[run_last] + chunk.sizes[run_last]).tolist())])
+    key_counts = np.bincount(chunk.key_rows, minlength=chunk.rows)
+    key_first = np.zeros(chunk.rows, dtype=np.int64)
+    np.cumsum(key_counts[:-1], out=key_first[1:])
+    counts = key_counts[rows]
+    local = np.repeat(np.arange(len(rows), dtype=np.int64), counts)  # each key's row among `rows`
+    at = np.zeros(len(rows), dtype=np.int64)
+    np.cumsum(counts[:-1], out=at[1:])
+    picked = key_first[rows][local] + np.arange(len(local), dtype=np.int64) - at[local]
+    return records, chunk.sizes[rows], local, chunk.key_hashes[picked]
 
 
 def _append_planned(appender: _Appender, paths: Sequence[str], total: int) -> int:
@@ -347,8 +439,10 @@ def append_staged(broker: Broker, paths: Sequence[str]) -> int:
 
     Bad queues or topics raise `MQClientError`, a damaged file `StoreCorruptedError`, before
     anything is stored; a failure during the puts raises `MQLiteError` saying how many
-    messages were stored before it. Costs about one `Broker.put_messages` per 2048 messages
-    (or 4 MiB), plus a pass over each file's headers and heads to check it first.
+    messages were stored before it. Costs one `Broker.put_encoded_records` per 4 MiB of
+    records of one queue (numpy work, no Python per message unless rows are routed to
+    queues one by one: then a slice per run of a queue's consecutive rows), plus a pass
+    over each file's sections but the records to check it first.
     """
     appender = _Appender(broker)
     return _append_planned(appender, paths, appender.plan(paths))

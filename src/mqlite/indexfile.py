@@ -52,11 +52,11 @@ import numpy as np
 
 from .errors import ConfigError, IllegalStateError, StoreCorruptedError
 from .message import java_string_hash as _java_hash
-from .message import java_string_hash_array, java_string_hashes
+from .message import java_string_hash_array
 
 __all__ = [
     "INDEX_ENTRY", "INDEX_HEADER", "INDEX_SLOT", "IndexFile", "IndexService",
-    "index_file_size", "index_key_hash", "index_key_names",
+    "index_file_size", "index_key_hash", "index_key_hash_array", "index_key_hashes", "index_key_names",
 ]
 
 _log = logging.getLogger(__name__)
@@ -560,6 +560,47 @@ def _parse_name(name: str) -> int | None:
     return seconds * 1000 + int(name[-3:])
 
 
+def index_key_hash_array(keys: Sequence[str]) -> np.ndarray:
+    """``index_key_hash`` of each key, as an int64 array (`java_string_hash_array`, then Java's abs).
+
+    >>> index_key_hash_array(["TopicTest#KEY1"]).tolist()
+    [1656969516]
+    """
+    signed = java_string_hash_array(keys)
+    return np.where(signed == _INT_MIN, 0, np.abs(signed))
+
+
+def index_key_hashes(prefix: str, suffixes: np.ndarray) -> np.ndarray:
+    """``index_key_hash(prefix + s)`` for each row `s` of `suffixes` ((n, w) uint8, ASCII), as int64.
+
+    For keys that share a prefix and a width, such as ``topic#`` and 32-character
+    ``UNIQ_KEY``s: Java's hash of the prefix is carried through with numpy (no string per
+    key; exact, as `java_string_hash_array`). Raises ``ValueError`` on a non-ASCII byte.
+
+    >>> rows = np.frombuffer(b"KEY1KEY2", dtype=np.uint8).reshape(2, 4)
+    >>> index_key_hashes("TopicTest#", rows).tolist() == [index_key_hash("TopicTest#KEY1"), index_key_hash("TopicTest#KEY2")]
+    True
+    """
+    count, width = suffixes.shape
+    if count and int(suffixes.max()) > 127:
+        raise ValueError("index_key_hashes takes ASCII suffixes only")
+    if count:
+        # Columns every row shares (ids of one millisecond share 28 of 32 characters) join the prefix.
+        differs = (suffixes != suffixes[0]).any(axis=0)
+        common = int(np.argmax(differs)) if differs.any() else width
+        prefix += bytes(suffixes[0, :common]).decode("ascii")
+        suffixes = suffixes[:, common:]
+        width -= common
+    mask = np.uint64(0xFFFFFFFF)
+    powers = np.array([pow(31, width - 1 - j, 1 << 32) for j in range(width)], dtype=np.uint64)
+    # Each product is below 2**39 and a row of them below 2**45: uint64 holds them before the 32-bit wrap.
+    sums = (suffixes.astype(np.uint64) * powers).sum(axis=1, dtype=np.uint64) if width else np.zeros(count, np.uint64)
+    head = np.uint64((_java_hash(prefix) & 0xFFFFFFFF) * pow(31, width, 1 << 32) & 0xFFFFFFFF)
+    signed = ((sums + head) & mask).astype(np.int64)
+    signed[signed >= 1 << 31] -= 1 << 32
+    return np.where(signed == _INT_MIN, 0, np.abs(signed))
+
+
 def index_key_names(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
     """A record's index keys (RocketMQ ``buildIndex``): ``topic#UNIQ_KEY``, then ``topic#k`` for each
     non-empty space-separated ``k`` of KEYS."""
@@ -696,10 +737,23 @@ class IndexService:
     def build_index_keys(self, names: Sequence[str], offsets: Sequence[int], stamps: Sequence[int]) -> None:
         """Index `names[i]` (a full key, ``topic#key``) at commit-log offset `offsets[i]` stored at
         `stamps[i]`, in log order; what `build_index` does once keys are split (the reput
-        thread builds these columns directly). Small inputs go entry by entry, large ones
-        through `IndexFile.put_keys`. Writable mode; one thread.
+        thread builds these columns directly). The names are hashed together
+        (`index_key_hash_array`), then as `build_index_hashes`. Writable mode; one thread.
         """
         if not names:
+            return
+        self.build_index_hashes(index_key_hash_array(names), np.asarray(offsets, dtype=np.int64),
+                                np.asarray(stamps, dtype=np.int64))
+
+    def build_index_hashes(self, key_hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray) -> None:
+        """Index entries whose keys are hashed already (``index_key_hash``; int64 arrays, log order).
+
+        Entries below the newest file's ``end_phy_offset`` are skipped (indexed before).
+        Small inputs go entry by entry, large ones through `IndexFile.put_keys`; a full file
+        is flushed and reported as in `build_index`. Writable mode; one thread (the reput
+        service). Cost: about 0.1 us an entry (numpy), no Python work per entry.
+        """
+        if not len(key_hashes):
             return
         full: list[IndexFile] = []
         with self._lock:
@@ -709,24 +763,20 @@ class IndexService:
             # at exactly the end may have had some of its keys cut off by a crash at a file
             # boundary, so it is indexed again; query_offsets removes the duplicates.
             skip_below = f.end_phy_offset
-            if len(names) < _VECTOR_MIN:
-                for key, offset, timestamp, h in zip(names, offsets, stamps, java_string_hashes(names)):
+            if len(key_hashes) < _VECTOR_MIN:
+                for key_hash, offset, timestamp in zip(key_hashes.tolist(), offsets.tolist(), stamps.tolist()):
                     if offset < skip_below:
                         continue
-                    key_hash = 0 if h == _INT_MIN else abs(h)
-                    while not f.put_key(key, offset, timestamp, key_hash):
+                    while not f.put_key("", offset, timestamp, key_hash):
                         f = self._writable_file(full)
             else:
-                signed = java_string_hash_array(names)
-                key_hashes = np.where(signed == _INT_MIN, 0, np.abs(signed))
-                phys, times = np.array(offsets, dtype=np.int64), np.array(stamps, dtype=np.int64)
-                if skip_below > 0 and phys[0] < skip_below:
-                    keep = phys >= skip_below
-                    key_hashes, phys, times = key_hashes[keep], phys[keep], times[keep]
+                if skip_below > 0 and offsets[0] < skip_below:
+                    keep = offsets >= skip_below
+                    key_hashes, offsets, stamps = key_hashes[keep], offsets[keep], stamps[keep]
                 done = 0
-                while done < len(phys):
-                    done += f.put_keys(key_hashes[done:], phys[done:], times[done:])
-                    if done < len(phys):
+                while done < len(offsets):
+                    done += f.put_keys(key_hashes[done:], offsets[done:], stamps[done:])
+                    if done < len(offsets):
                         f = self._writable_file(full)
         # RocketMQ flushes a full file on a separate thread so lookups do not wait for msync.
         for prev in full:

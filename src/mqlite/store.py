@@ -22,13 +22,16 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
 from .config import StoreConfig, store_config_path, write_json_atomic
 from .errors import IllegalStateError, StoreLockedError
-from .indexfile import index_key_names
+from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
 from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
@@ -169,15 +172,13 @@ class MessageStore(StoreFiles):
         return self._batch_stored(topic, queue_id, self.commitlog.append_batch(
             topic, queue_id, bodies, properties, flag=flag, born_timestamp=born_timestamp, flags=flags))
 
-    def put_encoded_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes],
-                          codes: Sequence[int], keys: Sequence[str | None] | None = None,
-                          uniq_keys: Sequence[str | None] | None = None, *, flags: Sequence[int] | None = None,
-                          born_timestamp: int | None = None) -> PutResult:
-        """`put_batch` of pre-encoded property blocks with their tags codes and index keys
-        (`CommitLog.append_encoded_batch`): no property map per message."""
+    def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
+                            key_hashes: Any = None, key_rows: Any = None) -> PutResult:
+        """Append records built by `commitlog.encode_records` (`CommitLog.append_encoded_records`):
+        the Spark commit's put, with no Python work per message."""
         self._check_open()
-        return self._batch_stored(topic, queue_id, self.commitlog.append_encoded_batch(
-            topic, queue_id, bodies, blocks, codes, keys, uniq_keys, flags=flags, born_timestamp=born_timestamp))
+        return self._batch_stored(topic, queue_id, self.commitlog.append_encoded_records(
+            topic, queue_id, records, sizes, codes, key_hashes, key_rows))
 
     def tags_code(self, topic: str, properties: Mapping[str, str]) -> int:
         """The consume-queue tags code a message of `topic` with `properties` gets if stored now."""
@@ -235,29 +236,17 @@ class MessageStore(StoreFiles):
         """Index every appended record not yet indexed; returns how many entries. Reput thread only.
 
         Their consume-queue units were written with the append, so only the
-        index is left: the keys of everything pending are gathered into columns
-        and hashed together (`IndexService.build_index_keys`).
+        index is left: the keys of everything pending are gathered into columns,
+        names hashed together, batches that bring their keys hashed (the Spark
+        commit's) taken as they are, and all of it indexed in one
+        `IndexService.build_index_hashes`, in log order.
         """
         queue = self.commitlog.dispatch_queue
-        names: list[str] = []
-        offsets: list[int] = []
-        stamps: list[int] = []
         pop = queue.popleft
         requests = [pop() for _ in range(len(queue))]  # only this thread pops; puts may append meanwhile
         done = len(requests)
-        singles: list[DispatchRequest] = []  # consecutive single records, handled together in log order
-        for request in requests:
-            if isinstance(request, BatchDispatch):
-                if singles:
-                    _add_single_keys(singles, names, offsets, stamps)
-                    singles = []
-                _add_batch_keys(request, names, offsets, stamps)
-            else:
-                singles.append(request)
-        if singles:
-            _add_single_keys(singles, names, offsets, stamps)
-        if names and self.config.message_index_enable:
-            self.index.build_index_keys(names, offsets, stamps)
+        if self.config.message_index_enable:
+            self.index.build_index_hashes(*_index_columns(requests))
         if done:
             with self._dispatch_cv:
                 self._dispatched_count += done
@@ -386,6 +375,54 @@ class MessageStore(StoreFiles):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _index_columns(requests: list[DispatchRequest | BatchDispatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Key hashes, record offsets and store times of the requests' index entries, in log order.
+
+    Runs of requests with key strings are hashed together (`index_key_hash_array`);
+    a `BatchDispatch` with `key_hashes` adds its arrays as they are.
+    """
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    names: list[str] = []
+    offsets: list[int] = []
+    stamps: list[int] = []
+
+    def hash_names() -> None:
+        if names:
+            parts.append((index_key_hash_array(names), np.array(offsets, dtype=np.int64),
+                          np.array(stamps, dtype=np.int64)))
+            names.clear()
+            offsets.clear()
+            stamps.clear()
+
+    singles: list[DispatchRequest] = []  # consecutive single records, handled together in log order
+    for request in requests:
+        if not isinstance(request, BatchDispatch):
+            singles.append(request)
+            continue
+        if singles:
+            _add_single_keys(singles, names, offsets, stamps)
+            singles = []
+        if request.key_hashes is None:
+            _add_batch_keys(request, names, offsets, stamps)
+        elif len(request.key_hashes):
+            hash_names()
+            assert request.key_offsets is not None
+            parts.append((request.key_hashes, request.key_offsets,
+                          np.full(len(request.key_hashes), request.store_timestamp, dtype=np.int64)))
+    if singles:
+        _add_single_keys(singles, names, offsets, stamps)
+    hash_names()
+    if not parts:
+        return _NO_KEYS
+    if len(parts) == 1:
+        return parts[0]
+    hashes, record_offsets, times = zip(*parts)
+    return np.concatenate(hashes), np.concatenate(record_offsets), np.concatenate(times)
+
+
+_NO_KEYS = (np.zeros(0, dtype=np.int64),) * 3
 
 
 def _add_single_keys(requests: list[DispatchRequest], names: list[str], offsets: list[int],

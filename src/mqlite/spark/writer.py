@@ -12,7 +12,7 @@ robin); `shardingKey` (string: the queue `SelectMessageQueueByHash` picks, as
 store: `WAIT=true`, a new `UNIQ_KEY` (the msgId, indexed), the body uncompressed. Options:
 `topic`; `whenLocked` = `fail` (default) | `wait` | `inbox`; `lockTimeout` (seconds, 30);
 `producerProperties` = `true` (default) | `false`: only the row's own properties, no WAIT and
-no UNIQ_KEY (msgId is then the offset id), about twice as fast to commit.
+no UNIQ_KEY (msgId is then the offset id, nothing indexed unless keys are given).
 
 How a job writes. Spark runs `write()` in N worker processes at once and `commit()` in yet
 another process, so the steps share nothing but files:
@@ -21,12 +21,16 @@ another process, so the steps share nothing but files:
    `MQClientError` naming the column or option before any task runs.
 2. In each task (`write()`): every row is checked with mqlite's own rules (the producer's
    `Validators`: topic, body size, property names, separators and sizes; the first bad row
-   fails the task with its column, row and partition) and the rows are *staged*: appended as
-   Arrow buffers to one file per task in `<store>/spark-staging/<job>/`. The store is not touched.
-3. In `commit()`: the staged files are appended through `Broker.put_messages` under the
-   store's writer lock (`mqlite.open`). Every topic and queue is resolved first (topics
-   auto-created as a producer would, `queueId`s checked), so a bad queue fails the job before
-   anything is stored. Then the staging is removed.
+   fails the task with its column, row and partition) and the rows are *staged*: each row's
+   whole commit-log record (with its new `UNIQ_KEY`, its body CRC and its index key hashes:
+   `mqlite.inbox.write_chunk`) goes to one file per task in `<store>/spark-staging/<job>/`.
+   The store is not touched. The per-message work is here, where Spark runs it in parallel.
+3. In `commit()`: the staged files are appended through `Broker.put_encoded_records` under
+   the store's writer lock (`mqlite.open`): rows routed to queues, queue offsets, physical
+   offsets and the store time filled in and the records copied with numpy, no Python work
+   per message. Every topic and queue is resolved first (topics auto-created as a producer
+   would, `queueId`s checked), so a bad queue fails the job before anything is stored. Then
+   the staging is removed.
 4. `abort()` (a task failed, or commit raised) removes the staging and leaves a tombstone, so a
    task Spark did not stop in time drops its file when it ends; what a killed worker left is
    swept by the next commit.
@@ -50,9 +54,9 @@ the last stored batch id of each query is kept in `<store>/spark-sink/<queryId>.
 Spark keeps in the checkpoint), so a batch Spark replays after a restart is not stored twice:
 exactly once, but for the step-3 window.
 
-Cost (docs/benchmarks.md, 5e): tasks do no per-row Python work unless `tags`, `keys`,
-`properties` or `shardingKey` are given (about 3 us a row with a key per row); the commit
-costs what `Broker.put_messages` costs a message, plus 0.5 us to build its properties.
+Cost (docs/benchmarks.md, 5e): a task spends about 1.2 us a row encoding records (more with a
+key per row: about 3 us checking and 4 encoding its own properties); the commit about 0.4 us a
+message plus the copy into the commit log, with the key index built from the tasks' hashes.
 
 The staged file format, the inbox and the append are in `mqlite.inbox` (no pyspark there:
 the broker imports the inbox with it).
