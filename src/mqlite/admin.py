@@ -1,0 +1,300 @@
+"""Admin queries over a `Broker` that its own surface does not offer (mqadmin's and the dashboard's).
+
+Consumer groups and their progress as another process sees them (from
+`config/consumerOffset.json`, which a live writer persists every
+`flush_consumer_offset_interval` seconds), a scan of one queue between two
+offsets, message look-up by id within one topic, per-topic statistics computed
+from the store, and the dead-letter queue: listing `%DLQ%<group>` and
+re-sending its messages.
+
+Everything goes through the public `Broker` API (and `Broker.store` for
+offsets), so it works on a writer and on a read-only broker alike; only
+`resend_dlq_message` needs the writer.
+
+>>> import mqlite, tempfile
+>>> with mqlite.open(tempfile.mkdtemp(), commitlog_file_size=1 << 20) as broker:
+...     r = broker.put_message("orders", 0, b"hi")
+...     broker.commit_offset("cg", mqlite.MessageQueue("orders", broker.broker_name, 0), 0)
+...     consumer_groups(broker), [(p.queue_id, p.diff) for p in consumer_progress(broker, "cg")]
+(['cg'], [(0, 1)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .broker import Broker, QueueProgress
+from .commitlog import stored_body
+from .errors import MessageNotFoundError
+from .longpoll import PullStatus
+from .message import (
+    PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    MessageExt,
+    MessageQueue,
+    SysFlag,
+)
+from .offsets import ConsumerOffsets
+from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from .storebase import MessageFilter
+
+__all__ = [
+    "TOOLS_CONSUMER_GROUP",
+    "consumer_offsets",
+    "consumer_groups",
+    "group_exists",
+    "consumer_progress",
+    "offset_range",
+    "scan_queue",
+    "find_message",
+    "TopicStats",
+    "topic_stats",
+    "dlq_messages",
+    "ResendResult",
+    "resend_dlq_message",
+]
+
+#: `MixAll.TOOLS_CONSUMER_GROUP`: the group mqadmin's read commands pull as (never commits).
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+#: `MixAll.CID_RMQ_SYS_PREFIX`: groups the broker itself uses (the transaction check's).
+_SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+_PULL_BATCH = 32  # what mqadmin's printMsg pulls at a time
+_MINUTE_MS = 60_000
+_DAY_MS = 24 * 3600_000
+#: Properties a re-sent dead letter drops: it starts over as a fresh delivery.
+_DEAD_LETTER_PROPERTIES = (PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
+                           PROPERTY_MAX_RECONSUME_TIMES)
+
+
+# -- consumer groups ------------------------------------------------------------------------------------------
+def consumer_offsets(broker: Broker) -> ConsumerOffsets:
+    """The offset table: the writer's live one, or for a reader a fresh read of the file (one JSON load)."""
+    return broker.offsets if broker.offsets is not None else ConsumerOffsets(broker.path)
+
+
+def _group_of(topic: str) -> str | None:
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if topic.startswith(prefix):
+            return topic[len(prefix):]
+    return None
+
+
+def consumer_groups(broker: Broker, offsets: ConsumerOffsets | None = None) -> list[str]:
+    """Groups with committed offsets or a retry or dead-letter topic, sorted; the broker's own left out.
+
+    `offsets` saves a reader loading the offset file again (`consumer_offsets`).
+    """
+    groups = set((offsets or consumer_offsets(broker)).groups())
+    groups.update(g for g in map(_group_of, broker.topic_list()) if g)
+    return sorted(g for g in groups if not g.startswith(_SYSTEM_GROUP_PREFIX))
+
+
+def group_exists(broker: Broker, group: str) -> bool:
+    """True when `group` has committed offsets or a retry or dead-letter topic."""
+    topics = broker.topic_list()
+    return (retry_topic(group) in topics or dlq_topic(group) in topics
+            or bool(consumer_offsets(broker).table_for(group)))
+
+
+def consumer_progress(broker: Broker, group: str, topic: str | None = None, *,
+                      offsets: ConsumerOffsets | None = None) -> list[QueueProgress]:
+    """`Broker.consumer_progress`, also on a read-only broker, optionally for one topic.
+
+    A reader sees the offsets the writer last persisted (or `offsets`, loaded
+    once for many groups) and no client ids (consumers live in the writer's process).
+    """
+    if broker.offsets is not None:
+        rows = broker.consumer_progress(group)
+    else:
+        rows = _progress_from_file(broker, (offsets or consumer_offsets(broker)).table_for(group))
+    return [row for row in rows if topic is None or row.topic == topic]
+
+
+def _progress_from_file(broker: Broker, table: dict[str, dict[int, int]]) -> list[QueueProgress]:
+    store = broker.store
+    rows = []
+    for topic in sorted(table):
+        committed = table[topic]
+        for queue_id in sorted(set(store.queue_ids(topic)) | set(committed)):
+            consumer_offset = max(committed.get(queue_id, 0), 0)
+            last = store.store_timestamp(topic, queue_id, consumer_offset - 1) if consumer_offset > 0 else 0
+            rows.append(QueueProgress(topic, broker.broker_name, queue_id, store.max_offset(topic, queue_id),
+                                      consumer_offset, "", max(last, 0)))
+    return rows
+
+
+# -- reading queues -------------------------------------------------------------------------------------------
+def offset_range(broker: Broker, mq: MessageQueue, begin: int | None = None, end: int | None = None) -> tuple[int, int]:
+    """The queue offsets `[low, high)` of messages stored in `[begin, end)` (epoch ms; None: open end).
+
+    mqadmin's `searchOffset` on both ends: two binary searches at most.
+    """
+    low = broker.search_offset(mq, begin) if begin is not None else broker.min_offset(mq)
+    high = broker.search_offset(mq, end) if end is not None else broker.max_offset(mq)
+    return low, max(low, high)
+
+
+def scan_queue(broker: Broker, mq: MessageQueue, low: int, high: int,
+               message_filter: MessageFilter | None = None) -> Iterator[MessageExt]:
+    """Messages of `mq` at offsets `[low, high)` that pass `message_filter`, in order.
+
+    Pulls 32 at a time as `TOOLS_CONSUMER` (mqadmin's printMsg loop); lazy, so
+    a caller may stop early. Offsets that aged out are skipped.
+    """
+    offset = low
+    while offset < high:
+        result = broker.pull(TOOLS_CONSUMER_GROUP, mq, offset, _PULL_BATCH, message_filter)
+        for msg in result.msg_found_list:
+            if msg.queue_offset >= high:
+                return
+            yield msg
+        if result.pull_status is PullStatus.NO_NEW_MSG or result.next_begin_offset <= offset:
+            return
+        offset = result.next_begin_offset
+
+
+def find_message(broker: Broker, msg_id: str, topic: str | None = None) -> MessageExt:
+    """A message by `msg_id` (UNIQ_KEY) or `offset_msg_id`, in `topic` when given.
+
+    Retry and dead-letter copies keep the original's `msg_id`: without a
+    topic the original is preferred while it is stored; naming the copy's
+    topic (or its `offset_msg_id`) finds the copy. Raises `MessageNotFoundError`.
+    """
+    if topic is not None:
+        return _find_in_topic(broker, msg_id, topic)
+    found = broker.view_message(msg_id)
+    origin = found.properties.get(PROPERTY_RETRY_TOPIC)
+    if origin and _group_of(found.topic) is not None and msg_id != found.offset_msg_id:
+        try:
+            return _find_in_topic(broker, msg_id, origin)
+        except MessageNotFoundError:
+            pass  # the original aged out of the commit log: the copy is what is left
+    return found
+
+
+def _find_in_topic(broker: Broker, msg_id: str, topic: str) -> MessageExt:
+    for msg in broker.query_message(topic, msg_id):
+        if msg.msg_id == msg_id:
+            return msg
+    try:
+        by_offset = broker.view_message(msg_id)
+    except MessageNotFoundError:
+        by_offset = None
+    if by_offset is not None and by_offset.topic == topic and by_offset.offset_msg_id == msg_id:
+        return by_offset
+    raise MessageNotFoundError(f"no message with id {msg_id!r} in topic {topic!r} of {broker.path}")
+
+
+# -- statistics -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """One row of mqadmin's `statsAll`, computed from the store instead of runtime counters.
+
+    `in_msg_24h`: messages stored in the last 24 hours; `in_tps`: stored in the
+    last minute, per second. `out_msg_24h` / `out_tps`: of those, how many
+    `consumer_group` has consumed (its offsets are past them). `accumulation`:
+    the group's total diff. A topic nobody consumes has one row with
+    `consumer_group`, `out_tps` and `out_msg_24h` None.
+    """
+
+    topic: str
+    consumer_group: str | None
+    accumulation: int
+    in_tps: float
+    out_tps: float | None
+    in_msg_24h: int
+    out_msg_24h: int | None
+
+
+def topic_stats(broker: Broker, topic: str, now_ms: int, *, offsets: ConsumerOffsets | None = None) -> list[TopicStats]:
+    """`statsAll`'s rows for `topic`: one per consumer group (committed offsets), or one without a group.
+
+    Cost: two binary searches per queue plus one offset look-up per group and
+    queue (`offsets` saves loading the offset file for each topic).
+    """
+    queues = broker.fetch_subscribe_queues(topic)
+    day = {mq.queue_id: broker.search_offset(mq, now_ms - _DAY_MS) for mq in queues}
+    minute = {mq.queue_id: broker.search_offset(mq, now_ms - _MINUTE_MS) for mq in queues}
+    high = {mq.queue_id: broker.max_offset(mq) for mq in queues}
+    in_day = sum(high[q] - day[q] for q in high)
+    in_tps = sum(high[q] - minute[q] for q in high) / 60
+    offsets = offsets or consumer_offsets(broker)
+    groups = sorted(g for g in offsets.groups() if topic in offsets.table_for(g))
+    if not groups:
+        return [TopicStats(topic, None, 0, in_tps, None, in_day, None)]
+    rows = []
+    for group in groups:
+        committed = {q: max(o, 0) for q, o in offsets.table_for(group)[topic].items()}
+        consumed = {q: committed.get(q, 0) for q in high}
+        rows.append(TopicStats(
+            topic, group,
+            accumulation=sum(max(high[q] - consumed[q], 0) for q in high),
+            in_tps=in_tps,
+            out_tps=sum(max(consumed[q] - minute[q], 0) for q in high) / 60,
+            in_msg_24h=in_day,
+            out_msg_24h=sum(max(consumed[q] - day[q], 0) for q in high)))
+    return rows
+
+
+# -- dead letters -----------------------------------------------------------------------------------------------
+def dlq_messages(broker: Broker, group: str, begin: int | None = None, end: int | None = None) -> Iterator[MessageExt]:
+    """The messages in `%DLQ%<group>` stored in `[begin, end)`, oldest first; none when the topic does not exist.
+
+    The dashboard's `queryDlqMessageByConsumerGroup` (a missing DLQ topic is an empty page there too).
+    """
+    topic = dlq_topic(group)
+    for mq in broker.fetch_subscribe_queues(topic):
+        low, high = offset_range(broker, mq, begin, end)
+        yield from scan_queue(broker, mq, low, high)
+
+
+@dataclass(frozen=True, slots=True)
+class ResendResult:
+    """Where a re-sent dead letter went: `msg_id` is kept, the copy has a new `offset_msg_id`."""
+
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    offset_msg_id: str
+
+
+def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin: bool = False,
+                       sequence: int = 0) -> ResendResult:
+    """Give a dead letter of `group` back to its consumers; needs the writer.
+
+    RocketMQ's dashboard re-delivers a DLQ message to the group alone (it
+    looks the original up by `RETRY_TOPIC` and `ORIGIN_MESSAGE_ID` and has a
+    live client of the group consume it directly). A store has no remote
+    clients, so the copy goes to `%RETRY%<group>`, which only that group's
+    consumers read and which shows them the original topic. With `to_origin`
+    it goes to the original topic instead (every group consuming it sees it
+    again, like mqadmin's `queryMsgById -s true`), to queue `sequence` modulo
+    the topic's write queues. Either way the copy keeps its `msg_id`, body and
+    user properties, and starts over with `reconsume_times` 0.
+    """
+    origin = msg.properties.get(PROPERTY_RETRY_TOPIC) or msg.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC)
+    if not origin:
+        raise MessageNotFoundError(f"message {msg.msg_id} in {msg.topic} names no original topic "
+                                   f"({PROPERTY_RETRY_TOPIC} is missing); it cannot be re-sent")
+    properties = {k: v for k, v in msg.properties.items() if k not in _DEAD_LETTER_PROPERTIES}
+    if to_origin:
+        properties.pop(PROPERTY_RETRY_TOPIC, None)
+        queues = broker.fetch_publish_queues(origin)
+        topic, queue_id = origin, queues[sequence % len(queues)].queue_id
+    else:
+        properties[PROPERTY_RETRY_TOPIC] = origin  # the client shows the message under this topic
+        topic, queue_id = retry_topic(group), 0
+        if topic not in broker.topics:
+            broker.topics.ensure_system(topic, 1)
+            broker.consumer_groups.notify(group)  # live members start reading their new retry topic
+    body, sys_flag = stored_body(msg)
+    put = broker.put_message(topic, queue_id, body, properties, flag=msg.flag,
+                             sys_flag=SysFlag.reset_transaction_value(sys_flag, SysFlag.TRANSACTION_NOT_TYPE),
+                             born_timestamp=msg.born_timestamp)
+    return ResendResult(msg.msg_id, topic, queue_id, put.queue_offset, put.offset_msg_id)
+

@@ -1,0 +1,89 @@
+"""The store a command runs on, opened the way the command needs it.
+
+Read commands call `Context.reader()`: a read-only broker (no lock, no
+threads), safe beside a live writer in another process. Commands that change
+the store call `Context.writer()`, which takes the writer lock; when a live
+process holds it the command stops with one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from ..broker import Broker
+from ..broker import open as open_broker
+from ..errors import StoreLockedError
+from .output import Progress
+
+__all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV"]
+
+#: The environment variable naming the store when neither PATH nor --store does.
+STORE_ENV = "MQLITE_STORE"
+#: What any store has once opened: a writer records its settings, a RocketMQ broker has a commit log.
+_STORE_MARKERS = (os.path.join("config", "store.json"), "commitlog", "consumequeue", "checkpoint")
+
+
+class UsageError(Exception):
+    """A bad command line: exit status 2."""
+
+
+class CommandError(Exception):
+    """The command could not do its job on this store: exit status 1."""
+
+
+def find_store(path: str | None, store: str | None) -> str:
+    """The store directory from PATH, `--store` or `$MQLITE_STORE`, in that order; `UsageError` if none fits."""
+    chosen = path or store or os.environ.get(STORE_ENV)
+    if not chosen:
+        raise UsageError(f"no store given: pass PATH, --store PATH or set {STORE_ENV}")
+    if not os.path.isdir(chosen):
+        raise UsageError(f"{chosen} is not a directory (no store there)")
+    if not any(os.path.exists(os.path.join(chosen, marker)) for marker in _STORE_MARKERS):
+        raise UsageError(f"{chosen} is not a store (it has no commitlog, consumequeue, checkpoint or "
+                         "config/store.json); create one with mqlite.open(path)")
+    return str(chosen)
+
+
+class Context:
+    """One command's run: its name, the store path, where output goes, and the broker it opened.
+
+    Opens at most one broker, on first use, and closes it in `close()`.
+    """
+
+    def __init__(self, command: str, path: str, out: TextIO | None = None) -> None:
+        self.command = command
+        self.path = path
+        self.out = out if out is not None else sys.stdout
+        self._broker: Broker | None = None
+
+    def reader(self) -> Broker:
+        """The store opened read-only (sees what the writer had dispatched when it opened)."""
+        if self._broker is None:
+            self._broker = open_broker(self.path, read_only=True)
+        return self._broker
+
+    def writer(self) -> Broker:
+        """The store opened for writing; `CommandError` when a live process holds the writer lock."""
+        if self._broker is None:
+            try:
+                self._broker = open_broker(self.path)
+            except StoreLockedError as exc:
+                who = f"process {exc.pid}" if exc.pid else "another process"
+                if exc.pid == os.getpid():
+                    who = "this process"
+                raise CommandError(f"{self.path} is locked by a live writer ({who}); {self.command} changes the "
+                                   "store and needs the writer lock: stop that process or make the change "
+                                   "through its Broker") from None
+        return self._broker
+
+    def progress(self, label: str) -> Progress:
+        """A progress line on stderr (drawn only when stderr is a terminal)."""
+        return Progress(f"{self.command} {label}".strip())
+
+    def close(self) -> None:
+        """Close the broker, if one was opened."""
+        if self._broker is not None:
+            self._broker.close()
+            self._broker = None
