@@ -49,6 +49,7 @@ from .producer import (
 from .reader import StoreReader
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
+from .trace import MessageTrack, TraceView, TrackType
 
 __version__ = "0.1.0"
 
@@ -93,6 +94,9 @@ __all__ = [
     "StoreCorruptedError",
     "StoreLockedError",
     "StoreReader",
+    "MessageTrack",
+    "TraceView",
+    "TrackType",
     "TransactionProducer",
     "TransactionSendResult",
     "open",

@@ -54,6 +54,7 @@ from .message import (
     java_string_hash,
 )
 from .topics import check_topic
+from .trace import ProducerTracer
 
 __all__ = [
     "Producer",
@@ -188,6 +189,8 @@ class SendMessageContext:
     send_result: SendResult | None = None
     exception: BaseException | None = None
     props: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: What a before hook leaves for its after hook (`mqTraceContext`; the trace hook keeps its start time).
+    mq_trace_context: Any = None
 
 
 SendHook = Callable[[SendMessageContext], None]
@@ -199,14 +202,17 @@ class Producer:
     `broker` is a `Broker` or a store path (a path shares one broker per
     directory in this process). Keyword options follow RocketMQ's defaults;
     `send_msg_timeout` bounds `send_async(...).result()` waits you do not time yourself.
+    `trace=True` records each send in `RMQ_SYS_TRACE_TOPIC` (`mqlite.trace`; see `Broker.query_trace`).
     """
 
     def __init__(self, broker: Broker | str | os.PathLike[str], group: str = "DEFAULT_PRODUCER", *,
                  send_msg_timeout: float = 3.0, compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
                  default_topic_queue_nums: int = 4, async_thread_nums: int = 4,
-                 max_message_size: int | None = None) -> None:
+                 max_message_size: int | None = None, trace: bool = False) -> None:
         if not isinstance(group, str) or not group.strip():
             raise MQClientError(f"producer group must be a non-blank string, got {group!r}")
+        if not isinstance(trace, bool):
+            raise MQClientError(f"trace must be True or False, got {trace!r}")
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
@@ -228,6 +234,8 @@ class Producer:
         self._plain_heads: dict[tuple[tuple[str, str], ...], tuple[bytes, int]] = {}
         self._body_limit = 0  # max_message_size once started; 0 keeps every send on the full path
         self._now_ms: Callable[[], int] = SYSTEM_CLOCK.now_ms  # the broker's clock once started
+        self._trace = trace
+        self._tracer: ProducerTracer | None = None  # with trace=True, from start() to shutdown()
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -236,9 +244,13 @@ class Producer:
             if self._state != "CREATED":
                 raise IllegalStateError(f"producer {self.group!r} is {self._state.lower()}; create a new one")
             self._broker = Broker.acquire(self._target)
+            self._now_ms = self._broker.store.clock.now_ms
+            if self._trace:  # before joining: a broker that cannot store traces refuses here
+                self._tracer = ProducerTracer(self._broker.trace_dispatcher(self.group), self._now_ms)
+                self._tracer.start()
+                self.add_send_hook(self._tracer.before_send, self._tracer.after_send)
             self._broker.register_producer(self.group, self)
             self._body_limit = self._max_message_size or self._broker.config.max_message_size
-            self._now_ms = self._broker.store.clock.now_ms
             self._state = "RUNNING"
 
     def shutdown(self) -> None:
@@ -251,6 +263,9 @@ class Producer:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+        tracer, self._tracer = self._tracer, None
+        if tracer is not None:
+            tracer.stop()  # stores the records of every send above and joins its thread
         broker = self._broker
         if broker is not None:
             broker.unregister_producer(self.group, self)
@@ -466,7 +481,7 @@ class Producer:
         if len(body) > self.compress_msg_body_over_howmuch:
             body = zlib.compress(body, _COMPRESS_LEVEL)
             sys_flag |= SysFlag.COMPRESSED | SysFlag.COMPRESSION_ZLIB_TYPE
-        context = self._hooks_before(msg, mq, mode)
+        context = self._hooks_before(msg, mq, mode, extra)
         try:
             put = broker.put_message(mq.topic, mq.queue_id, body, props, flag=msg.flag, sys_flag=sys_flag,
                                      born_timestamp=broker.store.clock.now_ms())
@@ -568,10 +583,12 @@ class Producer:
             raise MQClientError(f"the batch is about {size} bytes encoded; the limit is {limit}: split it")
 
     # -- hooks, run outside every lock -------------------------------------------------------------------------
-    def _hooks_before(self, msg: Message, mq: MessageQueue, mode: str) -> SendMessageContext | None:
+    def _hooks_before(self, msg: Message, mq: MessageQueue, mode: str,
+                      props: Mapping[str, str] | None = None) -> SendMessageContext | None:
         if not self._before_hooks and not self._after_hooks:
             return None
-        context = SendMessageContext(self.group, msg, mq, mode)
+        # `props`: what the send adds to the message's properties (a half message's TRAN_MSG).
+        context = SendMessageContext(self.group, msg, mq, mode, props=dict(props) if props else {})
         for hook in self._before_hooks:
             try:
                 hook(context)
@@ -658,6 +675,8 @@ class TransactionProducer(Producer):
             except Exception:
                 log.exception("execute_local_transaction failed; the broker will check back")
                 state = LocalTransactionState.UNKNOW
+        if self._tracer is not None:  # as RocketMQ's endTransaction hook: every answer, UNKNOW too
+            self._tracer.end_transaction(self.group, msg, sent.msg_id, state.name, from_check=False)
         if state is not LocalTransactionState.UNKNOW:
             self.broker.end_transaction(half.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
                                         self.group, transaction_id=sent.msg_id)
@@ -670,6 +689,8 @@ class TransactionProducer(Producer):
         except Exception:
             log.exception("check_local_transaction failed; the broker will check again")
             return
+        if self._tracer is not None:
+            self._tracer.end_transaction(self.group, msg, msg.msg_id, state.name, from_check=True)
         if state is not LocalTransactionState.UNKNOW:
             self.broker.end_transaction(msg.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
                                         self.group, from_check=True, transaction_id=msg.transaction_id)

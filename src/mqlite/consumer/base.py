@@ -25,6 +25,7 @@ from ..longpoll import Waker
 from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, _local_ip
 from ..rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy, allocate
 from ..sendback import is_retry_topic, retry_topic
+from ..trace import ConsumerTracer
 from .offsetstore import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore, local_offsets_path
 from .processqueue import ProcessQueue
 from .service import PullLoop
@@ -80,9 +81,11 @@ class ConsumerBase(abc.ABC):
                  consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: str | int | None = None,
                  allocate_strategy: AllocateMessageQueueStrategy | None = None,
-                 client_id: str | None = None, offset_store_dir: str | None = None) -> None:
+                 client_id: str | None = None, offset_store_dir: str | None = None, trace: bool = False) -> None:
         if not isinstance(group, str) or not group.strip():
             raise MQClientError(f"consumer group must be a non-blank string, got {group!r}")
+        if not isinstance(trace, bool):
+            raise MQClientError(f"trace must be True or False, got {trace!r}")
         if group in _DEFAULT_GROUPS:
             raise MQClientError("consumerGroup can not equal DEFAULT_CONSUMER; name your group")
         if not isinstance(message_model, MessageModel):
@@ -113,6 +116,9 @@ class ConsumerBase(abc.ABC):
         self._rebalance_requested = threading.Event()
         self._wake: Waker = threading.Event()  # replaced by the consumer's pull loop at start
         self.offset_store: OffsetStore | None = None
+        self._trace = trace
+        #: With trace=True, from joining the group to leaving it: records consumption (`mqlite.trace`).
+        self._tracer: ConsumerTracer | None = None
 
     # -- identity ------------------------------------------------------------------------------------------
     @property
@@ -129,6 +135,13 @@ class ConsumerBase(abc.ABC):
     def clustering(self) -> bool:
         """True in CLUSTERING mode."""
         return self.message_model is MessageModel.CLUSTERING
+
+    #: RocketMQ's `ConsumeType` (what `Broker.message_track` reports): push consumers consume passively.
+    consume_type = "CONSUME_PASSIVELY"
+
+    def subscription(self, topic: str) -> MessageSelector | None:
+        """The selector `topic` is consumed with, or None when it is not subscribed."""
+        return self._subscriptions.get(topic)
 
     def _running(self) -> Broker:
         broker = self._broker
@@ -188,9 +201,19 @@ class ConsumerBase(abc.ABC):
                     broker.arrivals.unwatch(self._wake)
                 broker.release()
             raise
+        if self._trace:  # a member now: its consumption is recorded until it leaves
+            broker = self._broker
+            assert broker is not None
+            store = broker.store
+            self._tracer = ConsumerTracer(broker.trace_dispatcher(self.group), self.group, store.clock.now_ms,
+                                          store.look_message_by_offset)
+            self._tracer.start()
 
     def _leave(self) -> None:
-        """Persist offsets, leave the group, release the broker."""
+        """Store the pending trace records, persist offsets, leave the group, release the broker."""
+        tracer, self._tracer = self._tracer, None
+        if tracer is not None:
+            tracer.stop()  # consumption has ended: stores what it recorded and joins the thread
         broker = self._broker
         if broker is None:
             return

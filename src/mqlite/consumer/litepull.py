@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from ..broker import Broker
@@ -124,7 +124,8 @@ class LitePullConsumer(ConsumerBase):
     `pull_threshold_size_for_queue` is in MiB. The flow-control thresholds may
     be changed on a running consumer; a negative one stops pulling (RocketMQ
     does not check them either). `long_polling_wait` bounds how long the pull
-    thread parks when a wake-up is missed.
+    thread parks when a wake-up is missed. `trace=True` records each hand-out in
+    `RMQ_SYS_TRACE_TOPIC` (SubBefore and SubAfter, as RocketMQ's lite-pull consumer).
 
     Thread-safe: `poll()` may be called from several threads (each request goes
     to one of them). Also a context manager (`start()`/`shutdown()`) and an
@@ -140,6 +141,7 @@ class LitePullConsumer(ConsumerBase):
     """
 
     _kind = "lite pull consumer"
+    consume_type = "CONSUME_ACTIVELY"  # RocketMQ's ConsumeType: the application pulls
 
     def __init__(self, broker: Broker | str | os.PathLike[str], group: str, *,
                  auto_commit: bool = True, auto_commit_interval: float = 5.0, pull_batch_size: int = 10,
@@ -152,10 +154,10 @@ class LitePullConsumer(ConsumerBase):
                  pull_threshold_for_all: int = 10000, pull_threshold_for_queue: int = 1000,
                  pull_threshold_size_for_queue: int = 100, consume_max_span: int = 2000,
                  long_polling_wait: float = LITE_LONG_POLLING_WAIT,
-                 offset_store_dir: str | None = None) -> None:
+                 offset_store_dir: str | None = None, trace: bool = False) -> None:
         super().__init__(broker, group, message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy,
-                         client_id=client_id, offset_store_dir=offset_store_dir)
+                         client_id=client_id, offset_store_dir=offset_store_dir, trace=trace)
         if not isinstance(auto_commit, bool):
             raise MQClientError(f"auto_commit must be True or False, got {auto_commit!r}")
         self.auto_commit = auto_commit
@@ -402,8 +404,12 @@ class LitePullConsumer(ConsumerBase):
         self._hand_out(request, request.msgs)
         return request.msgs
 
-    def _take(self, timeout: float) -> _ConsumeRequest | None:
-        """The next live request, waiting up to `timeout`; None on timeout or shutdown."""
+    def _take(self, timeout: float, abandoned: Callable[[], bool] | None = None) -> _ConsumeRequest | None:
+        """The next live request, waiting up to `timeout`; None on timeout or shutdown.
+
+        `abandoned` (checked whenever `_cv` is notified) ends the wait early:
+        `mqlite.aio` sets it when the coroutine waiting for this take is cancelled.
+        """
         deadline = time.monotonic() + timeout
         with self._cv:
             while True:
@@ -412,7 +418,7 @@ class LitePullConsumer(ConsumerBase):
                     if self._state_of(request) is not None:
                         return request
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._state != "RUNNING":
+                if remaining <= 0 or self._state != "RUNNING" or (abandoned is not None and abandoned()):
                     return None
                 self._cv.wait(remaining)
 
@@ -421,6 +427,7 @@ class LitePullConsumer(ConsumerBase):
 
         False when the request went stale since it was taken (a seek, a reset,
         the queue given up or a shutdown): its offset then stays where it is.
+        Traced, a hand-out is recorded here (every way of polling comes here).
         """
         with self._cv:
             offset = request.pq.remove_messages(msgs)
@@ -430,6 +437,9 @@ class LitePullConsumer(ConsumerBase):
             poke, self._flow_blocked = self._flow_blocked, False
         if poke:
             self._poke()
+        tracer = self._tracer
+        if tracer is not None and state is not None:
+            tracer.polled(msgs)
         return state is not None
 
     def _state_of(self, request: _ConsumeRequest) -> _Assigned | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -28,8 +29,9 @@ from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullStatus
 from ..message import MessageExt, MessageQueue
-from ..rebalance import AllocateMessageQueueStrategy
+from ..rebalance import AllocateMessageQueueStrategy, allocate
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, is_retry_topic
+from ..store import MessageStore
 from .base import PERSIST_OFFSET_INTERVAL, REBALANCE_INTERVAL, ConsumerBase, check_range
 from .processqueue import ProcessQueue
 from .service import PullLoop, WorkerPool
@@ -63,6 +65,8 @@ _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 PULL_DELAY_WHEN_EXCEPTION = 3.0
 #: RocketMQ caps `pullInterval` at 65535 ms.
 MAX_PULL_INTERVAL = 65.535
+#: `join()` is woken by the consume path; this bounds the cost of a missed wake-up, not the normal latency.
+JOIN_BACKSTOP = 1.0
 
 
 def _nothing() -> None:
@@ -85,7 +89,9 @@ class PushConsumer(ConsumerBase):
     """An in-process `DefaultMQPushConsumer`: subscribe, register a listener, start.
 
     Options and defaults are RocketMQ's (API.md). Thread-safe; also a context
-    manager (`start()` on entry, `shutdown()` on exit).
+    manager (`start()` on entry, `shutdown()` on exit). `trace=True` records
+    each listener call, retry and dead-letter move in `RMQ_SYS_TRACE_TOPIC`
+    (`mqlite.trace`; see `Broker.query_trace`).
     """
 
     _kind = "push consumer"
@@ -103,10 +109,10 @@ class PushConsumer(ConsumerBase):
                  pull_interval: float = 0.0, long_polling_wait: float = PUSH_LONG_POLLING_WAIT,
                  subscription: Mapping[str, MessageSelector | str | None] | None = None,
                  listener: MessageListener | None = None, orderly: bool = False,
-                 offset_store_dir: str | None = None) -> None:
+                 offset_store_dir: str | None = None, trace: bool = False) -> None:
         super().__init__(broker, group, message_model=message_model, consume_from_where=consume_from_where,
                          consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy,
-                         client_id=client_id, offset_store_dir=offset_store_dir)
+                         client_id=client_id, offset_store_dir=offset_store_dir, trace=trace)
         self.consume_thread_nums = check_range("consume_thread_nums", consume_thread_nums, 1, 1000)
         self.consume_message_batch_max_size = check_range("consume_message_batch_max_size",
                                                            consume_message_batch_max_size, 1, 1024)
@@ -144,6 +150,9 @@ class PushConsumer(ConsumerBase):
         self._retry_at: dict[MessageQueue, float] = {}
         self._paced_until = 0.0
         self._clock: Clock = SYSTEM_CLOCK
+        # `join()` callers wait here; rounds of the pull thread and orderly workers notify it.
+        self._join_cv = threading.Condition()
+        self._joiners = 0
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
         if listener is not None:
@@ -189,7 +198,7 @@ class PushConsumer(ConsumerBase):
             self._clock = broker.store.clock
             self._subscribe_retry_topic()
             self._pool = WorkerPool(f"mqlite-consume-{self.group}", self.consume_thread_nums)
-            self._loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait)
+            self._loop = PullLoop(f"pull-{self.group}", self._pull_round_and_signal, self.long_polling_wait)
             self._wake = self._loop  # request_rebalance wakes the loop
             self._state = "RUNNING"
             self._join_or_give_up()
@@ -212,6 +221,7 @@ class PushConsumer(ConsumerBase):
                 return  # already stopping or stopped (a second caller must not release the broker twice)
             self._state = "STOPPING"
             self._stopping = True
+        self._signal_joiners()  # a join() in progress returns False now
         loop, pool = self._loop, self._pool
         broker = self._broker
         if loop is not None:
@@ -248,6 +258,100 @@ class PushConsumer(ConsumerBase):
     def suspended(self) -> bool:
         """True between `suspend()` and `resume()`."""
         return self._suspended
+
+    # -- join ---------------------------------------------------------------------------------------------------
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until every message readable now in the subscribed queues is consumed and committed.
+
+        "Readable now" is fixed when the call starts (messages sent before it are
+        dispatched first); "consumed" includes a failure sent back to the retry
+        topic, whose retry is a new message due later. In CLUSTERING mode only the
+        queues the allocation gives this consumer count (each member joins its
+        own share). Returns True then, False after `timeout` seconds (None: no
+        limit) or when the consumer shuts down meanwhile. The consume path wakes
+        the wait (as dramatiq's `join`); the re-check every `JOIN_BACKSTOP` seconds
+        only covers a missed wake-up. Call it from any thread but a consume thread
+        of this consumer, which would wait for itself.
+        """
+        broker = self._running()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        store = broker.store
+        if isinstance(store, MessageStore) and not store.wait_dispatched(timeout):
+            return False
+        targets = {mq: broker.max_offset(mq) for topic in list(self._subscriptions)
+                   for mq in broker.fetch_subscribe_queues(topic)}
+        with self._join_cv:
+            self._joiners += 1
+            try:
+                while not self._caught_up(targets):
+                    remaining = JOIN_BACKSTOP if deadline is None else deadline - time.monotonic()
+                    if self._stopping or remaining <= 0:
+                        return False
+                    self._join_cv.wait(min(remaining, JOIN_BACKSTOP))
+                return True
+            finally:
+                self._joiners -= 1
+
+    def _caught_up(self, targets: Mapping[MessageQueue, int]) -> bool:
+        """True when each queue this consumer should own is pulled up to its target, drained and committed."""
+        with self._table_lock:
+            queues = dict(self._process_queues)
+        for mq in self._queues_to_own():
+            target = targets.get(mq, 0)  # a queue that appeared after the call has nothing to wait for
+            if target == 0:
+                continue
+            pq = queues.get(mq)
+            # The pull thread fills the cache, then moves the next offset: reading the offset first
+            # and the cache second never sees messages pulled but not counted yet.
+            next_offset = self._next_offsets.get(mq)
+            if pq is None or pq.dropped or next_offset is None or next_offset < target or pq.msg_count:
+                return False
+            if self._orderly:
+                if pq.consume_lock.locked():  # a worker may still be committing its last batch
+                    return False
+            elif pq.pending_offset > pq.committed_offset:  # consumed, not committed yet
+                return False
+        return True
+
+    def _queues_to_own(self) -> set[MessageQueue]:
+        """The queues a finished rebalance gives this consumer now (what `join` waits for).
+
+        Computed from the group's members rather than read from the table, so a
+        rebalance still to come is waited for instead of missed.
+        """
+        broker = self._broker
+        if broker is None:
+            return set()
+        cids = broker.consumer_groups.client_ids(self.group) if self.clustering else []
+        mine: set[MessageQueue] = set()
+        for topic in list(self._subscriptions):
+            mq_all = broker.fetch_subscribe_queues(topic)
+            if not self.clustering:
+                mine.update(mq_all)
+            elif mq_all and cids:
+                mine.update(allocate(self.allocate_strategy, self.group, self.client_id, mq_all, cids))
+        return mine
+
+    def _signal_joiners(self) -> None:
+        # `_joiners` is read without the lock: a joiner counts itself before its first check,
+        # so a change made before this read is seen by that check.
+        if self._joiners:
+            with self._join_cv:
+                self._join_cv.notify_all()
+
+    def _pull_round_and_signal(self) -> bool:
+        """A pull round, then wake `join()`: the round commits offsets, rebalances and moves pull offsets."""
+        try:
+            return self._pull_round()
+        finally:
+            self._signal_joiners()
+
+    def _consume_orderly_and_signal(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """An orderly worker's turn, then wake `join()`: it commits on its own thread, not the pull thread's."""
+        try:
+            self._consume_orderly(mq, pq)
+        finally:
+            self._signal_joiners()
 
     def reset_offsets(self, topic: str, offsets: dict[int, int]) -> None:
         """Admin reset: drop what is cached for `topic` and pull from the new offsets.
@@ -410,7 +514,7 @@ class PushConsumer(ConsumerBase):
         assert pool is not None
         if self._orderly:
             if dispatch:
-                pool.submit(lambda: self._consume_orderly(mq, pq))
+                pool.submit(lambda: self._consume_orderly_and_signal(mq, pq))
             return
         size = self.consume_message_batch_max_size
         submit, consume = pool.submit_call, self._consume_concurrently
@@ -474,15 +578,13 @@ class PushConsumer(ConsumerBase):
         """Batches running longer than `consume_timeout` are sent back with delay level 3 (`cleanExpiredMsg`)."""
         if not self.clustering:
             return
-        broker = self._broker
-        assert broker is not None
         now = time.monotonic()
         for request in list(self._running_requests):
             if request.started and now - request.started > self.consume_timeout and not request.pq.dropped:
                 self._running_requests.pop(request, None)  # sent back once, as RocketMQ removes it
                 for msg in request.msgs:
                     try:
-                        broker.send_message_back(self.group, msg, 3, self._effective_max_reconsume_times())
+                        self._send_back(msg, 3, self._effective_max_reconsume_times())
                     except Exception:
                         log.exception("%s: sending back an expired message failed", self.group)
                         continue
@@ -500,13 +602,19 @@ class PushConsumer(ConsumerBase):
         request.started = time.monotonic()
         running = self._running_requests
         running[request] = None
+        tracer = self._tracer
+        traced = tracer.before(msgs) if tracer is not None else None
         try:
             status = listener(msgs, context)
         except Exception:
             log.exception("%s: listener failed; the batch will be consumed again later", self.group)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+            if traced is not None:
+                traced.raised = True
         finally:
             running.pop(request, None)
+        if traced is not None:
+            traced.done(success=status is None or status is _SUCCESS, timeout=self.consume_timeout)
         if pq.dropped:
             return
         if (status is None or status is _SUCCESS) and context.ack_index >= len(msgs) - 1:
@@ -570,18 +678,28 @@ class PushConsumer(ConsumerBase):
 
     def _send_back_all(self, msgs: Sequence[MessageExt], delay_level: int) -> list[MessageExt]:
         """Send failures back to the retry topic; returns the ones that could not be sent."""
-        broker = self._broker
-        assert broker is not None
         failed = []
         max_times = self._effective_max_reconsume_times()
         for msg in msgs:
             try:
-                broker.send_message_back(self.group, msg, delay_level, max_times)
+                self._send_back(msg, delay_level, max_times)
             except Exception:
                 log.exception("%s: sending message %s back failed; consuming it again in 5 s", self.group, msg.msg_id)
                 msg.reconsume_times += 1
                 failed.append(msg)
         return failed
+
+    def _send_back(self, msg: MessageExt, delay_level: int, max_times: int) -> None:
+        """`Broker.send_message_back`; traced, the retry (or dead-letter) copy is recorded as a Pub."""
+        broker = self._broker
+        assert broker is not None
+        tracer = self._tracer
+        if tracer is None:
+            broker.send_message_back(self.group, msg, delay_level, max_times)
+            return
+        started = tracer.now_ms()
+        put = broker.send_message_back(self.group, msg, delay_level, max_times)
+        tracer.sent_back(msg, put, started)
 
     # -- orderly consumption ----------------------------------------------------------------------------
     def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
@@ -603,16 +721,23 @@ class PushConsumer(ConsumerBase):
                 if not msgs:
                     return
                 context = ConsumeOrderlyContext(mq)
+                tracer = self._tracer
+                traced = tracer.before(msgs) if tracer is not None else None
                 try:
                     status = listener(msgs, context)
                 except Exception:
                     log.exception("%s: orderly listener failed; suspending the queue a moment", self.group)
                     status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                    if traced is not None:
+                        traced.raised = True
                 if status is None:
                     status = ConsumeOrderlyStatus.SUCCESS
                 elif not isinstance(status, ConsumeOrderlyStatus):
                     log.warning("%s: orderly listener returned %r; suspending the queue a moment", self.group, status)
                     status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                if traced is not None:
+                    traced.done(success=status in (ConsumeOrderlyStatus.SUCCESS, ConsumeOrderlyStatus.COMMIT),
+                                timeout=self.consume_timeout)
                 if pq.dropped:
                     return
                 if not self._process_orderly_result(mq, pq, msgs, status, context):
@@ -660,12 +785,10 @@ class PushConsumer(ConsumerBase):
         """True when the batch should be retried here; messages past the limit go to the DLQ."""
         suspend = False
         max_times = self._effective_max_reconsume_times()
-        broker = self._broker
-        assert broker is not None
         for msg in msgs:
             if msg.reconsume_times >= max_times:
                 try:
-                    broker.send_message_back(self.group, msg, -1, max_times)
+                    self._send_back(msg, -1, max_times)
                 except Exception:
                     log.exception("%s: moving message %s to the DLQ failed; retrying it", self.group, msg.msg_id)
                     suspend = True
@@ -689,7 +812,7 @@ class PushConsumer(ConsumerBase):
                     pq.last_lock_timestamp = self._now_ms()
             pool = self._pool
             if pool is not None and not pq.dropped and not self._stopping:
-                pool.submit(lambda: self._consume_orderly(mq, pq))
+                pool.submit(lambda: self._consume_orderly_and_signal(mq, pq))
 
         loop.call_later(delay, again)
 
