@@ -10,12 +10,14 @@ live writer. Clients given a path share one broker per directory
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
@@ -27,6 +29,7 @@ from .inbox import InboxService, import_inbox
 from .longpoll import ArrivalHub, PullResult, PullStatus, pull_result_of
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_RETRY_TOPIC,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
@@ -37,10 +40,19 @@ from .message import (
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
 from .reader import StoreReader
-from .sendback import DEFAULT_MAX_RECONSUME_TIMES, plan_send_back
+from .sendback import DEFAULT_MAX_RECONSUME_TIMES, is_dlq_topic, is_retry_topic, plan_send_back
 from .store import MessageStore
 from .storebase import MessageFilter, StoreFiles, config_for
 from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
+from .trace import (
+    TRACE_MAX_MSG_SIZE,
+    TRACE_TOPIC,
+    MessageTrack,
+    TraceDispatcher,
+    TraceView,
+    trace_views,
+    track_message,
+)
 from .txn import HALF_TOPIC, TransactionalMessageService, TransactionCheckService, parse_half_message
 
 #: Topics `put_message` may redirect a client's message to.
@@ -81,6 +93,14 @@ class QueueProgress:
         return self.broker_offset - self.consumer_offset
 
 
+class Joinable(Protocol):
+    """What `Broker.wait_idle` waits on besides the broker: a consumer's `join` (`PushConsumer.join`)."""
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until everything readable now is consumed and committed; False on timeout."""
+        ...
+
+
 class Broker:
     """An embedded RocketMQ broker over one directory. Use `mqlite.open()` to get one.
 
@@ -96,6 +116,8 @@ class Broker:
         self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
         self._clients_lock = threading.Lock()
         self._producers: dict[str, list[object]] = {}
+        # Traced clients' dispatchers (each owned by its client), flushed by query_trace.
+        self._trace_dispatchers: weakref.WeakSet[TraceDispatcher] = weakref.WeakSet()
         self._shared_key: str | None = None
         self._users = 0
         self._services: list[Service] = []
@@ -234,6 +256,7 @@ class Broker:
             raise MQClientError(f"topic {topic!r} does not exist")
         self.topics.delete(topic)
         store.delete_topic(topic)
+        self._offsets().remove_topic(topic)  # RocketMQ 5's deleteTopic: cleanOffsetByTopic
         self.consumer_groups.notify_all()
 
     def topic_list(self) -> list[str]:
@@ -259,6 +282,8 @@ class Broker:
                     f"broker.create_topic({topic!r}, queue_nums) or open with auto_create_topic=True")
             nums = min(default_queue_nums or self.config.default_topic_queue_nums, self.config.default_topic_queue_nums)
             config = self.topics.create(topic, nums)
+            # As create_topic: consumers already subscribed to it rebalance now, not at their next 20 s round.
+            self.consumer_groups.notify_all()
         if not config.writable:
             raise MQClientError(f"topic {topic!r} is not writable (perm {config.perm})")
         return [MessageQueue(topic, self.broker_name, i) for i in range(config.write_queue_nums)]
@@ -311,16 +336,14 @@ class Broker:
         return self._writer().put_batch(topic, queue_id, bodies, properties, flags=flags,
                                         born_timestamp=born_timestamp)
 
-    def put_encoded_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes],
-                             codes: Sequence[int], keys: Sequence[str | None] | None = None,
-                             uniq_keys: Sequence[str | None] | None = None, *, flags: Sequence[int] | None = None,
-                             born_timestamp: int | None = None) -> PutResult:
-        """`put_messages` with property blocks already encoded (`MessageStore.put_encoded_batch`)."""
-        return self._writer().put_encoded_batch(topic, queue_id, bodies, blocks, codes, keys, uniq_keys,
-                                                flags=flags, born_timestamp=born_timestamp)
+    def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
+                            key_hashes: Any = None, key_rows: Any = None) -> PutResult:
+        """Store records built by `commitlog.encode_records` as one batch of one queue
+        (`MessageStore.put_encoded_records`; the Spark commit's put)."""
+        return self._writer().put_encoded_records(topic, queue_id, records, sizes, codes, key_hashes, key_rows)
 
     def tags_code(self, topic: str, properties: Mapping[str, str]) -> int:
-        """The tags code a message of `topic` with `properties` is stored with (`put_encoded_messages`)."""
+        """The tags code a message of `topic` with `properties` is stored with (`put_encoded_records`)."""
         return self._writer().tags_code(topic, properties)
 
     def import_inbox(self) -> int:
@@ -424,8 +447,9 @@ class Broker:
                     return stored
             except MessageNotFoundError:
                 pass
-        # A delayed or transactional message also has a copy in a system topic: users first.
-        for topic in sorted(store.topics(), key=is_system_topic):
+        # A delayed or transactional message also has a copy in a system topic, a failed one in
+        # the group's retry and dead-letter topics (same msg_id): the user's topic first.
+        for topic in sorted(store.topics(), key=_copies_last):
             for msg in store.query_message(topic, msg_id, 1):
                 if msg.msg_id == msg_id:
                     return msg
@@ -444,6 +468,55 @@ class Broker:
                 f"no message at {topic}/{queue_id} offset {offset} "
                 f"(readable offsets are {result.min_offset}..{result.max_offset - 1})")
         return result.messages[0]
+
+    # -- message trace --------------------------------------------------------------------------------------
+    def trace_dispatcher(self, group: str) -> TraceDispatcher:
+        """A new dispatcher storing `group`'s trace records in `RMQ_SYS_TRACE_TOPIC` (for `trace=True` clients).
+
+        The caller owns it: it starts it and stops it on shutdown (which stores what is pending).
+        """
+        self._writer()
+        self._register_system_topic(TRACE_TOPIC)
+        # A round's trace messages go in batch puts, each of which must fit one commit-log segment.
+        dispatcher = TraceDispatcher(group, functools.partial(self.put_messages, TRACE_TOPIC, 0),
+                                     max_body=min(self.config.max_message_size, TRACE_MAX_MSG_SIZE),
+                                     max_batch_bytes=min(1 << 20, self.config.commitlog_file_size // 4))
+        with self._clients_lock:
+            self._trace_dispatchers.add(dispatcher)
+        return dispatcher
+
+    def query_trace(self, msg_id: str, max_num: int = 64, begin: int = 0, end: int | None = None) -> list[TraceView]:
+        """The trace records of message `msg_id` (mqadmin `queryMsgTraceById`), by time stamp.
+
+        Found through the index: trace messages stored in [begin, end] (epoch ms)
+        whose keys hold `msg_id`, at most `max_num` of them (each carries up to 10
+        records). Traced clients of this broker store what they recorded before
+        the call first; a read-only broker sees what was indexed when it opened.
+        """
+        if not isinstance(msg_id, str) or not msg_id:
+            raise MQClientError("msg_id must be a non-empty string")
+        with self._clients_lock:
+            dispatchers = list(self._trace_dispatchers)
+        for dispatcher in dispatchers:
+            dispatcher.flush()
+        return trace_views(msg_id, self._indexed().query_message(TRACE_TOPIC, msg_id, max_num, begin, end))
+
+    def message_track(self, msg_id: str) -> list[MessageTrack]:
+        """Where message `msg_id` stands for each consumer group (RocketMQ's `messageTrackDetail`).
+
+        A writer knows which groups are online (NOT_ONLINE, PULL, ...); a read-only
+        broker judges every group by the committed offsets persisted in
+        `config/consumerOffset.json`. Raises `MessageNotFoundError` for an unknown id.
+        """
+        msg = self.view_message(msg_id)
+        origin = msg.properties.get(PROPERTY_RETRY_TOPIC)
+        if origin is not None and origin != msg.topic:  # a retry or dead-letter copy: track the original
+            copies = [m for m in self.query_message(origin, msg.msg_id) if m.msg_id == msg.msg_id]
+            msg = copies[-1] if copies else msg  # newest first: the last is the first stored
+        if self.offsets is not None:
+            groups = self.consumer_groups
+            return track_message(msg, self.offsets.snapshot(), {g: groups.members(g) for g in groups.groups()})
+        return track_message(msg, ConsumerOffsets(self.path).snapshot(), None)
 
     # -- consuming --------------------------------------------------------------------------------------------
     def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
@@ -556,8 +629,11 @@ class Broker:
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """Per queue the group consumes: broker offset, consumer offset, diff, owner, last store time."""
         store = self._check()
-        offsets = self._offsets()
-        offsets.absorb_side_file()  # a Spark stream's progress, left while this broker held the store
+        if isinstance(store, MessageStore):
+            offsets = self._offsets()
+            offsets.absorb_side_file()  # a Spark stream's progress, left while this broker held the store
+        else:  # a reader: the table as the writer last persisted it (the side file on top)
+            offsets = ConsumerOffsets(self.path)
         table = offsets.table_for(group)
         members = self.consumer_groups.members(group)
         topics = set(table)
@@ -602,6 +678,38 @@ class Broker:
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
+    def wait_idle(self, *consumers: Joinable, timeout: float | None = None) -> bool:
+        """Block until nothing is left to happen now: True when idle, False once `timeout` seconds passed.
+
+        Idle means: everything put so far is dispatched (readable), every delayed
+        or timer message due by the broker's clock is delivered to its real queue,
+        and each of `consumers` has consumed and committed all it can read
+        (`consumer.join`). The steps repeat until a pass stores nothing new, since a
+        listener may send and a failure is sent back. Messages due later are not
+        waited for: with a `ManualClock`, advance it first (`mqlite.testing` does).
+        Call it from a test or an application thread, never from a listener of
+        `consumers` (it would wait for itself). Cost: a few wake-ups per pass.
+        """
+        store = self._writer()
+        clock = store.clock
+        deadline = None if timeout is None else clock.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - clock.monotonic())
+
+        while True:
+            appended = store.commitlog.appended_count
+            if not store.wait_dispatched(left()):
+                return False
+            # The delay service reads dispatched units, so its round comes after the dispatch.
+            if self.delay is not None and not self.delay.wait_round(left()):
+                return False
+            for consumer in consumers:
+                if not consumer.join(left()):
+                    return False
+            if store.commitlog.appended_count == appended:
+                return True
+
     def close(self) -> None:
         """Ordered shutdown: consumers, services, final flush, checkpoint, unlock. Idempotent."""
         if self._closed or self._closing:
@@ -641,6 +749,11 @@ class Broker:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
         return f"<mqlite.Broker {self.path!r} {mode}{' closed' if self._closed else ''}>"
+
+
+def _copies_last(topic: str) -> tuple[bool, bool]:
+    """Sort key for a msg_id look-up: user topics, then retry and DLQ copies, then system topics."""
+    return is_system_topic(topic), is_retry_topic(topic) or is_dlq_topic(topic)
 
 
 def _memory_window() -> int:

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from ._service import Service
-from .clock import Clock
+from .clock import Clock, on_advance
 from .commitlog import PutResult, TagsCodeFn, default_tags_code, stored_body
 from .config import write_json_atomic
 from .errors import ConfigError, MessageNotFoundError, MQClientError
@@ -350,6 +350,8 @@ class DelayService(Service):
         self._replay_until = 0 if getattr(store, "last_exit_ok", True) else store.commitlog.max_offset
         self._levels = list(range(1, len(self.levels_ms) + 1))
         self._load()
+        # Due times are clock times: a test moving a ManualClock wakes the round at once.
+        self._stop_watching_clock = on_advance(self._clock, self.wakeup)
 
     # -- state: load, correct, persist ------------------------------------------------------------------
     def _load(self) -> None:
@@ -458,11 +460,11 @@ class DelayService(Service):
         elif topic == TIMER_TOPIC:
             self.wakeup()
 
-    def wait_round(self, timeout: float = 10.0) -> bool:
+    def wait_round(self, timeout: float | None = 10.0) -> bool:
         """Wake the service and block until a round that began after this call has ended.
 
         For tests and `wait_idle()`: after advancing a `ManualClock`, everything
-        due by then is delivered when this returns True (False on timeout).
+        due by then is delivered when this returns True (False on timeout; None waits forever).
         """
         with self._round_cv:
             target = self._rounds_started + 1
@@ -494,11 +496,12 @@ class DelayService(Service):
             self.cpu_time += time.thread_time() - cpu_start
 
     def on_stop(self) -> None:
+        self._stop_watching_clock()
         self.persist()
 
     def _wait_seconds(self, next_due: int | None) -> float:
-        # The wait is in real seconds, due times in clock ms: capped at max_wait so an
-        # advanced ManualClock (or a missed wakeup) is noticed within max_wait.
+        # The wait is in real seconds, due times in clock ms: capped at max_wait so a
+        # missed wakeup is noticed within max_wait (advancing a ManualClock wakes the service).
         wait = self.max_wait
         if next_due is not None:
             wait = min(wait, max(0.0, (next_due - self._clock.now_ms()) / 1000))

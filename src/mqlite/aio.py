@@ -1,0 +1,411 @@
+"""`mqlite.aio`: mqlite's clients for asyncio code.
+
+`await producer.send(msg)`, `await consumer.poll()`, `async for msg in consumer`
+and `async with` over the same objects as the blocking API: each class wraps
+one client (its `.sync` attribute) and runs every call that may block on a
+thread, so the event loop never waits for the store. Sends run on the
+producer's own send pool (`Producer.send_async`, bridged with
+`asyncio.wrap_future`); everything else runs on the loop's default executor,
+or on the `executor=` you pass (a long `poll` holds one of its threads while it
+waits). No behaviour is re-implemented here: options, defaults and errors are
+those of `mqlite.Producer`, `mqlite.LitePullConsumer` and `mqlite.PushConsumer`.
+
+    async with mqlite.aio.open("./mq") as broker:
+        async with mqlite.aio.Producer(broker, "pg") as producer:
+            await producer.send(mqlite.Message("orders", b"hello"))
+        async with mqlite.aio.LitePullConsumer(broker, "lg", consumer_timeout=1.0) as consumer:
+            consumer.subscribe("orders")
+            async for msg in consumer:
+                ...
+
+Cancellation:
+
+- `poll` and `async for` never lose a message to a cancellation. The thread
+  only *takes* the next pull result; the messages are handed out (their
+  queue's consume offset moves past them, so a commit or auto-commit may
+  include them) only when the coroutine that asked is still there to return
+  them. If it was cancelled meanwhile, the result is put back in front of the
+  consumer's queue and the next `poll` (async or blocking) returns it; a take
+  still waiting ends at once, freeing its thread. A shutdown ends a waiting
+  take too. The messages of a batch `async for` has
+  not reached yet are kept for the next `poll` or iteration, and are not
+  committed before that.
+- `send` may still store its message when cancelled after the send began (a
+  send cannot be taken back); cancelled before, it is not sent.
+- `open` cancelled while opening closes the broker once the open finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import Executor
+from typing import Any, Generic, Protocol, TypeVar
+
+from .broker import Broker
+from .broker import open as open_broker
+from .consumer.litepull import LitePullConsumer as _LitePullConsumer
+from .consumer.litepull import _ConsumeRequest
+from .consumer.push import PushConsumer as _PushConsumer
+from .consumer.types import ConsumeConcurrentlyContext, ConsumeOrderlyContext
+from .errors import IllegalStateError, MQClientError
+from .filter import MessageSelector
+from .message import Message, MessageExt, MessageQueue
+from .producer import MessageQueueSelector, SendResult
+from .producer import Producer as _Producer
+
+__all__ = ["open", "Producer", "LitePullConsumer", "PushConsumer", "AsyncMessageListener"]
+
+T = TypeVar("T")
+BrokerLike = Broker | str | os.PathLike[str]
+
+
+class AsyncMessageListener(Protocol):
+    """A push listener as a coroutine function: `async def listener(msgs, context) -> status`."""
+
+    def __call__(self, msgs: list[MessageExt], context: Any, /) -> Coroutine[Any, Any, Any]: ...
+
+
+async def _run(executor: Executor | None, fn: Callable[[], T]) -> T:
+    """`fn()` on `executor` (None: the loop's default one), awaited."""
+    return await asyncio.get_running_loop().run_in_executor(executor, fn)
+
+
+class _Handoff(Generic[T]):
+    """A value made on a worker thread for a coroutine that may be cancelled meanwhile.
+
+    Exactly one side ends up owning the value: the coroutine, when `offer`
+    returned True and it was not cancelled; otherwise the side that learns of
+    the cancellation undoes it (the worker when `offer` returns False, the
+    coroutine when `abandon` returns the value).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: T | None = None
+        self._abandoned = False
+
+    def offer(self, value: T) -> bool:
+        """On the worker: True when the coroutine still waits for `value`; False when the worker must undo it."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._value = value
+            return True
+
+    def abandon(self) -> T | None:
+        """On cancellation: the value offered but never received (the caller undoes it), or None."""
+        with self._lock:
+            self._abandoned = True
+            value, self._value = self._value, None
+            return value
+
+    def abandoned(self) -> bool:
+        """True once the coroutine was cancelled (the worker may stop waiting)."""
+        return self._abandoned
+
+
+@contextlib.asynccontextmanager
+async def open(path: str | os.PathLike[str], *, executor: Executor | None = None,  # noqa: A001 - mirrors mqlite.open
+               **config: Any) -> AsyncIterator[Broker]:
+    """`async with mqlite.aio.open(path, **config) as broker:` opens and closes a `Broker` off the loop.
+
+    Opening (lock, recovery, services) and closing (ordered shutdown, flush)
+    run on `executor`. The broker's own methods are the blocking ones of
+    `mqlite.Broker`; its admin calls are in-memory and quick.
+    """
+    loop = asyncio.get_running_loop()
+    handoff: _Handoff[Broker] = _Handoff()
+
+    def open_on_thread() -> Broker:
+        broker = open_broker(os.fspath(path), **config)
+        if not handoff.offer(broker):
+            broker.close()  # the caller was cancelled while the store opened
+        return broker
+
+    try:
+        broker = await loop.run_in_executor(executor, open_on_thread)
+    except asyncio.CancelledError:
+        opened = handoff.abandon()
+        if opened is not None:
+            loop.run_in_executor(executor, opened.close)  # not awaited: this task is being cancelled
+        raise
+    try:
+        yield broker
+    finally:
+        await _run(executor, broker.close)
+
+
+class Producer:
+    """`mqlite.Producer` for asyncio: `async with`, `await send(...)`, `await send_batch(...)`.
+
+    `options` are `mqlite.Producer`'s keywords. Sends run on the producer's
+    send pool (`async_thread_nums` threads, joined by `shutdown`); a send waits
+    for the store there, never on the loop.
+    """
+
+    def __init__(self, broker: BrokerLike, group: str = "DEFAULT_PRODUCER", *, executor: Executor | None = None,
+                 **options: Any) -> None:
+        self.sync = _Producer(broker, group, **options)
+        self._executor = executor
+
+    async def start(self) -> None:
+        """Start the producer (opens the broker when given a path)."""
+        await _run(self._executor, self.sync.start)
+
+    async def shutdown(self) -> None:
+        """Finish the sends in flight, then shut the producer down. Idempotent."""
+        await _run(self._executor, self.sync.shutdown)
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    def send_async(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,
+                   queue: MessageQueue | None = None) -> asyncio.Future[SendResult]:
+        """Start sending now; the returned future completes with the `SendResult`.
+
+        Bad input raises `MQClientError` here, before anything is queued. Start
+        many sends and `asyncio.gather` them to keep the send pool busy. Call it
+        from a coroutine (the future belongs to the running loop).
+        """
+        return asyncio.wrap_future(self.sync.send_async(msg, selector=selector, arg=arg, queue=queue))
+
+    async def send(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,
+                   queue: MessageQueue | None = None) -> SendResult:
+        """Send and wait until stored (`Producer.send`'s contract); see the module notes on cancellation."""
+        return await self.send_async(msg, selector, arg, queue=queue)
+
+    async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None) -> SendResult:
+        """Send messages of one topic together (`Producer.send_batch`), on the executor."""
+        batch = list(msgs)
+        return await _run(self._executor, functools.partial(self.sync.send_batch, batch, queue=queue))
+
+    async def send_oneway(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,
+                          queue: MessageQueue | None = None) -> None:
+        """Queue a send and return at once (`Producer.send_oneway`: failures are only logged)."""
+        self.sync.send_oneway(msg, selector, arg, queue=queue)
+
+    def __repr__(self) -> str:
+        return f"<mqlite.aio.Producer {self.sync!r}>"
+
+
+class LitePullConsumer:
+    """`mqlite.LitePullConsumer` for asyncio: `await poll()`, `async for msg in consumer`, `await commit_sync()`.
+
+    `options` are `mqlite.LitePullConsumer`'s keywords (`auto_commit`,
+    `poll_timeout`, `consumer_timeout`, ...). `subscribe`/`assign` return at
+    once; the other blocking methods are on `.sync` (seek, pause, committed...).
+    Several tasks may poll one consumer; each waiting poll holds one executor
+    thread. Cancelling a poll loses nothing (module notes).
+    """
+
+    def __init__(self, broker: BrokerLike, group: str, *, executor: Executor | None = None,
+                 **options: Any) -> None:
+        self.sync = _LitePullConsumer(broker, group, **options)
+        self._executor = executor
+        # Messages of the batch `async for` is in, taken but not handed out yet (see __anext__).
+        self._rest: tuple[_ConsumeRequest, list[MessageExt]] | None = None
+
+    def subscribe(self, topic: str, expression: MessageSelector | str | None = "*") -> None:
+        """`LitePullConsumer.subscribe` (returns at once; queues are rebalanced on the pull thread)."""
+        self.sync.subscribe(topic, expression)
+
+    def assign(self, message_queues: Iterable[MessageQueue]) -> None:
+        """`LitePullConsumer.assign`: consume exactly these queues."""
+        self.sync.assign(message_queues)
+
+    async def start(self) -> None:
+        """Join the group and start the pull thread."""
+        await _run(self._executor, self.sync.start)
+
+    async def shutdown(self) -> None:
+        """`LitePullConsumer.shutdown`: waiting polls return `[]`; with `auto_commit`, commits what was handed out."""
+        self._rest = None  # never handed out, so never committed: the group gets them again
+        await _run(self._executor, self.sync.shutdown)
+
+    async def __aenter__(self) -> LitePullConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    async def poll(self, timeout: float | None = None) -> list[MessageExt]:
+        """The next pull result's messages, or `[]` after `timeout` seconds (default `poll_timeout`).
+
+        `LitePullConsumer.poll`'s contract (auto-commit first, one queue per
+        result); the rest of a batch `async for` stopped in comes first.
+        """
+        sync = self.sync
+        sync._running()  # raises IllegalStateError before start or after shutdown
+        wait = sync.poll_timeout if timeout is None else timeout
+        if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
+            raise MQClientError(f"Timeout must not be negative: poll(timeout) takes seconds >= 0, got {timeout!r}")
+        if self._rest is not None:
+            batch, rest = self._rest
+            self._rest = None
+            if sync._hand_out(batch, rest):
+                return rest
+        request = await self._take(float(wait))
+        if request is None:
+            return []
+        sync._hand_out(request, request.msgs)
+        return request.msgs
+
+    async def commit_sync(self, offsets: Mapping[MessageQueue, int] | None = None, persist: bool = True) -> None:
+        """`LitePullConsumer.commit_sync`: what was handed out, or the explicit `offsets`."""
+        await _run(self._executor, functools.partial(self.sync.commit_sync, offsets, persist))
+
+    def __aiter__(self) -> LitePullConsumer:
+        return self
+
+    async def __anext__(self) -> MessageExt:
+        """The next message; stops after `consumer_timeout` seconds without one (None: at shutdown).
+
+        A message counts as handed out when it is returned, so leaving the loop
+        early leaves the rest of its batch for the next `poll` or iteration.
+        """
+        sync = self.sync
+        loop = asyncio.get_running_loop()
+        idle_until = None if sync.consumer_timeout is None else loop.time() + sync.consumer_timeout
+        while sync.running:
+            if self._rest is not None:
+                batch, msgs = self._rest
+                self._rest = (batch, msgs[1:]) if len(msgs) > 1 else None
+                if sync._hand_out(batch, msgs[:1]):
+                    return msgs[0]
+                self._rest = None  # seeked or given up meanwhile: the rest of the batch is stale
+                continue
+            wait = max(sync.poll_timeout, 0.1)
+            if idle_until is not None:
+                wait = min(wait, idle_until - loop.time())
+                if wait <= 0:
+                    break
+            request = await self._take(wait)
+            if request is not None:
+                self._rest = (request, list(request.msgs))
+        raise StopAsyncIteration
+
+    async def _take(self, timeout: float) -> _ConsumeRequest | None:
+        """The next pull result, taken on a thread but not handed out; put back if this call is cancelled.
+
+        Uses the take / hand-out split of `LitePullConsumer` (the one its own
+        iterator uses), so the consume offset only moves past messages a live
+        caller receives.
+        """
+        sync = self.sync
+        handoff: _Handoff[_ConsumeRequest] = _Handoff()
+
+        def take_on_thread() -> _ConsumeRequest | None:
+            if sync.auto_commit:
+                sync._maybe_auto_commit()  # what poll() does before it waits
+            request = sync._take(timeout, handoff.abandoned)
+            if request is not None and not handoff.offer(request):
+                sync._give_back(request, request.msgs)  # the caller was cancelled while we waited
+            return request
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, take_on_thread)
+        except asyncio.CancelledError:
+            taken = handoff.abandon()
+            if taken is not None:  # taken, but this task was cancelled before it resumed
+                sync._give_back(taken, taken.msgs)
+            else:  # still waiting: end the wait now rather than hold an executor thread until timeout
+                with sync._cv:
+                    sync._cv.notify_all()
+            raise
+
+    def __repr__(self) -> str:
+        return f"<mqlite.aio.LitePullConsumer {self.sync!r}>"
+
+
+class PushConsumer:
+    """`mqlite.PushConsumer` whose listener is a coroutine function, run on your event loop.
+
+    `start()` must be awaited on the loop that is to run the listener. Each
+    batch is consumed by `asyncio.run_coroutine_threadsafe(listener(msgs,
+    context), loop)` from a consume thread, which waits for the coroutine's
+    status: statuses, retries, ordering and offsets are exactly
+    `mqlite.PushConsumer`'s (a raised exception means RECONSUME_LATER, or
+    SUSPEND_CURRENT_QUEUE_A_MOMENT when orderly).
+
+    The trade-off: at most `consume_thread_nums` listener coroutines run at
+    once, each holding a consume thread while it awaits; they all share the
+    loop, so a listener that blocks instead of awaiting stalls every one of them
+    and the rest of your program. Shut the consumer down with
+    `await consumer.shutdown()` (or `async with`) before the loop ends: a
+    blocking `shutdown()` on the loop thread would wait for listeners that need
+    that very loop. A listener still waiting when the loop is gone fails after
+    `consume_timeout` and is retried.
+    """
+
+    def __init__(self, broker: BrokerLike, group: str, *, listener: AsyncMessageListener | None = None,
+                 orderly: bool = False, executor: Executor | None = None, **options: Any) -> None:
+        self.sync = _PushConsumer(broker, group, **options)
+        self._executor = executor
+        self._listener: AsyncMessageListener | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if listener is not None:
+            self.register_message_listener(listener, orderly=orderly)
+
+    def subscribe(self, topic: str, expression: MessageSelector | str | None = "*") -> None:
+        """`PushConsumer.subscribe` (before or after start)."""
+        self.sync.subscribe(topic, expression)
+
+    def register_message_listener(self, listener: AsyncMessageListener, *, orderly: bool = False) -> None:
+        """Set the coroutine function `async (msgs, context) -> status`; before `start()`."""
+        if not (inspect.iscoroutinefunction(listener)
+                or inspect.iscoroutinefunction(getattr(listener, "__call__", None))):
+            raise MQClientError(f"listener must be a coroutine function (async def), got {listener!r}; "
+                                "use mqlite.PushConsumer for a plain function")
+        self.sync.register_message_listener(self._consume, orderly=orderly)
+        self._listener = listener
+
+    def _consume(self, msgs: list[MessageExt], context: ConsumeConcurrentlyContext | ConsumeOrderlyContext) -> Any:
+        """The blocking listener the consume threads call: runs the coroutine on the loop and waits for it."""
+        loop, listener = self._loop, self._listener
+        if loop is None or listener is None:
+            raise IllegalStateError("the async listener has no event loop: await consumer.start() on it")
+        coroutine = listener(msgs, context)
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        except RuntimeError:  # the loop is closed
+            coroutine.close()  # no 'never awaited' warning
+            raise
+        try:
+            return future.result(self.sync.consume_timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    async def start(self) -> None:
+        """Start consuming; the listener runs on the loop that awaits this."""
+        self._loop = asyncio.get_running_loop()
+        await _run(self._executor, self.sync.start)
+
+    async def shutdown(self) -> None:
+        """Stop pulling, let the listeners in flight finish (on this loop), commit, leave the group."""
+        await _run(self._executor, self.sync.shutdown)
+
+    async def join(self, timeout: float | None = None) -> bool:
+        """`PushConsumer.join`: True once everything readable now is consumed and committed."""
+        return await _run(self._executor, functools.partial(self.sync.join, timeout))
+
+    async def __aenter__(self) -> PushConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<mqlite.aio.PushConsumer {self.sync!r}>"
