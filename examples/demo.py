@@ -44,7 +44,7 @@ def main(path: str) -> None:
 
         # A push consumer: the listener runs on the consumer's threads; the delayed message arrives after 1 s.
         received = threading.Semaphore(0)
-        tag_a = []
+        tag_a: list[mqlite.MessageExt] = []
 
         def on_orders(msgs: list[mqlite.MessageExt], context: mqlite.ConsumeConcurrentlyContext) -> None:
             tag_a.extend(m for m in msgs if m.tags == "TagA")
@@ -60,14 +60,15 @@ def main(path: str) -> None:
         with mqlite.LitePullConsumer(broker, "demo-puller", auto_commit=False,
                                      consume_from_where=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET) as puller:
             puller.subscribe("payments", mqlite.MessageSelector.by_sql("TAGS IS NULL"))
-            payments = []
+            payments: list[mqlite.MessageExt] = []
             while len(payments) < 2:
                 payments += puller.poll(timeout=5.0)
             puller.commit_sync()
         print(f"payments committed and pulled: {sorted(m.body.decode() for m in payments)}")
-        for row in broker.consumer_progress("demo-consumer"):
-            if row.topic == "orders":
-                print(f"  demo-consumer on orders queue {row.queue_id}: consumed {row.consumer_offset}, lag {row.diff}")
+        for progress in broker.consumer_progress("demo-consumer"):
+            if progress.topic == "orders":
+                print(f"  demo-consumer on orders queue {progress.queue_id}: consumed {progress.consumer_offset}, "
+                      f"lag {progress.diff}")
     with mqlite.open(path, read_only=True) as reader:
         mq = mqlite.MessageQueue("orders", reader.broker_name, 3)
         print(f"reopened read-only from another handle: orders queue 3 holds {reader.max_offset(mq)} messages")
@@ -83,10 +84,14 @@ def read_with_spark(path: str) -> None:
         return
     # Spark's Python workers run `python3` from PATH unless told otherwise; they need this interpreter's mqlite.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = (SparkSession.builder.master("local[2]").appName("mqlite-demo")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             # Faster JVM start for a short job (C1 JIT only); leave it out for long-running jobs.
+             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
         df = spark.read.format("mqlite").option("subscribe", "orders").load(path)
