@@ -217,6 +217,31 @@ def test_query_msg_by_id(template: Facts, capsys: pytest.CaptureFixture[str]) ->
     assert [(r["topic"], r["queue_offset"]) for r in both] == [("orders", 1), ("%DLQ%cg", 0)]
 
 
+def test_query_msg_trace_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    path = str(tmp_path / "traced")
+    consumed = threading.Event()
+    with mqlite.open(path) as broker:
+        with mqlite.Producer(broker, "pg", trace=True) as producer:
+            msg_id = producer.send(mqlite.Message("orders", b"x", tags="TagA", keys="k1")).msg_id
+        consumer = mqlite.PushConsumer(broker, "cg", subscription={"orders": "*"}, trace=True,
+                                       listener=lambda msgs, ctx: consumed.set(),
+                                       consume_from_where=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        with consumer:
+            assert consumed.wait(10) and consumer.join(10)
+    out = ok(capsys, "queryMsgTraceById", path, "-i", msg_id)
+    assert header(out) == ["#Type", "#Group", "#ClientHost", "#Time", "#CostTimes", "#Status", "#Topic", "#MsgId"]
+    assert [line.split()[:2] for line in out.splitlines()[1:4]] == [["Pub", "pg"], ["SubBefore", "cg"],
+                                                                     ["SubAfter", "cg"]]
+    assert f"track of {msg_id} in group cg: CONSUMED" in out
+    found = rows(capsys, "queryMsgTraceById", path, "-i", msg_id)
+    assert [(r["msg_type"], r["group_name"], r["status"]) for r in found] == [
+        ("Pub", "pg", "success"), ("SubBefore", "cg", "success"), ("SubAfter", "cg", "success")]
+    assert found[0]["tags"] == "TagA" and found[0]["keys"] == "k1" and found[0]["topic"] == "orders"
+    assert rows(capsys, "queryMsgTraceById", path, "-i", "0" * 32) == []  # never traced
+
+
 def test_query_msg_by_key(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
     out = ok(capsys, "queryMsgByKey", template.path, "-t", "orders", "-k", "k3")
     assert header(out) == ["#Message ID", "#QID", "#Offset"]

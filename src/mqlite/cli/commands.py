@@ -40,6 +40,7 @@ from .messages import consume_message, print_msg, query_msg_by_id, query_msg_by_
 from .output import Report
 from .store import stats_all, store_info, verify
 from .topics import delete_topic, topic_list, topic_status, update_topic
+from .tracecmd import query_msg_trace_by_id
 
 __all__ = ["Command", "COMMANDS"]
 
@@ -124,6 +125,7 @@ COMMANDS: tuple[Command, ...] = (
             help="most messages to read (default 128)"),
         opt("--commit", action="store_true",
             help="commit the group's offsets past what was read (changes the store: needs the writer lock)"))),
+    Command("queryMsgTraceById", query_msg_trace_by_id, (MSG_ID,)),
     # dead letters (RocketMQ dashboard)
     Command("queryDlq", query_dlq, (GROUP, BEGIN, END, CHARSET, PRINT_BODY)),
     Command("resendDlq", resend_dlq, (
