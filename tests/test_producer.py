@@ -96,6 +96,17 @@ def test_send_async_and_callback(producer: Any) -> None:
         producer.send_async(mqlite.Message("async", b""))
 
 
+def test_shutdown_drains_every_queued_async_and_oneway_send(broker: Any, producer: Any) -> None:
+    futures = [producer.send_async(mqlite.Message("drain", b"a%d" % i)) for i in range(100)]
+    for i in range(200):
+        producer.send_oneway(mqlite.Message("drain", b"o%d" % i))
+    producer.shutdown()  # sends accepted before it still run; new ones are refused
+    assert all(f.result(timeout=0).send_status is mqlite.SendStatus.SEND_OK for f in futures)
+    assert len(_all(broker, "drain")) == 300
+    with pytest.raises(mqlite.IllegalStateError, match="shut down"):
+        producer.send_oneway(mqlite.Message("drain", b"late"))
+
+
 def test_send_oneway_stores_without_a_result(broker: Any, producer: Any) -> None:
     assert producer.send_oneway(mqlite.Message("oneway", b"fire")) is None
     producer.shutdown()  # waits for the pending oneway send

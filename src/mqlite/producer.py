@@ -27,7 +27,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, Self, cast
 
 from .broker import Broker
 from .clock import SYSTEM_CLOCK
@@ -256,13 +256,18 @@ class Producer:
     def shutdown(self) -> None:
         """Finish pending async sends, unregister, release the broker. Idempotent."""
         with self._state_lock:
+            if self._state == "STOPPING":
+                return  # another thread is shutting it down
             if self._state != "RUNNING":
                 self._state = "SHUTDOWN"
                 return
-            self._state = "SHUTDOWN"
+            # New sends are refused from here on; those already queued still run (draining).
+            self._state = "STOPPING"
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+        with self._state_lock:
+            self._state = "SHUTDOWN"
         tracer, self._tracer = self._tracer, None
         if tracer is not None:
             tracer.stop()  # stores the records of every send above and joins its thread
@@ -271,7 +276,7 @@ class Producer:
             broker.unregister_producer(self.group, self)
             broker.release()
 
-    def __enter__(self) -> Producer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -283,9 +288,10 @@ class Producer:
         """The broker this producer sends to (after `start()`)."""
         return self._running()
 
-    def _running(self) -> Broker:
+    def _running(self, *, queued: bool = False) -> Broker:
+        """The broker while the producer runs; `queued` sends (accepted before `shutdown`) may still drain."""
         broker = self._broker
-        if self._state != "RUNNING" or broker is None:
+        if (self._state != "RUNNING" and not (queued and self._state == "STOPPING")) or broker is None:
             raise IllegalStateError(f"producer {self.group!r} is not running: call start() first"
                                     if self._state == "CREATED" else f"producer {self.group!r} was shut down")
         return broker
@@ -439,7 +445,7 @@ class Producer:
         """
         self._validate(msg)
         mq = self._choose(msg, queue, selector, arg)
-        future = self._pool().submit(self._send, msg, mq, "ASYNC")
+        future = self._pool().submit(self._send, msg, mq, "ASYNC", queued=True)
         if callback is not None:
             future.add_done_callback(callback)
         return future
@@ -453,7 +459,7 @@ class Producer:
 
     def _send_quietly(self, msg: Message, mq: MessageQueue) -> None:
         try:
-            self._send(msg, mq, "ONEWAY")
+            self._send(msg, mq, "ONEWAY", queued=True)
         except Exception:
             log.exception("oneway send to %s failed", mq)
 
@@ -465,13 +471,13 @@ class Producer:
                     max_workers=self._async_thread_nums, thread_name_prefix=f"mqlite-producer-{self.group}")
             return self._executor
 
-    def _send(self, msg: Message, mq: MessageQueue, mode: str) -> SendResult:
-        return self._send_put(msg, mq, mode)[0]
+    def _send(self, msg: Message, mq: MessageQueue, mode: str, *, queued: bool = False) -> SendResult:
+        return self._send_put(msg, mq, mode, queued=queued)[0]
 
     def _send_put(self, msg: Message, mq: MessageQueue, mode: str, *, sys_flag: int = 0,
-                  extra: dict[str, str] | None = None) -> tuple[SendResult, PutResult]:
+                  extra: dict[str, str] | None = None, queued: bool = False) -> tuple[SendResult, PutResult]:
         """Send and return the client's result and the store's (which knows the commit-log offset)."""
-        broker = self._running()
+        broker = self._running(queued=queued)
         properties = msg.properties
         uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         if uniq is None:  # MessageClientIDSetter.setUniqID: only when absent
