@@ -301,3 +301,16 @@ def test_cli_store_info_json(closed_store: tuple[str, dict[str, list]]) -> None:
     assert rows == {("T", 0): (0, 5), ("T", 1): (0, 2), ("T", 3): (0, 1), ("Other", 0): (0, 1)}
     done = _cli("--store", path, "storeInfo")  # the plain table, store given with --store
     assert done.returncode == 0 and "#Topic" in done.stdout
+
+
+def test_a_read_only_broker_maps_a_queue_created_after_it_opened(tmp_path: Path) -> None:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path) as writer, mqlite.Producer(writer, "pg") as producer:
+        writer.create_topic("T", 2)
+        producer.send(mqlite.Message("T", b"a"), queue=mqlite.MessageQueue("T", writer.broker_name, 1))
+        with mqlite.open(path, read_only=True) as reader:
+            producer.send(mqlite.Message("T", b"b"), queue=mqlite.MessageQueue("T", writer.broker_name, 0))
+            q0 = mqlite.MessageQueue("T", reader.broker_name, 0)
+            assert reader.max_offset(q0) == 1  # queue 0 did not exist when the reader opened
+            assert reader.query_message_by_offset("T", 0, 0).body == b"b"
+            assert reader.max_offset(mqlite.MessageQueue("T", reader.broker_name, 7)) == 0  # no such queue

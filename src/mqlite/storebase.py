@@ -179,6 +179,19 @@ class StoreFiles:
                     self.consume_queues = {**self.consume_queues, (topic, queue_id): cq}
         return cq
 
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The consume queue of (topic, queue id), or None. A reader that meets a queue the writer
+        created after it last looked maps it then (with `refresh`, which also extends the log's end)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None and self.read_only and os.path.isdir(
+                os.path.join(self.root, "consumequeue", topic, str(queue_id))):
+            self.refresh()
+            cq = self.consume_queues.get((topic, queue_id))
+        return cq
+
+    def refresh(self) -> None:
+        """Pick up what another process wrote since this view looked (a reader's job; a writer knows)."""
+
     # -- topics and offsets -------------------------------------------------------------------
     def topics(self) -> list[str]:
         """Topics that have consume queues, sorted."""
@@ -193,13 +206,13 @@ class StoreFiles:
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest readable queue offset (0 for an unknown queue)."""
         self._require_open()
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self._queue(topic, queue_id)
         return cq.min_offset if cq else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Next queue offset to be written (0 for an unknown queue); a reader sees what its consume queues hold."""
         self._require_open()
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self._queue(topic, queue_id)
         if cq is None:
             return 0
         cq.refresh()
@@ -208,13 +221,13 @@ class StoreFiles:
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int, boundary: str = LOWER) -> int:
         """`getOffsetInQueueByTime` (0 for an unknown queue)."""
         self._require_open()
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self._queue(topic, queue_id)
         return cq.offset_by_time(timestamp, self.commitlog.store_timestamp_at, boundary) if cq else 0
 
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time of the message at `queue_offset` (-1 when absent)."""
         self._require_open()
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self._queue(topic, queue_id)
         unit = cq.unit_at(queue_offset) if cq else None
         return self.commitlog.store_timestamp_at(unit[0], unit[1]) if unit else -1
 
@@ -228,7 +241,7 @@ class StoreFiles:
         first test the tags code on the unit, then the message.
         """
         self._require_open()
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self._queue(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         cq.refresh()
