@@ -236,6 +236,54 @@ def test_with_closes_and_close_is_idempotent(path: str) -> None:
     assert reader.closed
 
 
+_LOCKF_HOLDER = """
+import fcntl, os, sys
+fd = os.open(os.path.join(sys.argv[1], "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a Java broker's FileChannel.tryLock: a POSIX lock, no pid
+except OSError:
+    print("BUSY", flush=True)
+    sys.exit()
+print("LOCKED", flush=True)
+sys.stdin.read()
+"""
+
+
+def _lockf_holder(path: str) -> subprocess.Popen[str]:
+    """A child process that tries a POSIX `lockf` on the store's lock file and, if it gets it, holds it."""
+    return subprocess.Popen([sys.executable, "-c", _LOCKF_HOLDER, path], text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+
+
+def test_a_java_brokers_posix_lock_keeps_the_store(path: str) -> None:
+    """`lockf` and `flock` do not see each other on Linux: the store takes both, so a store a Java
+    broker holds is refused, and a Java broker cannot take a store mqlite holds."""
+    with mqlite.open(path, **SMALL):
+        pass
+    child = _lockf_holder(path)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "LOCKED"
+        with pytest.raises(mqlite.StoreLockedError, match=r"open for writing by another process") as raised:
+            mqlite.open(path)
+        assert raised.value.pid is None
+    finally:
+        child.kill()
+        child.wait()
+    with mqlite.open(path):
+        # A second lock from this process is refused before it opens (and closes) a descriptor of the
+        # file, which would drop the POSIX lock: the store stays locked for the Java broker.
+        with pytest.raises(mqlite.StoreLockedError, match=r"this process"):
+            mqlite.open(path)
+        busy = _lockf_holder(path)
+        assert busy.communicate(timeout=60)[0].strip() == "BUSY"
+    free = _lockf_holder(path)
+    try:
+        assert free.stdout is not None and free.stdout.readline().strip() == "LOCKED"  # released on close
+    finally:
+        free.kill()
+        free.wait()
+
+
 # -- command line ---------------------------------------------------------------------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.path.join(os.path.dirname(__file__), "..", "src"),

@@ -211,13 +211,41 @@ def test_routes_pick_the_queues_and_keep_row_order(tmp_path: Path) -> None:
         _, files = stage(root, "job", "Q", bodies, routes=routes)
         append_staged(broker, [os.path.join(root, STAGING_DIR, "job", files[0])])
         got = {q: queue_bodies(broker, "Q", q) for q in range(5)}
-    round_robin = {q for q, b in got.items() for body in b if routes[int(body[1:])] == -1}
-    assert len(round_robin) == 1  # one queue per chunk, as before
+    unrouted = [i for i, route in enumerate(routes) if route == -1]
+    spread = {q: [int(body[1:]) for body in b if routes[int(body[1:])] == -1] for q, b in got.items()}
+    assert sorted(len(rows) for rows in spread.values()) == [40] * 5  # 200 round-robin rows, 5 queues
+    slices = sorted(spread.values())
+    assert [i for rows in slices for i in rows] == unrouted  # contiguous slices of them, in row order
     expected: dict[int, list[bytes]] = {q: [] for q in range(5)}
     for i, route in enumerate(routes):
-        queue = route if route >= 0 else ((-route - 2) % 5 if route <= -2 else next(iter(round_robin)))
+        queue = route if route >= 0 else ((-route - 2) % 5 if route <= -2 else
+                                          next(q for q, rows in spread.items() if i in rows))
         expected[queue].append(bodies[i])
     assert got == expected
+    assert verify_store(root).ok
+
+
+def test_round_robin_spreads_each_chunk_over_the_queues(tmp_path: Path) -> None:
+    """Unrouted rows go to every queue in contiguous slices, the turn going on across chunks and
+    files: 1,000 rows in 4 queues are 250 each; odd-sized chunks leave counts at most one apart."""
+    root = str(tmp_path / "mq")
+    with mqlite.open(root, **SMALL) as broker:
+        broker.create_topic("A", 4)
+        broker.create_topic("B", 4)
+        _, files = stage(root, "even", "A", [f"a{i}".encode() for i in range(1000)])
+        append_staged(broker, [os.path.join(root, STAGING_DIR, "even", files[0])])
+        counts = [len(queue_bodies(broker, "A", q)) for q in range(4)]
+        assert counts == [250] * 4
+        for q in range(4):  # one slice per queue: consecutive rows, in row order
+            rows = [int(body[1:]) for body in queue_bodies(broker, "A", q)]
+            assert rows == list(range(rows[0], rows[0] + 250))
+        paths = []
+        for n, size in enumerate((7, 1, 2, 13, 5, 3)):
+            _, files = stage(root, f"odd{n}", "B", [f"b{n}-{i}".encode() for i in range(size)])
+            paths.append(os.path.join(root, STAGING_DIR, f"odd{n}", files[0]))
+        append_staged(broker, paths)
+        counts = [len(queue_bodies(broker, "B", q)) for q in range(4)]
+        assert sum(counts) == 31 and max(counts) - min(counts) <= 1, counts
     assert verify_store(root).ok
 
 

@@ -148,6 +148,23 @@ def test_group_offsets_go_to_the_store_or_the_side_file(tmp_path: Any) -> None:
         assert {(0, 4), (1, 4)} <= progress
 
 
+def test_group_offsets_beside_a_writer_in_this_process_keep_its_posix_lock(tmp_path: Any) -> None:
+    # Closing any descriptor of the lock file drops the process's lockf lock: the group-offset
+    # commit must not open the file while this process holds the store.
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "store")
+    send(path, "s1", 2)
+    probe = ("import fcntl, os, sys\n"
+             "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+             "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)\n")
+    with mqlite.open(path):
+        assert commit_group_offsets(path, "etl", {"s1/0": 1}) is False
+        child = subprocess.run([sys.executable, "-c", probe, os.path.join(path, "lock")], timeout=60)
+        assert child.returncode == 3  # still held
+
+
 # -- through Spark ------------------------------------------------------------------------------------
 def run_stream(spark: Any, path: str, checkpoint: str, **options: str) -> list[tuple[int, list[tuple[Any, ...]]]]:
     """Run one AvailableNow query into foreachBatch; returns [(batch id, rows)]."""

@@ -23,6 +23,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,8 @@ from pyspark.sql.types import (  # noqa: E402
 
 import mqlite  # noqa: E402
 from mqlite.message import java_string_hash  # noqa: E402
-from mqlite.spark.writer import (  # noqa: E402
-    INBOX_DIR,
-    SINK_DIR,
-    STAGING_DIR,
-    MqliteBatchWriter,
-    MqliteStreamWriter,
-    StagedFiles,
-    import_inbox,
-)
+from mqlite.inbox import INBOX_DIR, SINK_DIR, STAGING_DIR, import_inbox  # noqa: E402
+from mqlite.spark.writer import MqliteBatchWriter, MqliteStreamWriter, StagedFiles  # noqa: E402
 from mqlite.verify import verify_store  # noqa: E402
 
 from _crashchild import Child, read_queue  # noqa: E402
@@ -118,6 +112,7 @@ def arrow_batch(**columns: Any) -> Any:
 
 # -- the driver's checks (no Spark) ---------------------------------------------------------------------------------
 BODY = StructField("body", BinaryType())
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
 @pytest.mark.parametrize("fields, options, overwrite, expected", [
@@ -135,15 +130,35 @@ BODY = StructField("body", BinaryType())
     ([BODY], {"topic": "SCHEDULE_TOPIC_XXXX"}, False, r"option 'topic': sending to the system topic"),
     ([BODY], {"topic": "T", "whenLocked": "later"}, False, r"option 'whenLocked' is 'later'"),
     ([BODY], {"topic": "T", "lockTimeout": "soon"}, False, r"option 'lockTimeout' is 'soon'"),
-    ([BODY], {"topic": "T", "producerProperties": "maybe"}, False, r"option 'producerProperties' is 'maybe'"),
+    ([BODY], {"topic": "T", "producerProperties": "maybe"}, False,
+     r"option 'producerProperties' must be 'true' or 'false', got 'maybe'"),
+    ([BODY], {"topic": "T", "lockTimeout": "inf"}, False, r"option 'lockTimeout' is 'inf'"),
+    ([BODY], {"topic": "T", "whenlock": "inbox"}, False, r"unknown option 'whenlock' for the mqlite .*writer; its "
+                                                         r"options are path, topic, whenLocked"),
+    ([BODY], {"topic": "T", "subscribe": "T", "lockTimeOut": "1"}, False, r"unknown option 'subscribe' "),
+    ([BODY, StructField("keys", StringType()), StructField("key", StringType())], {"topic": "T"}, False,
+     r"both a 'keys' and a 'key' column"),
+    ([BODY, StructField("properties", MapType(StringType(), StringType())), StructField("headers", HEADERS)],
+     {"topic": "T"}, False, r"both a 'properties' and a 'headers' column"),
+    ([BODY, StructField("queueId", IntegerType()), StructField("partition", IntegerType())], {"topic": "T"}, False,
+     r"both a 'queueId' and a 'partition' column"),
+    ([BODY, StructField("key", IntegerType())], {"topic": "T"}, False, r"column 'key' is int; .* string or binary"),
+    ([BODY, StructField("headers", MapType(StringType(), StringType()))], {"topic": "T"}, False,
+     r"column 'headers' is map<string,string>; .* array<struct<key:string,value:binary>>"),
+    ([BODY, StructField("partition", StringType())], {"topic": "T"}, False, r"column 'partition' is string"),
 ])
 def test_bad_schema_or_option_is_refused_on_the_driver(tmp_path: Path, fields: list[StructField],
                                                        options: dict[str, str], overwrite: bool,
                                                        expected: str) -> None:
     for cls in (MqliteBatchWriter, MqliteStreamWriter):
-        with pytest.raises(mqlite.MQClientError, match=expected):
+        with pytest.raises(mqlite.MQClientError, match=expected) as raised:
             cls(str(tmp_path / "mq"), options, StructType(fields), overwrite)
+        assert isinstance(raised.value, mqlite.ConfigError) == ("option '" in expected), raised.value
     assert not (tmp_path / "mq").exists()
+    stream_only = {"topic": "T", "checkpointLocation": str(tmp_path / "ck")}
+    MqliteStreamWriter(str(tmp_path / "mq"), stream_only, StructType([BODY]), False)
+    with pytest.raises(mqlite.ConfigError, match=r"unknown option 'checkpointlocation' for the mqlite writer"):
+        MqliteBatchWriter(str(tmp_path / "mq"), stream_only, StructType([BODY]), False)
 
 
 def _stage_rows(path: str, options: dict[str, str], batch: Any) -> tuple[MqliteBatchWriter, StagedFiles]:
@@ -158,7 +173,7 @@ def _spark_type(arrow_type: Any) -> Any:
     if pa.types.is_integer(arrow_type):
         return IntegerType()
     if pa.types.is_list(arrow_type):
-        return ArrayType(StringType())
+        return HEADERS if pa.types.is_struct(arrow_type.value_type) else ArrayType(StringType())
     if pa.types.is_map(arrow_type):
         return MapType(StringType(), StringType())
     return StringType()
@@ -177,6 +192,20 @@ def _spark_type(arrow_type: Any) -> Any:
     ({"body": pa.array([b"a", b"b"]), "keys": pa.array([["k"], ["bad\x01key"]])}, r"column 'keys', row 1 .*separator"),
     ({"body": pa.array([b"a"]), "tags": pa.array(["t\x02"])}, r"column 'tags', row 0 .*separator"),
     ({"body": pa.array([b"a"]), "queueId": pa.array([-3], pa.int32())}, r"column 'queueId', row 0 .*negative"),
+    ({"body": pa.array([b"a"]), "partition": pa.array([-3], pa.int32())}, r"column 'partition', row 0 .*negative"),
+    ({"body": pa.array([b"a", b"b"]), "keys": pa.array([["k", None], ["k", "a b"]])},
+     r"column 'keys', row 1 .*the key 'a b' holds a space"),
+    ({"body": pa.array([b"a", b"b"]), "key": pa.array(["k", "a b"])}, r"column 'key', row 1 .*the key 'a b' holds a space"),
+    ({"body": pa.array([b"a", b"b"]), "key": pa.array([b"k", b"\xff"])}, r"column 'key', row 1 .*not UTF-8"),
+    ({"body": pa.array([b"a"]), "headers": pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}]],
+                                                     pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))},
+     r"column 'headers', row 0 .*header 'h' is given twice"),
+    ({"body": pa.array([b"a"]), "headers": pa.array([[{"key": "h", "value": b"\xff"}]],
+                                                     pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))},
+     r"column 'headers', row 0 .*the value of header 'h' is not UTF-8"),
+    ({"body": pa.array([b"a"]), "headers": pa.array([[{"key": "KEYS", "value": b"k"}]],
+                                                     pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))},
+     r"column 'headers', row 0 .*'KEYS' is a reserved .*F\.filter on headers"),
 ])
 def test_bad_rows_fail_the_task_with_the_column_and_row(tmp_path: Path, columns: dict[str, Any],
                                                         expected: str) -> None:
@@ -288,8 +317,8 @@ def test_inbox_hand_off_then_import_in_order(tmp_path: Path) -> None:
     """A live process holds the store: jobs (a stream batch among them) handed to its inbox are
     stored by that process, in hand-off order, and the stream batch is not stored twice."""
     path, schema = str(tmp_path / "mq"), StructType([BODY])
-    options = {"topic": "I", "whenLocked": "inbox", "checkpointLocation": str(tmp_path / "ck")}
-    stream = MqliteStreamWriter(path, options, schema, False)
+    options = {"topic": "I", "whenLocked": "inbox"}
+    stream = MqliteStreamWriter(path, {**options, "checkpointLocation": str(tmp_path / "ck")}, schema, False)
     with Child(path, "hold") as child:
         assert (child.readline(time.monotonic() + 60) or "").startswith("READY"), child.stderr()
         for name in ("one", "two"):
@@ -298,8 +327,13 @@ def test_inbox_hand_off_then_import_in_order(tmp_path: Path) -> None:
         staged = stream.write(iter([arrow_batch(body=pa.array([b"s-0", b"s-1"]))]))
         stream.commit([staged], 0)
         stream.commit([stream.write(iter([arrow_batch(body=pa.array([b"s-0", b"s-1"]))]))], 0)  # replayed
+        # Queue 9 of a 4-queue topic: the hand-off checks it first and fails the job, nothing handed over.
         queued = MqliteBatchWriter(path, options, StructType([BODY, StructField("queueId", IntegerType())]), False)
-        queued.commit([queued.write(iter([arrow_batch(body=pa.array([b"q-0"]), queueId=pa.array([9], pa.int32()))]))])
+        staged_queued = queued.write(iter([arrow_batch(body=pa.array([b"q-0"]), queueId=pa.array([9], pa.int32()))]))
+        with pytest.raises(mqlite.MQClientError, match=r"inbox would refuse this Spark job's 1 rows.*"
+                                                       r"column 'queueId' is 9 for topic 'I', which has queues 0\.\.3"):
+            queued.commit([staged_queued])
+        queued.abort([staged_queued])
         _wait_inbox_imported(path)  # by the holder, while it holds the store
         deadline = time.monotonic() + 60
         while len(all_bodies(path)) < 12:  # read-only, next to the holder: once its reput dispatched them
@@ -309,9 +343,7 @@ def test_inbox_hand_off_then_import_in_order(tmp_path: Path) -> None:
         assert child.readline(time.monotonic() + 60) == "CLOSED", child.stderr()
     with mqlite.open(path) as broker:
         assert import_inbox(broker) == 0  # nothing left for the next holder
-    # The entry with queueId 9 (topic I has 4 queues) was set aside by the holder.
-    assert [n.endswith(os.path.basename(queued.job_dir)) for n in os.listdir(Path(path, INBOX_DIR, "failed"))] == [True]
-    shutil.rmtree(Path(path, INBOX_DIR, "failed"))
+    assert not Path(path, INBOX_DIR, "failed").exists()  # the queueId 9 job never reached the inbox
     names = [bytes(m.body).split(b"-")[0] for q in stored(path)["I"] for m in q]
     assert sorted(names) == [b"one"] * 5 + [b"s"] * 2 + [b"two"] * 5
     by_queue = [[bytes(m.body).split(b"-")[0] for m in q] for q in stored(path)["I"]]
@@ -319,6 +351,92 @@ def test_inbox_hand_off_then_import_in_order(tmp_path: Path) -> None:
         assert queue == sorted(queue, key=[b"one", b"two", b"s"].index)
     stream.commit([stream.write(iter([arrow_batch(body=pa.array([b"s-0", b"s-1"]))]))], 0)  # replayed again
     assert len(all_bodies(path)) == 12 and os.listdir(os.path.join(path, INBOX_DIR)) == []
+    assert_clean(path)
+
+
+_LOCKER = textwrap.dedent("""
+    import fcntl, os, sys
+    fd = os.open(os.path.join(sys.argv[1], "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    if sys.argv[2] == "both":
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a Java broker's FileChannel.tryLock: no pid written
+    print("LOCKED", flush=True)
+    sys.stdin.read()
+""")
+
+
+@contextmanager
+def foreign_lock(path: str, kind: str = "both") -> Iterator[subprocess.Popen[str]]:
+    """A process that is neither mqlite nor a Spark committer holds the store's lock (no pid in the file)."""
+    proc = subprocess.Popen([sys.executable, "-c", _LOCKER, path, kind], text=True, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "LOCKED", proc.stderr
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_fail_refuses_at_once_a_holder_that_is_not_a_committer(tmp_path: Path) -> None:
+    """A lock with no pid in the file (a Java broker's): `fail` does not wait out `lockTimeout`, `wait` does."""
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL):
+        pass
+    with foreign_lock(path):
+        for when, timeout in (("fail", "600"), ("wait", "0.3")):
+            writer = MqliteBatchWriter(path, {"topic": "T", "whenLocked": when, "lockTimeout": timeout},
+                                       StructType([BODY]), False)
+            staged = writer.write(iter([arrow_batch(body=pa.array([b"a"]))]))
+            began = time.monotonic()
+            with pytest.raises(mqlite.StoreLockedError, match=r"open for writing by another process") as raised:
+                writer.commit([staged])
+            elapsed = time.monotonic() - began
+            assert raised.value.pid is None
+            if when == "fail":
+                assert elapsed < 60, "fail waited for a holder that is not a Spark committer"  # not 600 s
+            else:
+                assert elapsed >= 0.3
+            writer.abort([staged])
+    assert all_bodies(path) == []
+
+
+def test_inbox_hand_off_refuses_what_the_holder_would_refuse(tmp_path: Path) -> None:
+    """Checked before the hand-off, without the lock: an unknown topic when auto-create is off, a
+    queue the topic lacks, a damaged staged file fail the job; nothing reaches the inbox."""
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, auto_create_topic=False, **SMALL) as broker:
+        broker.create_topic("K", 2)
+    schema = StructType([BODY, StructField("queueId", IntegerType())])
+    options = {"whenLocked": "inbox", "lockTimeout": "0"}
+
+    def job(topic: str, queue_id: int | None) -> tuple[MqliteBatchWriter, StagedFiles]:
+        writer = MqliteBatchWriter(path, {**options, "topic": topic}, schema, False)
+        return writer, writer.write(iter([arrow_batch(body=pa.array([b"a", b"b"]),
+                                                      queueId=pa.array([None, queue_id], pa.int32()))]))
+
+    with foreign_lock(path):
+        for topic, queue_id, expected in [
+                ("New", None, r"topic 'New' does not exist and the store at .* has auto_create_topic off"),
+                ("K", 2, r"column 'queueId' is 2 for topic 'K', which has queues 0\.\.1")]:
+            writer, staged = job(topic, queue_id)
+            with pytest.raises(mqlite.MQClientError, match=r"its inbox would refuse this Spark job's 2 rows.*"
+                                                           + expected):
+                writer.commit([staged])
+            writer.abort([staged])
+        writer, staged = job("K", 1)
+        part = Path(staged.job_dir, staged.files[0])
+        part.write_bytes(part.read_bytes()[:-5])
+        with pytest.raises(mqlite.StoreCorruptedError, match="ends inside the records"):
+            writer.commit([staged])
+        writer.abort([staged])
+        assert not os.path.exists(os.path.join(path, INBOX_DIR))
+        writer, staged = job("K", 1)
+        writer.commit([staged])  # a good job is handed over
+        assert len(os.listdir(os.path.join(path, INBOX_DIR))) == 1
+    with mqlite.open(path) as broker:
+        import_inbox(broker)  # at once, unless its inbox service was first
+    assert sorted(all_bodies(path)) == [b"a", b"b"]
     assert_clean(path)
 
 
@@ -387,6 +505,32 @@ def test_replay_what_the_reader_returns(session: SparkSession, tmp_path: Path) -
     before, after = stored(source)["R"], stored(target)["R"]
     assert [[(bytes(m.body), m.tags, m.keys, m.properties["n"]) for m in q] for q in after] == \
         [[(bytes(m.body), m.tags, m.keys, m.properties["n"]) for m in q] for q in before]
+    assert_clean(target)
+
+
+def test_kafka_columns_round_trip(session: SparkSession, tmp_path: Path) -> None:
+    """Read with `schema=kafka`, write back: `key` is the message's key, `headers` its user
+    properties, `partition` its queue; read again, they survive."""
+    source, target = str(tmp_path / "a"), str(tmp_path / "b")
+    with mqlite.open(source, **SMALL) as broker, mqlite.Producer(broker) as producer:
+        for i in range(40):
+            producer.send(mqlite.Message("K", f"r{i}".encode(), keys=[f"k{i}"] if i % 5 else None,
+                                         properties={"n": str(i), "ü": "ß"} if i % 3 else None),
+                          queue=mqlite.MessageQueue("K", "mqlite", i % 3))
+
+    def read(path: str) -> Any:
+        return session.read.format(FORMAT).options(subscribe="K", schema="kafka", includeProperties="true").load(path)
+
+    system = F.array(*[F.lit(n) for n in ("KEYS", "WAIT", "UNIQ_KEY")])
+    read(source).withColumn("headers", F.filter("headers", lambda h: ~F.array_contains(system, h["key"]))) \
+        .write.format(FORMAT).mode("append").save(target)
+    before, after = stored(source)["K"], stored(target)["K"]
+    user = ("n", "ü")
+    assert [[(bytes(m.body), m.keys, {k: m.properties.get(k) for k in user}) for m in q] for q in after] == \
+        [[(bytes(m.body), m.keys, {k: m.properties.get(k) for k in user}) for m in q] for q in before]
+    again = {bytes(r["value"]): (r["key"], r["partition"], dict(r["headers"])) for r in read(target).collect()}
+    assert again[b"r7"] == (b"k7", 1, {"n": b"7", "\u00fc": "ß".encode(), "KEYS": b"k7", "WAIT": b"true",
+                                        "UNIQ_KEY": again[b"r7"][2]["UNIQ_KEY"]})
     assert_clean(target)
 
 

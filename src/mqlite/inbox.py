@@ -36,7 +36,9 @@ Big-endian, `CHUNK`:
 A record is what `commitlog.encode_records` returns: complete but for QUEUEID, QUEUEOFFSET,
 PHYSICALOFFSET and STORETIMESTAMP (zeros). A message's properties are its head (TAGS, KEYS,
 WAIT and user properties) then, unless `producerProperties=false`, its `UNIQ_KEY`. A route is
-a queue id (>= 0), -1 (round robin) or -(2 + |hash|) for a sharding key. Tags codes are
+a queue id (>= 0), -1 (round robin) or -(2 + |hash|) for a sharding key; a chunk's
+round-robin rows go to the topic's queues in contiguous, nearly equal slices, the turn carried
+on from chunk to chunk (so a job's queues get counts that differ by at most one). Tags codes are
 computed at commit from the tags table with the store's own function (the writer's topics
 are never the schedule or timer topics, whose codes depend on other properties).
 
@@ -74,6 +76,8 @@ from .message import (
     UniqIdGenerator,
     encode_properties,
 )
+from .storebase import config_for
+from .topics import TopicTable
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -87,6 +91,7 @@ __all__ = [
     "MANIFEST",
     "InboxService",
     "append_staged",
+    "check_staged",
     "write_chunk",
     "read_chunks",
     "hand_off",
@@ -312,6 +317,56 @@ def _read_chunk(f: BinaryIO, path: str, header: bytes, size: int, with_records: 
     return Chunk(topic, rows, routes, tags, tag_numbers, sizes, key_rows, key_hashes)
 
 
+# -- planning: every file and queue checked before anything is stored ------------------------------------------------
+def _plan(paths: Sequence[str], queue_nums: Callable[[str], int]) -> int:
+    """Check every chunk of `paths` (but its records) against `queue_nums(topic)`; returns the rows.
+
+    `queue_nums` raises `MQClientError` for a topic it refuses; a route beyond a topic's
+    queues raises `MQClientError`, a damaged file `StoreCorruptedError`.
+    """
+    rows = 0
+    for path in paths:
+        for chunk in read_chunks(path, records=False):
+            rows += chunk.rows
+            nums = queue_nums(chunk.topic)
+            if chunk.routes is not None:
+                high = int(chunk.routes.max())
+                if high >= nums:
+                    raise MQClientError(f"column 'queueId' is {high} for topic {chunk.topic!r}, which has "
+                                        f"queues 0..{nums - 1}; nothing was stored "
+                                        f"(create the topic with more queues first)")
+    return rows
+
+
+def check_staged(root: str, paths: Sequence[str]) -> int:
+    """Plan staged files against the store's files, without its lock: what `append_staged` would refuse.
+
+    For a job about to be handed to the inbox: the topic table (`config/topics.json`) gives
+    the queues of existing topics, the store's settings (`config/store.json`) whether an
+    unknown topic would be auto-created and with how many queues. Raises `MQClientError`
+    (an unknown topic with auto-create off, a topic not writable, a queue id beyond the
+    topic's queues) or `StoreCorruptedError` (a damaged file); returns the rows. The holder
+    may still change its topics before it imports the entry: then the entry goes to
+    `spark-inbox/failed/`. Costs a read of the two JSON files and a pass over each file but
+    its records.
+    """
+    config = config_for(root, {})
+    table = TopicTable(root, read_only=True)
+
+    def queue_nums(topic: str) -> int:
+        topic_config = table.get(topic)
+        if topic_config is None:
+            if not config.auto_create_topic:
+                raise MQClientError(f"topic {topic!r} does not exist and the store at {root} has auto_create_topic "
+                                    f"off; nothing was stored (create the topic first)")
+            return config.default_topic_queue_nums
+        if not topic_config.writable:
+            raise MQClientError(f"topic {topic!r} is not writable (perm {topic_config.perm}); nothing was stored")
+        return topic_config.write_queue_nums
+
+    return _plan(paths, queue_nums)
+
+
 # -- appending staged files to an open store ------------------------------------------------------------------------
 class _Appender:
     """Appends staged chunks to a writer `Broker`: queues resolved for every file first, then the puts."""
@@ -330,18 +385,7 @@ class _Appender:
         Raises `MQClientError` (a topic or queue refused: system topics among them) or
         `StoreCorruptedError` (a damaged file) before anything is stored. Returns the rows to append.
         """
-        rows = 0
-        for path in paths:
-            for chunk in read_chunks(path, records=False):
-                rows += chunk.rows
-                nums = self._queue_nums(chunk.topic)
-                if chunk.routes is not None:
-                    high = int(chunk.routes.max())
-                    if high >= nums:
-                        raise MQClientError(f"column 'queueId' is {high} for topic {chunk.topic!r}, which has "
-                                            f"queues 0..{nums - 1}; nothing was stored "
-                                            f"(create the topic with more queues first)")
-        return rows
+        return _plan(paths, self._queue_nums)
 
     def _queue_nums(self, topic: str) -> int:
         nums = self.queue_nums.get(topic)
@@ -350,10 +394,20 @@ class _Appender:
             self._round_robin[topic] = random.randrange(nums)
         return nums
 
-    def _next_queue(self, topic: str) -> int:
-        queue = self._round_robin[topic] % self.queue_nums[topic]
-        self._round_robin[topic] = queue + 1
-        return queue
+    def _spread(self, topic: str, count: int) -> Any:
+        """The queue of each of `count` round-robin rows: contiguous, nearly equal slices, the round robin going on.
+
+        Every queue gets `count // queues` rows; the `count % queues` queues next in turn get
+        one more, and the turn moves past them, so over a job the queues' counts differ by at
+        most one. Contiguous slices keep a chunk's copy to one run per queue.
+        """
+        nums = self.queue_nums[topic]
+        first = self._round_robin[topic]
+        turn = (first + np.arange(nums)) % nums  # queues in round-robin order from the next one
+        sizes = np.full(nums, count // nums, dtype=np.int64)
+        sizes[: count % nums] += 1
+        self._round_robin[topic] = (first + count % nums) % nums
+        return np.repeat(turn, sizes)
 
     def append(self, paths: Sequence[str]) -> int:
         """Append every chunk of `paths` (after `plan`); returns the messages stored."""
@@ -367,16 +421,19 @@ class _Appender:
         return self.appended
 
     def _queues_of(self, chunk: Chunk) -> Iterator[tuple[int, Any]]:
-        """(queue id, row indices or None for all rows) of a chunk, queues in ascending order."""
+        """(queue id, row indices) of a chunk, queues in ascending order, each queue's rows in row order."""
         routes = chunk.routes
-        if routes is None:
-            yield self._next_queue(chunk.topic), None
-            return
         nums = self.queue_nums[chunk.topic]
-        queues = routes.copy()
-        hashed = routes <= -2
-        queues[hashed] = (-routes[hashed] - 2) % nums
-        queues[routes == ROUND_ROBIN] = self._next_queue(chunk.topic)
+        if routes is None:
+            queues = self._spread(chunk.topic, chunk.rows)
+        else:
+            queues = routes.copy()
+            hashed = routes <= -2
+            queues[hashed] = (-routes[hashed] - 2) % nums
+            unrouted = routes == ROUND_ROBIN
+            queues[unrouted] = self._spread(chunk.topic, int(unrouted.sum()))
+        if not len(queues):
+            return
         order = np.argsort(queues, kind="stable")  # keeps each queue's rows in row order
         ordered = queues[order]
         cuts = np.flatnonzero(np.diff(ordered)) + 1
@@ -384,10 +441,16 @@ class _Appender:
             yield int(queues[rows[0]]), rows
 
     def _put(self, chunk: Chunk, codes: Any, queue_id: int, rows: Any) -> None:
-        """Append the chunk's `rows` (None: all) to one queue, in puts of about `_put_bytes`."""
+        """Append the chunk's `rows` (ascending) to one queue, in puts of about `_put_bytes`."""
         assert chunk.records is not None
-        if rows is None:
-            view, sizes, key_rows, key_hashes = chunk.records, chunk.sizes, chunk.key_rows, chunk.key_hashes
+        first, last = int(rows[0]), int(rows[-1]) + 1
+        if last - first == len(rows):  # one run (every round-robin slice): a view of the records, no copy
+            begin = int(chunk.sizes[:first].sum())
+            sizes = chunk.sizes[first:last]
+            view = chunk.records[begin : begin + int(sizes.sum())]
+            first_key, last_key = (int(k) for k in np.searchsorted(chunk.key_rows, [first, last]))
+            key_rows, key_hashes = chunk.key_rows[first_key:last_key] - first, chunk.key_hashes[first_key:last_key]
+            codes = codes[first:last]
         else:
             selected, sizes, key_rows, key_hashes = _select(chunk, rows)
             view, codes = memoryview(selected), codes[rows]

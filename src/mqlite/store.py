@@ -37,7 +37,7 @@ from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
 from .storeservices import REPUT_BATCH, CleanService, FlushService, GroupCommit, ReputService, file_expired
 
-__all__ = ["MessageStore", "ArrivalListener"]
+__all__ = ["MessageStore", "ArrivalListener", "try_lock_store"]
 
 log = logging.getLogger("mqlite")
 
@@ -46,32 +46,66 @@ _NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK
 
 
 class _DirectoryLock:
-    """The exclusive `lock` file (fcntl): one writer process per store, holder's pid inside."""
+    """The exclusive `lock` file: one writer process per store, holder's pid inside.
+
+    Two locks on the file, both taken or the store refused: an `flock` (mqlite's own) and a
+    POSIX record lock (`lockf`), the one a Java RocketMQ broker holds (`FileChannel.tryLock`);
+    on Linux neither sees the other. A POSIX lock belongs to the process and goes when the
+    process closes *any* descriptor of the file, so a second lock of a store this process
+    already holds is refused from the registry below, before a descriptor is opened.
+    """
+
+    _held: dict[str, int] = {}  # real path of a lock file -> pid of the process that took it here
+    _held_guard = threading.Lock()
 
     def __init__(self, root: str) -> None:
         self.path = os.path.join(root, "lock")
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = _read_pid(self._fd)
-            os.close(self._fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise
-            who = f"process {holder}" if holder else "another process"
-            same = " (this process: close the other Broker first)" if holder == os.getpid() else ""
-            raise StoreLockedError(
-                f"{root} is open for writing by {who}{same}; open it with read_only=True to read beside it",
-                pid=holder,
-            ) from None
+        self._key = os.path.realpath(self.path)
+        with self._held_guard:
+            if self._held.get(self._key) == os.getpid():  # a pid check: a forked child inherits no lockf
+                raise _locked(root, os.getpid())
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_pid(self._fd)
+                os.close(self._fd)  # drops our flock, if taken
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                raise _locked(root, holder) from None
+            self._held[self._key] = os.getpid()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 
     def release(self) -> None:
         if self._fd >= 0:
             os.ftruncate(self._fd, 0)
-            os.close(self._fd)  # closing the descriptor drops the flock
+            with self._held_guard:
+                os.close(self._fd)  # closing the descriptor drops both locks
+                self._held.pop(self._key, None)
             self._fd = -1
+
+
+def try_lock_store(root: str) -> _DirectoryLock | None:
+    """The store's writer lock when no writer holds it (call `release()` soon), else None.
+
+    For short jobs of other processes that need the store to themselves for a moment (a
+    Spark stream writing its group's offsets). Goes through the same registry as
+    `MessageStore`, so in a process that holds the store it never touches the lock file
+    (closing a descriptor of it would drop that process's POSIX lock).
+    """
+    try:
+        return _DirectoryLock(root)
+    except StoreLockedError:
+        return None
+
+
+def _locked(root: str, holder: int | None) -> StoreLockedError:
+    who = f"process {holder}" if holder else "another process (the lock file names none: a Java RocketMQ broker?)"
+    same = " (this process: close the other Broker first)" if holder == os.getpid() else ""
+    return StoreLockedError(
+        f"{root} is open for writing by {who}{same}; open it with read_only=True to read beside it", pid=holder)
 
 
 def _read_pid(fd: int) -> int | None:

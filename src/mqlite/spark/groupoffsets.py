@@ -9,12 +9,12 @@ of consumer group `etl`, so `Broker.consumer_progress("etl")` and
 open for writing: a live broker keeps the table in memory and rewrites the
 file every few seconds, so anything written beside it would be lost, and a
 write racing its own could leave either. The reader therefore writes that
-file only when no live writer holds the store: it takes the store's `lock`
-file itself, without waiting, both ways a writer locks it (`flock`, as
-mqlite does, and a POSIX `lockf`, as a Java broker's `FileChannel.tryLock`
-does), writes the table through `ConsumerOffsets` (atomic rename, `.bak`
-kept) and lets go, a few milliseconds later. A writer that opens the store in
-exactly that window gets `StoreLockedError` and can retry.
+file only when no live writer holds the store: it takes the store's writer
+lock itself, without waiting (`mqlite.store.try_lock_store`: both the `flock`
+mqlite takes and the POSIX lock a Java broker takes), writes the table through
+`ConsumerOffsets` (atomic rename, `.bak` kept) and lets go, a few
+milliseconds later. A writer that opens the store in exactly that window gets
+`StoreLockedError` and can retry.
 
 When a writer holds the lock, the offsets go to the side file
 `config/sparkConsumerOffset.json` instead (`mqlite.offsets.side_offset_path`:
@@ -27,33 +27,18 @@ side file winning, so `group_offsets()` always shows the latest progress.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Mapping
 
 from ..config import read_json, write_json_atomic
 from ..offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, side_file_lock, side_offset_path
+from ..store import try_lock_store
 from .options import split_queue_key
 
 __all__ = ["commit_group_offsets", "group_offsets", "SIDE_FILE"]
 
 #: The side file, relative to the store directory.
 SIDE_FILE = os.path.relpath(side_offset_path("."), ".")
-
-
-def _try_store_lock(root: str) -> int | None:
-    """The store's `lock` file, locked both ways without waiting; None when a writer holds it."""
-    try:
-        fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _table(offsets: Mapping[str, int]) -> dict[str, dict[int, int]]:
@@ -88,8 +73,8 @@ def commit_group_offsets(root: str, group: str, offsets: Mapping[str, int]) -> b
     a writer holds (see the module docstring).
     """
     table = _table(offsets)
-    fd = _try_store_lock(root)
-    if fd is None:
+    lock = try_lock_store(root)
+    if lock is None:
         _update_side_file(root, group, table)
         return False
     try:
@@ -100,7 +85,7 @@ def commit_group_offsets(root: str, group: str, offsets: Mapping[str, int]) -> b
         store_offsets.persist()
         _update_side_file(root, group, None)
     finally:
-        os.close(fd)  # drops both locks
+        lock.release()
     return True
 
 

@@ -47,7 +47,7 @@ from ..errors import ConfigError, FilterError, MQClientError
 from ..filter import MessageSelector
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "ReadOptions", "parse_read_options", "parse_schema_options",
-           "queue_key", "split_queue_key", "SCHEMAS"]
+           "parse_bool", "queue_key", "split_queue_key", "SCHEMAS"]
 
 EARLIEST = -2
 LATEST = -1
@@ -162,13 +162,21 @@ def _name(key: str) -> str:
     return _SPELLING.get(key, key)
 
 
-def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+def parse_bool(options: Mapping[str, str], key: str, default: bool, *, spelling: str | None = None) -> bool:
+    """The boolean option `key` (lower-cased, as Spark hands it over): `true` or `false`, any case.
+
+    `ConfigError` names the option (as `spelling`, else the reader's documented spelling) and
+    the value. Shared by the reader and the writer.
+
+    >>> parse_bool({"failondataloss": "FALSE"}, "failondataloss", True)
+    False
+    """
     text = options.get(key)
     if text is None:
         return default
     value = str(text).strip().lower()
     if value not in ("true", "false"):
-        raise ConfigError(f"option {_name(key)} must be 'true' or 'false', got {text!r}")
+        raise ConfigError(f"option {spelling or _name(key)} must be 'true' or 'false', got {text!r}")
     return value == "true"
 
 
@@ -214,7 +222,7 @@ def parse_schema_options(options: Mapping[str, str]) -> tuple[str, bool]:
     name = str(options.get("schema", "rocketmq")).strip().lower()
     if name not in SCHEMAS:
         raise ConfigError(f"option schema must be one of {', '.join(SCHEMAS)}, got {options.get('schema')!r}")
-    return name, _bool(options, "includeproperties", name == "rocketmq")
+    return name, parse_bool(options, "includeproperties", name == "rocketmq")
 
 
 def _offsets(options: Mapping[str, str], key: str, *, streaming: bool, default: int) -> OffsetSpec:
@@ -363,7 +371,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         starting=starting, ending=ending,
         sub_expression=_selector(options, "subexpression"), sql_filter=_selector(options, "filter"),
         min_partitions=_positive_int(options, "minpartitions"),
-        fail_on_data_loss=_bool(options, "failondataloss", True),
+        fail_on_data_loss=parse_bool(options, "failondataloss", True),
         include_properties=include_properties, schema_name=schema_name,
         max_offsets_per_trigger=_positive_int(options, "maxoffsetspertrigger"),
         group=str(group).strip() if group is not None else None,

@@ -5,14 +5,30 @@
 
 Columns, matched case-insensitively (others are ignored, as by Spark's Kafka sink): `body`
 (binary or string; or `value`) required; `topic` (string; the `topic` option overrides it);
-`tags` (string); `keys` (string, or array<string>); `properties` (map<string,string> of user
+`tags` (string); `keys` (string: RocketMQ's KEYS, keys separated by spaces; or array<string>:
+one key each, a key holding a space is refused); `properties` (map<string,string> of user
 properties: RocketMQ's reserved names are refused); `queueId` (integer; null or absent: round
-robin); `shardingKey` (string: the queue `SelectMessageQueueByHash` picks, as
-`Producer.send_orderly`); `flag` (int). A stored message is what `Producer.send_batch` would
-store: `WAIT=true`, a new `UNIQ_KEY` (the msgId, indexed), the body uncompressed. Options:
-`topic`; `whenLocked` = `fail` (default) | `wait` | `inbox`; `lockTimeout` (seconds, 30);
-`producerProperties` = `true` (default) | `false`: only the row's own properties, no WAIT and
-no UNIQ_KEY (msgId is then the offset id, nothing indexed unless keys are given).
+robin, a job's rows spread evenly over the topic's queues); `shardingKey` (string: the queue
+`SelectMessageQueueByHash` picks, as `Producer.send_orderly`); `flag` (int). Spark's Kafka
+columns map to RocketMQ's, so a frame read with `.option("schema", "kafka")` writes back:
+`value` is the body, `key` (string or UTF-8 binary) one key (KEYS; no spaces), `headers`
+(array<struct<key:string,value:binary>>, values UTF-8) the user properties, `partition` the
+queue id; `offset`, `timestamp` and `timestampType` are ignored, as by Kafka's sink. An input
+with both columns of a pair (`body`/`value`, `keys`/`key`, `properties`/`headers`,
+`queueId`/`partition`) is refused. A stored message is what `Producer.send_batch` would
+store: `WAIT=true`, a new `UNIQ_KEY` (the msgId, indexed), the body uncompressed.
+
+Options (names case-insensitive; any other option is refused with `ConfigError`, so a typo
+never falls back to a default; a bad value too, naming the option):
+
+| option             | values                                                         | default  |
+|--------------------|----------------------------------------------------------------|----------|
+| path               | the store directory (`.save(path)` / `.start(path)` set it)    | required |
+| topic              | a topic for every row (overrides the `topic` column)           | column   |
+| whenLocked         | `fail`, `wait`, `inbox`: when a live process holds the store   | `fail`   |
+| lockTimeout        | seconds to wait for the lock (`wait`, or another Spark commit) | 30       |
+| producerProperties | `true`, `false`: `false` stores only the row's own properties, no WAIT and no UNIQ_KEY (msgId is then the offset id, nothing indexed unless keys are given) | `true` |
+| checkpointLocation | (streaming only) Spark's checkpoint; names the query when its id is unknown | |
 
 How a job writes. Spark runs `write()` in N worker processes at once and `commit()` in yet
 another process, so the steps share nothing but files:
@@ -41,13 +57,18 @@ and a raised error says how many messages that was.
 
 Next to a live writer. A process holding the store open (`mqlite.open`) holds its lock, so
 step 3 cannot take it; `whenLocked` says what then. `fail`: `StoreLockedError` naming the
-process; nothing stored. `wait`: retry for `lockTimeout` seconds, then fail. `inbox`: the
+process, at once (a Java broker's lock too: its lock file names no process); nothing stored. `wait`: retry for `lockTimeout` seconds, then fail. `inbox`: the
 staged job is fsynced and renamed, with a manifest, into `<store>/spark-inbox/` and the job
-succeeds, its rows readable once appended: whoever holds the lock appends the inbox, oldest
+succeeds, its rows readable once appended. Before the hand-off the job is checked as the import
+would check it, without the lock: the staged files, the queue counts of existing topics
+(`config/topics.json`), `auto_create_topic` for new ones (`config/store.json`); a refusal fails
+the job (`MQClientError`), nothing handed over. Whoever holds the lock appends the inbox, oldest
 entry first: the live `Broker` itself (its `mqlite-inbox` service, within about a second, and
 once more as it closes), or else the next Spark commit, before its own job. A lock held by
 another Spark commit is always waited for (up to `lockTimeout`): committers register in
-`spark-staging/committers/`.
+`spark-staging/committers/`. An entry the holder still cannot store whole (its topics changed
+after the hand-off, a disk error) is moved to `<store>/spark-inbox/failed/` and logged as an
+error by the holder: its rows are not stored; run the job again, then delete the entry.
 
 Streaming: the same per micro-batch (staging `spark-staging/stream-<query>-<batch>-<run>/`), and
 the last stored batch id of each query is kept in `<store>/spark-sink/<queryId>.json` (the id
@@ -66,6 +87,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import shutil
 import time
@@ -94,16 +116,14 @@ from pyspark.sql.types import (
 
 import mqlite
 from mqlite.broker import Broker
-from mqlite.errors import MQClientError, MQLiteError, StoreLockedError
+from mqlite.errors import ConfigError, MQClientError, MQLiteError, StoreLockedError
 from mqlite.inbox import (
-    INBOX_DIR,
     ROUND_ROBIN,
-    SINK_DIR,
     STAGING_DIR,
     already_committed,
     append_staged,
+    check_staged,
     hand_off,
-    import_inbox,
     mark_committed,
     write_chunk,
 )
@@ -116,25 +136,23 @@ from mqlite.message import (
     java_string_hash_array,
 )
 from mqlite.producer import Producer
+from mqlite.spark.options import parse_bool
 from mqlite.storebase import config_for
 from mqlite.topics import NOT_ALLOWED_SEND_TOPICS, check_topic, is_system_topic
 
-__all__ = [
-    "MqliteBatchWriter",
-    "MqliteStreamWriter",
-    "StagedFiles",
-    "import_inbox",
-    "append_staged",
-    "STAGING_DIR",
-    "INBOX_DIR",
-    "SINK_DIR",
-]
+__all__ = ["MqliteBatchWriter", "MqliteStreamWriter", "StagedFiles"]
 
 log = logging.getLogger("mqlite")
 
 _COMMITTERS = "committers"
 _TOMBSTONE_SECONDS = 86400.0  # longer than any task of an aborted job can still run
+#: A lock holder writes its pid right after it takes the lock: a lock without one for longer is
+#: not a committer's (a Java broker's, or a moment's hold that never writes one).
+_PID_GRACE = 0.1
 
+#: Every option the writer reads (documented spellings; Spark hands them over lower-cased).
+_WRITE_OPTIONS = ("path", "topic", "whenLocked", "lockTimeout", "producerProperties")
+_STREAM_OPTIONS = ("checkpointLocation",)
 _WHEN_LOCKED = ("fail", "wait", "inbox")
 _DEFAULT_LOCK_TIMEOUT = 30.0
 _VALIDATION_TOPIC = "mqlite_spark"  # heads are checked apart from topics, under a valid name
@@ -143,18 +161,30 @@ _VALIDATION_TOPIC = "mqlite_spark"  # heads are checked apart from topics, under
 # -- the driver's checks -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Columns:
-    """Where each recognised column is in the input (None: absent) and how to read it."""
+    """Where each recognised column is in the input (None: absent) and its name there (for errors).
+
+    A Kafka-style column stands in for its RocketMQ one: `key` for `keys` (then `one_key`: a
+    single key, string or UTF-8 binary), `headers` for `properties`, `partition` for `queueId`.
+    """
 
     body: str
     body_index: int
     topic: int | None
     tags: int | None
     keys: int | None
-    keys_is_array: bool
+    keys_name: str
+    one_key: bool
     properties: int | None
+    properties_name: str
     queue_id: int | None
+    queue_id_name: str
     sharding_key: int | None
     flag: int | None
+
+    @property
+    def headers(self) -> bool:
+        """True when the properties come from Kafka's `headers` (key/value structs) column."""
+        return self.properties_name.lower() == "headers"
 
 
 @dataclass(frozen=True)
@@ -189,39 +219,64 @@ def _is(dtype: DataType, *types: type) -> bool:
     return isinstance(dtype, types)
 
 
+def _one_of(schema: StructType, rocketmq: str, kafka: str, role: str) -> int | None:
+    """The index of the RocketMQ-style or the Kafka-style column for one message field; both: refused."""
+    first, second = _find(schema, rocketmq), _find(schema, kafka)
+    if first is not None and second is not None:
+        raise MQClientError(f"the input has both a {rocketmq!r} and a {kafka!r} column; the mqlite writer stores "
+                            f"one of them as the message's {role}: drop or rename the other")
+    return first if first is not None else second
+
+
+def _is_header_array(dtype: DataType) -> bool:
+    """array<struct<key:string,value:binary or string>>: Spark's Kafka `headers`."""
+    if not isinstance(dtype, ArrayType) or not isinstance(dtype.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in dtype.elementType.fields}
+    return (set(fields) == {"key", "value"} and _is(fields["key"], StringType)
+            and _is(fields["value"], BinaryType, StringType))
+
+
 def _columns(schema: StructType, topic_option: str | None) -> _Columns:
     """The recognised columns of `schema`, type-checked (`MQClientError` names the column)."""
-    body, value = _find(schema, "body"), _find(schema, "value")
-    if body is not None and value is not None:
-        raise MQClientError("the input has both a 'body' and a 'value' column; the mqlite writer stores one "
-                            "of them as the message body: drop or rename the other")
-    body_index = body if body is not None else value
+    body_index = _one_of(schema, "body", "value", "body")
     if body_index is None:
         raise MQClientError(f"the mqlite writer needs a 'body' (or 'value') column of binary or string; "
                             f"the input has {', '.join(schema.fieldNames()) or 'no columns'}")
     fields = schema.fields
     _check_type(schema, body_index, ["binary", "string"], _is(fields[body_index].dataType, BinaryType, StringType))
-    index = {name: _find(schema, name) for name in ("topic", "tags", "keys", "properties", "queueId",
-                                                    "shardingKey", "flag")}
+    index = {name: _find(schema, name) for name in ("topic", "tags", "shardingKey", "flag")}
+    index["keys"] = _one_of(schema, "keys", "key", "keys")
+    index["properties"] = _one_of(schema, "properties", "headers", "user properties")
+    index["queueId"] = _one_of(schema, "queueId", "partition", "queue id")
     dtype = {name: fields[i].dataType for name, i in index.items() if i is not None}
+    name = {role: fields[i].name if i is not None else role for role, i in index.items()}
     if index["topic"] is None and topic_option is None:
         raise MQClientError("no topic: add a 'topic' column (string) or .option('topic', ...)")
     _check_type(schema, index["topic"], ["string"], _is(dtype.get("topic", StringType()), StringType))
     _check_type(schema, index["tags"], ["string"], _is(dtype.get("tags", StringType()), StringType))
     keys_type = dtype.get("keys", StringType())
-    keys_is_array = isinstance(keys_type, ArrayType)
-    _check_type(schema, index["keys"], ["string", "array<string>"],
-                _is(keys_type, StringType) or (keys_is_array and _is(keys_type.elementType, StringType)))  # type: ignore[attr-defined]
+    one_key = name["keys"].lower() == "key"
+    if one_key:
+        _check_type(schema, index["keys"], ["string", "binary (UTF-8)"], _is(keys_type, StringType, BinaryType))
+    else:
+        _check_type(schema, index["keys"], ["string", "array<string>"], _is(keys_type, StringType) or (
+            isinstance(keys_type, ArrayType) and _is(keys_type.elementType, StringType)))
     props_type = dtype.get("properties", MapType(StringType(), StringType()))
-    _check_type(schema, index["properties"], ["map<string,string>"],
-                isinstance(props_type, MapType) and _is(props_type.keyType, StringType)
-                and _is(props_type.valueType, StringType))
+    if name["properties"].lower() == "headers":
+        _check_type(schema, index["properties"], ["array<struct<key:string,value:binary>>"],
+                    _is_header_array(props_type))
+    else:
+        _check_type(schema, index["properties"], ["map<string,string>"],
+                    isinstance(props_type, MapType) and _is(props_type.keyType, StringType)
+                    and _is(props_type.valueType, StringType))
     _check_type(schema, index["queueId"], ["an integer type"], _is(dtype.get("queueId", IntegerType()), *_INTEGRAL))
     _check_type(schema, index["shardingKey"], ["string"], _is(dtype.get("shardingKey", StringType()), StringType))
     _check_type(schema, index["flag"], ["int", "short", "byte"],
                 _is(dtype.get("flag", IntegerType()), ByteType, ShortType, IntegerType))
-    return _Columns(fields[body_index].name, body_index, index["topic"], index["tags"], index["keys"], keys_is_array,
-                    index["properties"], index["queueId"], index["shardingKey"], index["flag"])
+    return _Columns(fields[body_index].name, body_index, index["topic"], index["tags"], index["keys"], name["keys"],
+                    one_key, index["properties"], name["properties"], index["queueId"], name["queueId"],
+                    index["shardingKey"], index["flag"])
 
 
 def _check_send_topic(topic: str, where: str) -> str:
@@ -235,39 +290,57 @@ def _check_send_topic(topic: str, where: str) -> str:
     return topic
 
 
-def _settings(path: str, options: dict[str, str], schema: StructType, overwrite: bool) -> _Settings:
-    """Check a write's path, options and schema on the driver; `MQClientError` names what is wrong."""
+def _settings(path: str, options: dict[str, str], schema: StructType, overwrite: bool, *,
+              streaming: bool = False) -> _Settings:
+    """Check a write's path, options and schema on the driver.
+
+    `ConfigError` names a bad or unknown option, `MQClientError` a bad mode or column.
+    """
     if overwrite:
         raise MQClientError("the mqlite writer only appends (a RocketMQ log is append-only): "
                             "use .mode('append'), not 'overwrite' or outputMode('complete')")
     opts = {k.lower(): v for k, v in options.items()}
+    known = _WRITE_OPTIONS + _STREAM_OPTIONS if streaming else _WRITE_OPTIONS
+    unknown = sorted(k for k in opts if k not in (name.lower() for name in known))
+    if unknown:
+        # A typo (`whenlock`) must not fall back to the default; Spark lower-cases the names.
+        raise ConfigError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} for "
+                          f"the mqlite {'stream ' if streaming else ''}writer; its options are {', '.join(known)}")
     if not path:
-        raise MQClientError("no store directory: call .save('/path/to/store') (or .option('path', ...))")
+        raise ConfigError("no store directory: call .save('/path/to/store') (or .option('path', ...))")
     topic = opts.get("topic")
     if topic is not None:
-        _check_send_topic(topic, "option 'topic'")
-    when_locked = opts.get("whenlocked", "fail").lower()
+        try:
+            _check_send_topic(topic, "option 'topic'")
+        except MQClientError as err:
+            raise ConfigError(str(err)) from None
+    when_locked = opts.get("whenlocked", "fail").strip().lower()
     if when_locked not in _WHEN_LOCKED:
-        raise MQClientError(f"option 'whenLocked' is {opts['whenlocked']!r}; use one of {', '.join(_WHEN_LOCKED)}")
+        raise ConfigError(f"option 'whenLocked' is {opts['whenlocked']!r}; use one of {', '.join(_WHEN_LOCKED)}")
     try:
         lock_timeout = float(opts.get("locktimeout", _DEFAULT_LOCK_TIMEOUT))
     except ValueError:
         lock_timeout = -1.0
-    if not lock_timeout >= 0:  # also refuses NaN
-        raise MQClientError(f"option 'lockTimeout' is {opts['locktimeout']!r}; give seconds as a number >= 0")
-    producer_properties = opts.get("producerproperties", "true").lower()
-    if producer_properties not in ("true", "false"):
-        raise MQClientError(f"option 'producerProperties' is {opts['producerproperties']!r}; use true or false")
+    if not 0 <= lock_timeout < math.inf:  # also refuses NaN
+        raise ConfigError(f"option 'lockTimeout' is {opts['locktimeout']!r}; give seconds as a number >= 0")
+    producer_properties = parse_bool(opts, "producerproperties", True, spelling="'producerProperties'")
     try:  # the limit the committing broker will apply: the store's own setting (or the default)
         max_size = config_for(os.fspath(path), {}).max_message_size
     except MQLiteError as err:
-        raise MQClientError(f"cannot read the settings of the store at {path}: {err}") from None
-    return _Settings(os.path.abspath(path), topic, when_locked, lock_timeout, max_size,
-                     producer_properties == "true",
+        raise ConfigError(f"cannot read the settings of the store at {path}: {err}") from None
+    return _Settings(os.path.abspath(path), topic, when_locked, lock_timeout, max_size, producer_properties,
                      _columns(schema, topic))
 
 
 # -- the task side: checking and staging rows -------------------------------------------------------------------
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _body_array(array: Any) -> Any:
     """The body column as a binary Arrow array (strings are their UTF-8 bytes; no copy)."""
     if pa.types.is_string(array.type):
@@ -385,15 +458,15 @@ class _Stager:
             return [self._base((None, None), 0)[2]], np.zeros(n, dtype=">u4")
         none = [None] * n
         tags = batch.column(cols.tags).to_pylist() if cols.tags is not None else none
-        keys = batch.column(cols.keys).to_pylist() if cols.keys is not None else none
+        keys = self._keys(batch.column(cols.keys)) if cols.keys is not None else none
         props = batch.column(cols.properties).to_pylist() if cols.properties is not None else none
+        if cols.headers:
+            props = [self._header_pairs(h, row) if h else None for row, h in enumerate(props)]
         numbers: dict[tuple[Any, ...], int] = {}
         heads: list[dict[str, str]] = []
         index: list[int] = []
         probe = Message(_VALIDATION_TOPIC, b"\0")
         for row, (t, k, p) in enumerate(zip(tags, keys, props)):
-            if k is not None and not isinstance(k, str):
-                k = " ".join(filter(None, k))  # Message.keys: a list is stored space-joined
             key = (t, tuple(p) if p else None, k or None)
             number = numbers.get(key)
             if number is None:
@@ -405,10 +478,65 @@ class _Stager:
                     try:
                         self._validator._validate(probe)
                     except MQClientError as err:
-                        raise MQClientError(f"{self._where('keys', row)}: {err}") from None
+                        raise MQClientError(f"{self._where(cols.keys_name, row)}: {err}") from None
                 heads.append(head)
             index.append(number)
         return heads, np.array(index, dtype=">u4")
+
+    def _keys(self, column: Any) -> list[str | None]:
+        """Each row's KEYS value (RocketMQ's format: keys joined by spaces) or None.
+
+        A key of an array or of Kafka's one-key `key` column may not hold a space: it would
+        read back as several keys. A binary `key` must be UTF-8.
+        """
+        if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            self._refuse_spaces(pc.list_flatten(column), pc.list_parent_indices(column).to_numpy())
+            # Message.keys: a list is stored space-joined
+            return [" ".join(filter(None, k)) if k else None for k in column.to_pylist()]
+        if not self.columns.one_key:
+            return column.to_pylist()  # already RocketMQ's KEYS format: spaces separate keys
+        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+            try:
+                column = column.cast(pa.large_string())  # checks UTF-8
+            except pa.ArrowInvalid:
+                row = next(i for i, v in enumerate(column.to_pylist()) if v is not None and not _is_utf8(v))
+                raise MQClientError(f"{self._where(self.columns.keys_name, row)}: the key is not UTF-8; "
+                                    f"RocketMQ keys are strings") from None
+        self._refuse_spaces(column, None)
+        return column.to_pylist()
+
+    def _refuse_spaces(self, values: Any, rows: Any) -> None:
+        """`MQClientError` for the first of `values` (keys; row of each: `rows`, None: their own) with a space."""
+        spaced = pc.fill_null(pc.match_substring(values, " "), False).to_numpy(zero_copy_only=False)
+        if spaced.any():
+            at = int(np.flatnonzero(spaced)[0])
+            row = at if rows is None else int(rows[at])
+            raise MQClientError(f"{self._where(self.columns.keys_name, row)}: the key {values[at].as_py()!r} "
+                                f"holds a space; RocketMQ's KEYS property separates keys with spaces, so it would "
+                                f"read back as several keys (replace the space, e.g. with '_')")
+
+    def _header_pairs(self, headers: list[Any], row: int) -> list[tuple[str, Any]]:
+        """Kafka headers as user properties: (key, value as UTF-8 text); a null or repeated key is refused.
+
+        A null value is kept here and refused with the properties' own rule (`_base`).
+        """
+        where = self._where(self.columns.properties_name, row)
+        pairs: list[tuple[str, Any]] = []
+        for header in headers:
+            name = header["key"] if header else None
+            if name is None:
+                raise MQClientError(f"{where}: a header is null or has a null key")
+            if any(name == seen for seen, _ in pairs):
+                raise MQClientError(f"{where}: header {name!r} is given twice; a message's properties are a map")
+            value = header["value"]
+            if isinstance(value, bytes):
+                try:
+                    value = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise MQClientError(f"{where}: the value of header {name!r} is not UTF-8 "
+                                        f"(RocketMQ properties are strings)") from None
+            pairs.append((name, value))
+        return pairs
 
     def _base(self, key: tuple[Any, ...], row: int) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """(the TAGS entry, the other entries, the whole map) of rows with these tags and user
@@ -419,7 +547,7 @@ class _Stager:
             return cached
         tags, props = key
         msg = Message(_VALIDATION_TOPIC, b"\0", tags=tags)
-        column = "properties"
+        column = self.columns.properties_name
         try:
             for name, value in props or ():
                 if value is None:
@@ -429,9 +557,10 @@ class _Stager:
                 except MQClientError as err:
                     if name not in RESERVED_PROPERTY_NAMES:
                         raise
+                    keep = "F.filter on headers" if self.columns.headers else "F.map_filter"
                     raise MQClientError(f"{err} (rows read from mqlite carry the system properties too: keep "
-                                        f"the user ones with F.map_filter; tags and keys have their columns)") from None
-            column = "tags" if not props else "tags or properties"
+                                        f"the user ones with {keep}; tags and keys have their columns)") from None
+            column = "tags" if not props else f"tags or {self.columns.properties_name}"
             self._validator._validate(msg)
         except MQClientError as err:
             raise MQClientError(f"{self._where(column, row)}: {err}") from None
@@ -464,7 +593,7 @@ class _Stager:
             negative = np.flatnonzero(given & (values < 0))
             if len(negative):
                 row = int(negative[0])
-                raise MQClientError(f"{self._where('queueId', row)}: queue id {values[row]} is negative; "
+                raise MQClientError(f"{self._where(cols.queue_id_name, row)}: queue id {values[row]} is negative; "
                                     f"leave it null for round robin")
             routes[given] = values[given]
         return None if (routes == ROUND_ROBIN).all() else routes
@@ -544,10 +673,6 @@ class StagedFiles(WriterCommitMessage):
     query_id: str | None = None
     batch_id: int | None = None
 
-    @property
-    def paths(self) -> list[str]:
-        return [os.path.join(self.job_dir, name) for name in self.files]
-
 
 # -- the commit: store lock, inbox, staging clean-up ------------------------------------------------------------------
 def _committer_path(root: str, pid: int) -> str:
@@ -555,20 +680,26 @@ def _committer_path(root: str, pid: int) -> str:
 
 
 def _open_writer(settings: _Settings) -> Broker | StoreLockedError:
-    """`mqlite.open` the store, waiting for other Spark committers; the refusal when a live process keeps it.
+    """`mqlite.open` the store, waiting for other Spark committers; the refusal when another process keeps it.
 
     Committers register (`spark-staging/committers/<pid>`) before they try the lock and
-    leave after they let it go, so a holder that is a committer is always recognised.
+    leave after they let it go, so a holder that is a committer is always recognised. Any
+    other holder (a live `Broker`, a Java broker, whose lock file holds no pid, a stream
+    planner holding the lock for a moment) is waited for only with `whenLocked=wait`:
+    `fail` refuses at once and `inbox` hands off at once. A holder with no pid yet may be a
+    committer that has just taken the lock: it is looked at again for `_PID_GRACE` seconds.
     """
-    deadline = time.monotonic() + settings.lock_timeout
+    start = time.monotonic()
+    deadline = start + settings.lock_timeout
     pause = 0.02
     while True:
         try:
             return mqlite.open(settings.path)
         except StoreLockedError as err:
-            # No pid yet (the holder is writing it) or a Spark committer: it lets go soon.
-            brief = err.pid is None or os.path.exists(_committer_path(settings.path, err.pid))
-            if (brief or settings.when_locked == "wait") and time.monotonic() < deadline:
+            now = time.monotonic()
+            committer = err.pid is not None and os.path.exists(_committer_path(settings.path, err.pid))
+            unnamed = err.pid is None and now < start + _PID_GRACE
+            if (committer or unnamed or settings.when_locked == "wait") and now < deadline:
                 time.sleep(pause)
                 pause = min(pause * 2, 0.5)
                 continue
@@ -596,13 +727,18 @@ def _commit_registered(settings: _Settings, job_dir: str, files: list[str], rows
     opened = _open_writer(settings)
     if isinstance(opened, StoreLockedError):
         if settings.when_locked == "inbox":
+            try:  # what the holder's import would refuse fails the job now, not later in failed/
+                check_staged(settings.path, [os.path.join(job_dir, name) for name in files])
+            except MQLiteError as err:
+                raise type(err)(f"{settings.path} is open for writing by {_holder(opened)} and its inbox would "
+                                f"refuse this Spark job's {rows} rows, so they were not handed over (nothing "
+                                f"was stored): {err}") from None
             target = hand_off(settings.path, job_dir, files, rows, sink)
             log.info("store %s is held by process %s: %d rows handed to its inbox %s",
                      settings.path, opened.pid, rows, target)
             return
-        holder = f"process {opened.pid}" if opened.pid else "another process"
         raise StoreLockedError(
-            f"{settings.path} is open for writing by {holder}, so this Spark job's {rows} rows were not "
+            f"{settings.path} is open for writing by {_holder(opened)}, so this Spark job's {rows} rows were not "
             f"stored (nothing was written). Close that broker and run the job again, or write with "
             f".option('whenLocked', 'inbox') to hand the rows to it, or 'wait' "
             f"(with .option('lockTimeout', seconds)) if it closes soon", pid=opened.pid)
@@ -616,6 +752,10 @@ def _commit_registered(settings: _Settings, job_dir: str, files: list[str], rows
         append_staged(broker, [os.path.join(job_dir, name) for name in files])
         if sink is not None:
             mark_committed(settings.path, sink["query_id"], sink["batch_id"], rows)
+
+
+def _holder(locked: StoreLockedError) -> str:
+    return f"process {locked.pid}" if locked.pid else "another process"
 
 
 def _remove(job_dir: str) -> None:
@@ -698,7 +838,7 @@ class MqliteStreamWriter(DataSourceStreamArrowWriter):
     """
 
     def __init__(self, path: str, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
-        self.settings = _settings(path, dict(options), schema, overwrite)
+        self.settings = _settings(path, dict(options), schema, overwrite, streaming=True)
         opts = {k.lower(): v for k, v in options.items()}
         # The query id comes from the tasks; this fallback names the query by its checkpoint.
         self._fallback_query = "ck-" + uuid.uuid5(uuid.NAMESPACE_URL, opts.get("checkpointlocation", "")).hex
