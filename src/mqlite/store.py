@@ -37,7 +37,7 @@ from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
 from .storeservices import REPUT_BATCH, CleanService, FlushService, GroupCommit, ReputService, file_expired
 
-__all__ = ["MessageStore", "ArrivalListener", "try_lock_store"]
+__all__ = ["MessageStore", "ArrivalListener", "held_here", "try_lock_store"]
 
 log = logging.getLogger("mqlite")
 
@@ -85,6 +85,17 @@ class _DirectoryLock:
                 os.close(self._fd)  # closing the descriptor drops both locks
                 self._held.pop(self._key, None)
             self._fd = -1
+
+
+def held_here(root: str) -> bool:
+    """Whether this process holds the store at `root` open for writing.
+
+    Code that would open the `lock` file asks this first: closing any descriptor of
+    it drops the POSIX lock of the process that holds the store.
+    """
+    key = os.path.realpath(os.path.join(root, "lock"))
+    with _DirectoryLock._held_guard:
+        return _DirectoryLock._held.get(key) == os.getpid()
 
 
 def try_lock_store(root: str) -> _DirectoryLock | None:
