@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import mqlite
+from mqlite.cli import dlq as cli_dlq
 from mqlite.cli import main
 from mqlite.cli.args import parse_time
 from mqlite.cli.commands import COMMANDS
@@ -142,7 +143,8 @@ def test_update_topic(store: Facts, capsys: pytest.CaptureFixture[str]) -> None:
                    "topic_filter_type": "SINGLE_TAG", "topic_sys_flag": 0, "order": True}
     [row] = rows(capsys, "updateTopic", store.path, "-t", "fresh")
     assert row["read_queue_nums"] == 8  # mqadmin's default for a new topic
-    assert len(rows(capsys, "topicStatus", store.path, "-t", "news")) == 0  # no queue files before a send
+    assert [(r["queue_id"], r["max_offset"]) for r in rows(capsys, "topicStatus", store.path, "-t", "news")] == [
+        (0, 0), (1, 0), (2, 0)]  # every queue, as mqadmin, before any send
     with mqlite.open(store.path) as broker:
         config = broker.topic_config("news")
         assert config is not None and (config.write_queue_nums, config.perm, config.order) == (3, 4, True)
@@ -187,8 +189,10 @@ def test_reset_offset_by_time(store: Facts, capsys: pytest.CaptureFixture[str]) 
         {"topic": "orders", "broker_name": "mqlite", "queue_id": 1, "offset": 0}]
     assert rows(capsys, "resetOffsetByTime", store.path, "-g", "cg", "-t", "orders", "-q", "1", "-o", "2") == [
         {"topic": "orders", "broker_name": "mqlite", "queue_id": 1, "offset": 2}]
+    assert rows(capsys, "resetOffsetByTime", store.path, "-g", "cg", "-t", "orders", "-q", "0", "-o", "3")[0][
+        "offset"] == 3  # the end of the queue: nothing left to consume
     progress = rows(capsys, "consumerProgress", store.path, "-g", "cg")
-    assert [r["consumer_offset"] for r in progress] == [0, 2]
+    assert [r["consumer_offset"] for r in progress] == [3, 2]
 
 
 def test_skip_accumulated_message(store: Facts, capsys: pytest.CaptureFixture[str]) -> None:
@@ -217,7 +221,8 @@ def test_query_msg_by_id(template: Facts, capsys: pytest.CaptureFixture[str]) ->
     assert [(r["topic"], r["queue_offset"]) for r in both] == [("orders", 1), ("%DLQ%cg", 0)]
 
 
-def test_query_msg_trace_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_query_msg_trace_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
     path = str(tmp_path / "traced")
@@ -236,10 +241,18 @@ def test_query_msg_trace_by_id(tmp_path: Path, capsys: pytest.CaptureFixture[str
                                                                      ["SubAfter", "cg"]]
     assert f"track of {msg_id} in group cg: CONSUMED" in out
     found = rows(capsys, "queryMsgTraceById", path, "-i", msg_id)
-    assert [(r["msg_type"], r["group_name"], r["status"]) for r in found] == [
-        ("Pub", "pg", "success"), ("SubBefore", "cg", "success"), ("SubAfter", "cg", "success")]
+    assert [(r["kind"], r["msg_type"], r["group_name"], r["status"]) for r in found[:3]] == [
+        ("trace", "Pub", "pg", "success"), ("trace", "SubBefore", "cg", "success"),
+        ("trace", "SubAfter", "cg", "success")]
     assert found[0]["tags"] == "TagA" and found[0]["keys"] == "k1" and found[0]["topic"] == "orders"
+    assert found[3:] == [{"kind": "track", "msg_id": msg_id, "consumer_group": "cg", "track_type": "CONSUMED",
+                          "exception_desc": ""}]
     assert rows(capsys, "queryMsgTraceById", path, "-i", "0" * 32) == []  # never traced
+    # The records keep Broker.query_trace's order (causal), whatever their time stamps say.
+    query_trace = mqlite.Broker.query_trace
+    monkeypatch.setattr(mqlite.Broker, "query_trace", lambda self, i: query_trace(self, i)[::-1])
+    assert [r.get("msg_type") for r in rows(capsys, "queryMsgTraceById", path, "-i", msg_id)] == [
+        "SubAfter", "SubBefore", "Pub", None]
 
 
 def test_query_msg_by_key(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
@@ -340,6 +353,40 @@ def test_resend_dlq(store: Facts, capsys: pytest.CaptureFixture[str]) -> None:
     assert [(m.msg_id, m.body) for m in polled] == [(msg_id, b"body-0")]
 
 
+def test_resend_dlq_checks_every_destination_first(store: Facts, capsys: pytest.CaptureFixture[str]) -> None:
+    with mqlite.open(store.path) as broker:  # a second dead letter of cg, from the message at orders/1 offset 0
+        broker.send_message_back("cg", broker.query_message_by_offset("orders", 1, 0), delay_level=-1)
+    ok(capsys, "updateTopic", store.path, "-t", "orders", "-p", "4")
+    code, out, err = run(capsys, "resendDlq", store.path, "-g", "cg", "--all", "--to-origin")
+    assert (code, out) == (1, "")
+    assert err == ("mqlite resendDlq: topic 'orders' is not writable (perm 4): make it writable with "
+                   "`mqlite updateTopic -t orders -p 6`; nothing was re-sent\n")
+    assert [r["max_offset"] for r in rows(capsys, "topicStatus", store.path, "-t", "orders")] == [3, 3]
+
+
+def test_resend_dlq_shows_what_was_sent_before_a_store_failure(
+        store: Facts, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with mqlite.open(store.path) as broker:
+        broker.send_message_back("cg", broker.query_message_by_offset("orders", 1, 0), delay_level=-1)
+    real = cli_dlq.resend_dlq_message
+    calls: list[str] = []
+
+    def disk_full_on_the_second(broker: mqlite.Broker, msg: mqlite.MessageExt, *args: Any, **kwargs: Any) -> Any:
+        calls.append(msg.msg_id)
+        if len(calls) % 2 == 0:
+            raise OSError(28, "No space left on device")
+        return real(broker, msg, *args, **kwargs)
+
+    monkeypatch.setattr(cli_dlq, "resend_dlq_message", disk_full_on_the_second)
+    code, out, err = run(capsys, "resendDlq", store.path, "-g", "cg", "--all")
+    assert code == 1 and header(out) == ["#Message ID", "#Resent To", "#QID", "#Offset"]
+    assert [line.split() for line in out.splitlines()[1:]] == [[store.msg_ids[0], "%RETRY%cg", "0", "0"]]
+    assert err == (f"mqlite resendDlq: re-sent 1 of 2 dead letters, then {store.msg_ids[1]} failed: "
+                   "[Errno 28] No space left on device\n")
+    code, out, err = run(capsys, "resendDlq", store.path, "-g", "cg", "--all", "--json")
+    assert code == 1 and [r["queue_offset"] for r in json.loads(out)] == [1]  # valid JSON of what was done
+
+
 # -- the store -------------------------------------------------------------------------------------------------------
 def test_stats_all(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
     out = ok(capsys, "statsAll", template.path)
@@ -354,6 +401,13 @@ def test_stats_all(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
          "in_msg_24h": 6, "out_msg_24h": 6}]
     active = {r["topic"] for r in rows(capsys, "statsAll", template.path, "-a")}
     assert "orders" in active and "empty" not in active
+
+
+def test_stats_all_clamps_offsets_past_the_end(store: Facts, capsys: pytest.CaptureFixture[str]) -> None:
+    with mqlite.open(store.path) as broker:  # an offset past the end of queue 0 (3 messages)
+        broker.commit_offset("cg3", mqlite.MessageQueue("orders", broker.broker_name, 0), 99)
+    [row] = [r for r in rows(capsys, "statsAll", store.path, "-t", "orders") if r["consumer_group"] == "cg3"]
+    assert (row["in_msg_24h"], row["out_msg_24h"], row["accumulation"]) == (6, 3, 3)
 
 
 def test_store_info(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
@@ -376,7 +430,7 @@ def test_store_from_environment(template: Facts, capsys: pytest.CaptureFixture[s
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MQLITE_STORE", template.path)
     assert "orders" in ok(capsys, "topicList").split()
-    assert rows(capsys, "--json", "topicStatus", "-t", "empty") == []  # --json before the command too
+    assert {r["max_offset"] for r in rows(capsys, "--json", "topicStatus", "-t", "empty")} == {0}  # --json first too
 
 
 # -- help, bad arguments, the lock ---------------------------------------------------------------------------------
@@ -425,6 +479,12 @@ BAD_ARGUMENTS: list[tuple[list[str], int, str]] = [
     (["resetOffsetByTime", "-g", "cg", "-t", "orders", "-o", "1"], 2, "-o needs -q"),
     (["resetOffsetByTime", "-g", "cg", "-t", "nope", "-s", "now"], 2, "does not exist"),
     (["resetOffsetByTime", "-g", "cg", "-t", "orders", "-s", "2024-13-01"], 2, "bad time"),
+    (["resetOffsetByTime", "-g", "cg", "-t", "orders", "-q", "0", "-o", "4"], 2, "give -o in [0, 3]"),
+    (["resetOffsetByTime", "-g", "cg", "-t", "orders", "-q", "0", "-o", "9" * 20], 2, "give -o in [0, 3]"),
+    (["resetOffsetByTime", "-g", "", "-t", "orders", "-s", "now"], 2, "consumer group must be a non-blank"),
+    (["resetOffsetByTime", "-g", "c@g", "-t", "orders", "-s", "now"], 2, "may only contain"),
+    (["skipAccumulatedMessage", "-g", "g" * 256, "-t", "orders"], 2, "the limit is 255"),
+    (["consumeMessage", "-t", "orders", "-g", " ", "--commit"], 2, "consumer group must be a non-blank"),
     (["skipAccumulatedMessage", "-g", "cg"], 2, "required: -t"),
     (["sendMessage", "-t", "orders"], 2, "required: -p"),
     (["sendMessage", "-t", "orders", "-p", ""], 2, "body"),
@@ -437,6 +497,10 @@ BAD_ARGUMENTS: list[tuple[list[str], int, str]] = [
     (["verify", MISSING], 2, MISSING),
     (["topicList", "--store", "EMPTY_DIR"], 2, "is not a store"),
     (["topicList", "--store", ""], 2, "no store given"),
+    (["topicList", "EMPTY_DIR", "--store", MISSING], 2, "two stores given"),
+    (["--store", "EMPTY_DIR", "topicList", "--store", MISSING], 2, "two stores given"),
+    (["printMsg", "-t", "orders", "-b", "0001-01-01"], 2, "out of range (1970 to epoch ms 9223372036854775807); "
+                                                         "give epoch milliseconds, now, yyyy-MM-dd#HH:mm:ss:SSS"),
 ]
 
 
@@ -494,6 +558,27 @@ def test_progress_shows_on_a_terminal_only(template: Facts, capsys: pytest.Captu
     capsys.readouterr()
 
 
+def test_a_closed_pipe_is_not_a_problem_found(template: Facts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    class ClosedPipe(io.StringIO):  # stdout of `mqlite ... | head` once head has exited
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:  # what main() points at /dev/null, here a file of our own
+            return fd
+
+    fd = os.open(tmp_path / "stdout", os.O_WRONLY | os.O_CREAT)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(sys, "stdout", ClosedPipe())
+            assert main(["printMsg", template.path, "-t", "orders"]) == 0
+    finally:
+        os.close(fd)
+    assert capsys.readouterr() == ("", "")
+    assert main(["topicList", template.path, "--store", os.path.join(template.path, ".")]) == 0  # one store
+    capsys.readouterr()
+
+
 # -- time arguments --------------------------------------------------------------------------------------------------
 @pytest.fixture()
 def shanghai(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
@@ -520,7 +605,8 @@ def test_parse_time(shanghai: None, text: str, expected: int) -> None:
     assert parse_time(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "yesterday", "15/11/2023", "2023-02-30", "-5", "1.5e12"])
+@pytest.mark.parametrize("text", ["", "yesterday", "15/11/2023", "2023-02-30", "-5", "1.5e12", "0001-01-01",
+                                  "1969-12-31T23:59:59Z", "9" * 20])
 def test_parse_time_refuses(text: str) -> None:
     with pytest.raises(ValueError, match="bad time"):
         parse_time(text)

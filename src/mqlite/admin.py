@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from .broker import Broker, QueueProgress
 from .commitlog import stored_body
-from .errors import MessageNotFoundError
+from .errors import MessageNotFoundError, MQClientError
 from .longpoll import PullStatus
 from .message import (
     PROPERTY_DLQ_ORIGIN_MESSAGE_ID,
@@ -55,6 +55,7 @@ __all__ = [
     "topic_stats",
     "dlq_messages",
     "ResendResult",
+    "resend_destination",
     "resend_dlq_message",
 ]
 
@@ -229,7 +230,9 @@ def topic_stats(broker: Broker, topic: str, now_ms: int, *, offsets: ConsumerOff
     rows = []
     for group in groups:
         committed = {q: max(o, 0) for q, o in offsets.table_for(group)[topic].items()}
-        consumed = {q: committed.get(q, 0) for q in high}
+        # An offset past the end (committed before a truncation, or by hand) consumed no more than the queue
+        # holds: clamped, as consumerProgress's diff is, so "out" never exceeds "in".
+        consumed = {q: min(committed.get(q, 0), high[q]) for q in high}
         rows.append(TopicStats(
             topic, group,
             accumulation=sum(max(high[q] - consumed[q], 0) for q in high),
@@ -263,6 +266,24 @@ class ResendResult:
     offset_msg_id: str
 
 
+def _origin_topic(msg: MessageExt) -> str:
+    origin = msg.properties.get(PROPERTY_RETRY_TOPIC) or msg.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC)
+    if not origin:
+        raise MessageNotFoundError(f"message {msg.msg_id} in {msg.topic} names no original topic "
+                                   f"({PROPERTY_RETRY_TOPIC} is missing); it cannot be re-sent")
+    return origin
+
+
+def resend_destination(msg: MessageExt, group: str, *, to_origin: bool = False) -> str:
+    """The topic `resend_dlq_message` would send the dead letter `msg` to; no I/O.
+
+    Lets a caller check every destination before re-sending the first of many.
+    Raises `MessageNotFoundError` when `msg` names no original topic.
+    """
+    origin = _origin_topic(msg)
+    return origin if to_origin else retry_topic(group)
+
+
 def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin: bool = False,
                        sequence: int = 0) -> ResendResult:
     """Give a dead letter of `group` back to its consumers; needs the writer.
@@ -277,14 +298,13 @@ def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin
     the topic's write queues. Either way the copy keeps its `msg_id`, body and
     user properties, and starts over with `reconsume_times` 0.
     """
-    origin = msg.properties.get(PROPERTY_RETRY_TOPIC) or msg.properties.get(PROPERTY_DLQ_ORIGIN_TOPIC)
-    if not origin:
-        raise MessageNotFoundError(f"message {msg.msg_id} in {msg.topic} names no original topic "
-                                   f"({PROPERTY_RETRY_TOPIC} is missing); it cannot be re-sent")
+    origin = _origin_topic(msg)
     properties = {k: v for k, v in msg.properties.items() if k not in _DEAD_LETTER_PROPERTIES}
     if to_origin:
         properties.pop(PROPERTY_RETRY_TOPIC, None)
         queues = broker.fetch_publish_queues(origin)
+        if not queues:
+            raise MQClientError(f"topic {origin!r} has no write queues; give it some before re-sending to it")
         topic, queue_id = origin, queues[sequence % len(queues)].queue_id
     else:
         properties[PROPERTY_RETRY_TOPIC] = origin  # the client shows the message under this topic

@@ -30,6 +30,7 @@ __all__ = [
     "PERM_WRITE",
     "PERM_INHERIT",
     "check_topic",
+    "check_group",
     "is_system_topic",
     "SYSTEM_TOPICS",
     "NOT_ALLOWED_SEND_TOPICS",
@@ -38,6 +39,7 @@ __all__ = [
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 MAX_TOPIC_LENGTH = 127  # Validators.TOPIC_MAX_LENGTH
+_MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 _TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
@@ -75,6 +77,28 @@ def check_topic(topic: object, *, max_length: int | None = MAX_TOPIC_LENGTH) -> 
     if not _TOPIC_PATTERN.match(topic):
         raise MQClientError(f"topic {topic!r} may only contain letters, digits and % | _ - (RocketMQ's rule)")
     return topic
+
+
+def check_group(group: object) -> str:
+    """`Validators.checkGroup`: a non-blank name of [%|a-zA-Z0-9_-], at most 255 characters.
+
+    Returns the group; raises `MQClientError` saying what to change.
+
+    >>> check_group("cg-1")
+    'cg-1'
+    >>> check_group("")
+    Traceback (most recent call last):
+    mqlite.errors.MQClientError: consumer group must be a non-blank string, got ''
+    """
+    if not isinstance(group, str) or not group.strip():
+        raise MQClientError(f"consumer group must be a non-blank string, got {group!r}")
+    if len(group) > _MAX_GROUP_LENGTH:
+        raise MQClientError(f"consumer group {group[:40]!r}... is {len(group)} characters; the limit is "
+                            f"{_MAX_GROUP_LENGTH}")
+    if not _TOPIC_PATTERN.fullmatch(group):  # Java's matches(): a trailing newline is not allowed either
+        raise MQClientError(f"consumer group {group!r} may only contain letters, digits and % | _ - "
+                            "(RocketMQ's rule)")
+    return group
 
 
 @dataclasses.dataclass(frozen=True)

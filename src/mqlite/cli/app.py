@@ -35,10 +35,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _common_options() -> _Parser:
-    """`[PATH] [--store PATH] [--json]`, on every command (SUPPRESS: a value given before the command stays)."""
+    """`[PATH] [--store PATH] [--json]`, on every command (SUPPRESS: a --json given before the command stays)."""
     common = _Parser(add_help=False)
     common.add_argument("path", nargs="?", help="store directory (or --store, or $MQLITE_STORE)")
-    common.add_argument("--store", default=argparse.SUPPRESS, metavar="PATH", help="store directory")
+    # Its own dest: `mqlite --store A COMMAND --store B` must be seen as two stores, not B silently.
+    common.add_argument("--store", dest="command_store", metavar="PATH", help="store directory")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print one JSON document: a list of row objects with snake_case keys")
     return common
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     prefix = f"mqlite {args.command}"
     try:
-        ctx = Context(args.command, find_store(args.path, args.store))
+        ctx = Context(args.command, find_store(args.path, args.store, args.command_store))
         try:
             return write_report(args.run(ctx, args), args.json, sys.stdout)
         finally:
@@ -95,9 +96,10 @@ def _run(args: argparse.Namespace) -> int:
     except MQClientError as exc:  # the library refused an argument (a bad topic name, an empty body...)
         return _fail(f"{prefix}: {exc}", 2)
     except BrokenPipeError:
-        # The reader of our output went away (`| head`): stop quietly, and keep Python from complaining at exit.
+        # The reader of our output went away (`| head`): not a problem the command found (that is status 1), so
+        # stop quietly with 0, and keep Python from complaining when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0
     except (CommandError, MQLiteError, OSError) as exc:
         return _fail(f"{prefix}: {exc}", 1)
     except KeyboardInterrupt:

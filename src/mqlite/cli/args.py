@@ -15,12 +15,17 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from ..errors import MQClientError
+from ..topics import check_group
+
 __all__ = ["parse_time", "Opt", "time_arg", "non_negative", "positive", "msg_ids", "charset", "boolean",
-           "TOPIC", "GROUP", "QUEUE_ID", "OFFSET", "BROKER", "BEGIN", "END", "MSG_ID", "KEY", "MAX_NUM",
-           "CHARSET", "PRINT_BODY"]
+           "group_name", "TOPIC", "GROUP", "QUEUE_ID", "OFFSET", "BROKER", "BEGIN", "END", "MSG_ID", "KEY",
+           "MAX_NUM", "CHARSET", "PRINT_BODY"]
 
 _ROCKETMQ_TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})#(\d{2}):(\d{2}):(\d{2}):(\d{3})")
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56}")
+_MAX_MS = (1 << 63) - 1  # Java's Long.MAX_VALUE: mqadmin's times are longs
+_TIME_FORMS = "give epoch milliseconds, now, yyyy-MM-dd#HH:mm:ss:SSS or ISO-8601 (2024-05-01T12:00:00)"
 
 
 def parse_time(text: str, now: Callable[[], float] = time.time) -> int:
@@ -43,24 +48,33 @@ def parse_time(text: str, now: Callable[[], float] = time.time) -> int:
     ValueError: bad time 'yesterday': give epoch milliseconds, now, yyyy-MM-dd#HH:mm:ss:SSS or ISO-8601 ...
     """
     text = text.strip()
-    if text.isdigit():
-        return int(text)
     if text == "now":
         return int(now() * 1000)
+    out_of_range = ValueError(f"bad time {text!r}: out of range (1970 to epoch ms {_MAX_MS}); {_TIME_FORMS}")
+    if text.isascii() and text.isdigit():
+        ms = int(text)
+    else:
+        try:
+            moment = _parse_datetime(text)
+        except ValueError:
+            raise ValueError(f"bad time {text!r}: {_TIME_FORMS}") from None
+        try:
+            # A naive datetime's timestamp() is local time: mqadmin's SimpleDateFormat does the same.
+            ms = round(moment.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError):  # year 1 in a zone east of UTC, or beyond the C library's
+            raise out_of_range from None
+    if not 0 <= ms <= _MAX_MS:
+        raise out_of_range
+    return ms
+
+
+def _parse_datetime(text: str) -> datetime:
+    """RocketMQ's `yyyy-MM-dd#HH:mm:ss:SSS` or ISO-8601; `ValueError` when it is neither."""
     rocketmq = _ROCKETMQ_TIME.fullmatch(text)
-    try:
-        if rocketmq:
-            y, mo, d, h, mi, s, ms = map(int, rocketmq.groups())
-            moment = datetime(y, mo, d, h, mi, s, ms * 1000)
-        else:
-            moment = datetime.fromisoformat(text)
-    except ValueError:
-        moment = None
-    if moment is None:
-        raise ValueError(f"bad time {text!r}: give epoch milliseconds, now, yyyy-MM-dd#HH:mm:ss:SSS or ISO-8601 "
-                         "(2024-05-01T12:00:00)")
-    # A naive datetime's timestamp() is local time: mqadmin's SimpleDateFormat does the same.
-    return round(moment.timestamp() * 1000)
+    if rocketmq:
+        y, mo, d, h, mi, s, ms = map(int, rocketmq.groups())
+        return datetime(y, mo, d, h, mi, s, ms * 1000)
+    return datetime.fromisoformat(text)
 
 
 # -- argparse types -------------------------------------------------------------------------------------------
@@ -113,6 +127,14 @@ def charset(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown charset {text!r} (try UTF-8)") from None
 
 
+def group_name(text: str) -> str:
+    """argparse type: a consumer group name RocketMQ accepts (`check_group`: non-blank, [%|a-zA-Z0-9_-], <= 255)."""
+    try:
+        return check_group(text)
+    except MQClientError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def boolean(text: str) -> bool:
     """argparse type: `true` or `false` (mqadmin takes Java's `Boolean.parseBoolean` values)."""
     value = text.strip().lower()
@@ -148,7 +170,7 @@ def opt(*flags: str, **kwargs: Any) -> Opt:
 
 
 TOPIC = opt("-t", "--topic", dest="topic", required=True, metavar="TOPIC", help="topic name")
-GROUP = opt("-g", "--consumerGroup", "--group", dest="group", required=True, metavar="GROUP",
+GROUP = opt("-g", "--consumerGroup", "--group", dest="group", type=group_name, required=True, metavar="GROUP",
             help="consumer group name")
 QUEUE_ID = opt("-i", "--queueId", dest="queue_id", type=non_negative, metavar="QID", help="queue id")
 OFFSET = opt("-o", "--offset", dest="offset", type=non_negative, metavar="OFFSET", help="queue offset")

@@ -33,9 +33,15 @@ class CommandError(Exception):
     """The command could not do its job on this store: exit status 1."""
 
 
-def find_store(path: str | None, store: str | None) -> str:
-    """The store directory from PATH, `--store` or `$MQLITE_STORE`, in that order; `UsageError` if none fits."""
-    chosen = path or store or os.environ.get(STORE_ENV)
+def find_store(*given: str | None) -> str:
+    """The store directory PATH and `--store` name (the same one when both do), else `$MQLITE_STORE`.
+
+    `UsageError` when they name different directories, or none fits.
+    """
+    named = [g for g in given if g]
+    if len({os.path.realpath(g) for g in named}) > 1:
+        raise UsageError(f"two stores given ({' and '.join(named)}): name one, as PATH or with --store")
+    chosen = named[0] if named else os.environ.get(STORE_ENV)
     if not chosen:
         raise UsageError(f"no store given: pass PATH, --store PATH or set {STORE_ENV}")
     if not os.path.isdir(chosen):

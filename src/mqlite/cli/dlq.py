@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Iterator
 
-from ..admin import dlq_messages, find_message, resend_dlq_message
-from ..message import PROPERTY_RETRY_TOPIC
+from ..admin import dlq_messages, find_message, resend_destination, resend_dlq_message
+from ..broker import Broker
+from ..errors import MessageNotFoundError, MQLiteError
+from ..message import PROPERTY_RETRY_TOPIC, MessageExt
 from ..sendback import dlq_topic
+from ..topics import is_system_topic
 from .checks import check_window
-from .context import Context, UsageError
-from .output import Column, Report, human_time_ms, message_row
+from .context import CommandError, Context, UsageError
+from .output import Column, Report, Row, human_time_ms, message_row
 
 __all__ = ["query_dlq", "resend_dlq"]
 
@@ -40,6 +44,9 @@ def resend_dlq(ctx: Context, args: argparse.Namespace) -> Report:
     the copy goes to `%RETRY%<group>`, which only that group reads (and which shows
     the original topic), keeping its msg_id and starting over at reconsume_times 0.
     Name the messages with -i, or pass --all (optionally within -b/-e).
+    Every destination is checked (exists, writable, has queues) before the first
+    copy is sent; each row prints as its copy is stored, so a failure part-way
+    (exit 1) still shows what was re-sent.
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
     if bool(args.msg_ids) == args.all:
@@ -52,9 +59,52 @@ def resend_dlq(ctx: Context, args: argparse.Namespace) -> Report:
         letters = [find_message(broker, msg_id, dlq_topic(args.group)) for msg_id in args.msg_ids]
     else:
         letters = list(dlq_messages(broker, args.group, args.begin, args.end))
-    rows = [dataclasses.asdict(resend_dlq_message(broker, msg, args.group, to_origin=args.to_origin, sequence=i))
-            for i, msg in enumerate(letters)]
-    return Report(rows, columns=[
+    _check_destinations(broker, letters, args.group, args.to_origin)
+    sent: list[Row] = []
+
+    def rows() -> Iterator[Row]:
+        for i, msg in enumerate(letters):
+            try:
+                result = resend_dlq_message(broker, msg, args.group, to_origin=args.to_origin, sequence=i)
+            except (MQLiteError, OSError) as exc:
+                # The destinations were checked: what fails now is the store itself (disk, a damaged file).
+                raise CommandError(f"re-sent {len(sent)} of {len(letters)} dead letters, then {msg.msg_id} "
+                                   f"failed: {exc}") from exc
+            sent.append(dataclasses.asdict(result))
+            yield sent[-1]
+
+    return Report(rows(), columns=[
         Column("#Message ID", "msg_id"), Column("#Resent To", "topic"), Column("#QID", "queue_id"),
         Column("#Offset", "queue_offset"),
-    ], footer=lambda: ["", f"{len(rows)} dead letters of {args.group} re-sent"])
+    ], footer=lambda: ["", f"{len(sent)} dead letters of {args.group} re-sent"])
+
+
+def _check_destinations(broker: Broker, letters: list[MessageExt], group: str, to_origin: bool) -> None:
+    """`CommandError` naming the first topic a re-send of `letters` would be refused by, before any is sent.
+
+    The retry topic is created on the first re-send when missing; an original
+    topic must exist (or the store auto-creates topics), take writes and have queues.
+    """
+    destinations: set[str] = set()
+    for msg in letters:
+        try:
+            destinations.add(resend_destination(msg, group, to_origin=to_origin))
+        except MessageNotFoundError as exc:
+            raise CommandError(f"{exc}; nothing was re-sent (name the others with -i)") from None
+    for topic in sorted(destinations):
+        config = broker.topic_config(topic)
+        if to_origin and is_system_topic(topic):
+            problem = "is a system topic, which takes no sends: re-send without --to-origin (to the retry topic)"
+        elif config is None:
+            if not to_origin or broker.config.auto_create_topic:
+                continue  # created by the first re-send to it
+            problem = (f"does not exist: create it with `mqlite updateTopic -t {topic}`, or re-send without "
+                       "--to-origin (to the retry topic)")
+        elif not config.writable:
+            problem = (f"is not writable (perm {config.perm}): make it writable with "
+                       f"`mqlite updateTopic -t {topic} -p 6`")
+        elif config.write_queue_nums < 1:
+            problem = f"has no write queues: give it some with `mqlite updateTopic -t {topic} -w 8`"
+        else:
+            continue
+        raise CommandError(f"topic {topic!r} {problem}; nothing was re-sent")

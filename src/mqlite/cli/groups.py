@@ -74,11 +74,23 @@ def reset_offset_by_time(ctx: Context, args: argparse.Namespace) -> Report:
         table = broker.reset_offset_by_time(args.group, args.topic, args.timestamp)
     else:
         mq = queue_of(broker, args.topic, args.queue_id)
-        offset = args.offset if args.offset is not None else broker.search_offset(mq, args.timestamp)
+        if args.offset is None:
+            offset = broker.search_offset(mq, args.timestamp)
+        else:
+            offset = _check_offset(broker, mq, args.offset)
         broker.commit_offset(args.group, mq, offset)
         table = {mq: offset}
     return Report(_reset_rows(table), columns=_RESET_COLUMNS, header=[
         f"reset consumer offset, group[{args.group}], topic[{args.topic}], timestamp[{args.timestamp}]"])
+
+
+def _check_offset(broker: Broker, mq: MessageQueue, offset: int) -> int:
+    """`offset` if a consumer of `mq` could stand there (min to max offset, the end included); `UsageError` if not."""
+    low, high = broker.min_offset(mq), broker.max_offset(mq)
+    if not low <= offset <= high:
+        raise UsageError(f"offset {offset} is outside queue {mq.queue_id} of {mq.topic!r}: give -o in "
+                         f"[{low}, {high}] (its min and max offset)")
+    return offset
 
 
 def skip_accumulated_message(ctx: Context, args: argparse.Namespace) -> Report:

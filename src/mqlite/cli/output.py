@@ -2,9 +2,11 @@
 
 A command returns a `Report`; `write_report` prints it. With `--json` the
 output is one JSON list of the row objects (one row a line, so a long
-`printMsg` streams); `Note` lines are text-only. Without it, rows print as
-an aligned table under mqadmin's `#`-headed columns, or through the report's
-own `line` function (mqadmin's key-value blocks and `MSGID: ...` lines).
+`printMsg` streams); `Note` lines are text-only unless they carry a row.
+Without it, rows print as an aligned table under mqadmin's `#`-headed
+columns, or through the report's own `line` function (mqadmin's key-value
+blocks and `MSGID: ...` lines). Rows that fail part-way still print what
+came before the failure (valid JSON, a table of the rows so far).
 `Progress` draws on stderr, and only when stderr is a terminal.
 """
 
@@ -28,9 +30,14 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Note:
-    """A text line between rows (mqadmin's per-queue remarks); left out of JSON."""
+    """A text line between a table's rows (mqadmin's per-queue remarks).
+
+    In JSON it is `row` when given (a row the table's columns do not fit,
+    such as queryMsgTraceById's tracks), and left out otherwise.
+    """
 
     text: str
+    row: Row | None = None
 
 
 @dataclass(frozen=True)
@@ -77,22 +84,37 @@ def write_report(report: Report, as_json: bool, out: TextIO) -> int:
 
 
 def _write_json(rows: Iterable[Row | Note], out: TextIO) -> None:
-    out.write("[")
-    first = True
-    for row in rows:
-        if isinstance(row, Note):
-            continue
-        out.write("\n  " if first else ",\n  ")
-        out.write(json.dumps(row, ensure_ascii=False))
-        first = False
-    out.write("\n]\n" if not first else "]\n")
+    written = False
+    try:
+        for row in rows:
+            if isinstance(row, Note):
+                if row.row is None:
+                    continue
+                row = row.row
+            out.write(",\n  " if written else "[\n  ")
+            out.write(json.dumps(row, ensure_ascii=False))
+            written = True
+    except BaseException:
+        if written:  # the rows failed part-way: close the list, so it is valid JSON of what was done
+            out.write("\n]\n")
+        raise
+    out.write("\n]\n" if written else "[]\n")
 
 
 def _write_table(columns: Sequence[Column], rows: Iterable[Row | Note], out: TextIO) -> None:
     # Widths come from the values, so every row is formatted before the first is printed.
     cells: list[list[str] | str] = []
-    for row in rows:
-        cells.append(row.text if isinstance(row, Note) else [c.show(row[c.key]) for c in columns])
+    try:
+        for row in rows:
+            cells.append(row.text if isinstance(row, Note) else [c.show(row[c.key]) for c in columns])
+    except BaseException:
+        if cells:  # the rows failed part-way: show what was done (resendDlq's copies) before the error
+            _print_table(columns, cells, out)
+        raise
+    _print_table(columns, cells, out)
+
+
+def _print_table(columns: Sequence[Column], cells: Sequence[list[str] | str], out: TextIO) -> None:
     widths = [len(c.header) for c in columns]
     for cell in cells:
         if isinstance(cell, list):

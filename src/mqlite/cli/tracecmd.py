@@ -14,28 +14,32 @@ from .output import Column, Note, Report, Row, human_time_ms
 
 __all__ = ["query_msg_trace_by_id"]
 
-#: A message's life in order, for records stamped in the same millisecond.
-_ORDER = {"Pub": 0, "SubBefore": 1, "SubAfter": 2, "EndTransaction": 3}
-
 
 def query_msg_trace_by_id(ctx: Context, args: argparse.Namespace) -> Report:
     """Show a message's trace (send, consume start and end, retries, dead letter) and its track per group.
 
     The records come from RMQ_SYS_TRACE_TOPIC, written by clients opened with
-    trace=True. The track says per consumer group whether the message is
-    CONSUMED, NOT_CONSUME_YET, ... (as the committed offsets on disk tell it).
+    trace=True, in the order the message lived them. The track says per
+    consumer group whether the message is CONSUMED, NOT_CONSUME_YET, ... (as
+    the committed offsets on disk tell it).
+    With --json each id gives its trace rows, then its track rows, each row
+    with a "kind": "trace" rows have TraceView's fields (msg_type, group_name,
+    time_stamp, ...); "track" rows have msg_id, consumer_group, track_type and
+    exception_desc.
     Reads the store read-only: works beside a live writer.
     """
     broker = ctx.reader()
-    views = [view for msg_id in args.msg_ids for view in broker.query_trace(msg_id)]
-    tracks = [(msg_id, track) for msg_id in args.msg_ids for track in _tracks(broker, msg_id)]
 
     def rows() -> Iterator[Row | Note]:
-        for view in sorted(views, key=lambda v: (v.time_stamp, _ORDER.get(v.msg_type, len(_ORDER)))):
-            yield dataclasses.asdict(view)
-        for msg_id, track in tracks:
-            yield Note(f"track of {msg_id} in group {track.consumer_group}: {track.track_type}"
-                       + (f" ({track.exception_desc})" if track.exception_desc else ""))
+        for msg_id in args.msg_ids:
+            # Broker.query_trace returns them in causal order; a sort by time would break same-millisecond ties.
+            for view in broker.query_trace(msg_id):
+                yield {"kind": "trace", **dataclasses.asdict(view)}
+            for track in _tracks(broker, msg_id):
+                text = (f"track of {msg_id} in group {track.consumer_group}: {track.track_type}"
+                        + (f" ({track.exception_desc})" if track.exception_desc else ""))
+                yield Note(text, {"kind": "track", "msg_id": msg_id, "consumer_group": track.consumer_group,
+                                  "track_type": track.track_type.value, "exception_desc": track.exception_desc})
 
     return Report(rows(), columns=[
         Column("#Type", "msg_type"), Column("#Group", "group_name"), Column("#ClientHost", "client_host"),
