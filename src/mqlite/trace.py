@@ -784,14 +784,21 @@ def _return_type_name(ctx: TraceContext) -> str:
 
 
 def trace_views(msg_id: str, trace_messages: Iterable[MessageExt]) -> list[TraceView]:
-    """`TraceView.decodeFromTraceTransData` over trace messages: the records of `msg_id`, by time stamp.
+    """`TraceView.decodeFromTraceTransData` over trace messages: the records of `msg_id`, in causal order.
 
-    Records with the same time stamp keep the order they were stored in.
+    Time stamps alone cannot order them: a failing listener and the retry it causes
+    share a millisecond, and under a test's stopped clock everything does. So the order
+    is by consume round, then by step within it (the send and the transaction's end,
+    consume start, consume end, the retry or dead-letter copy), then by time and
+    storage. A SubBefore's round is its retry count; a SubAfter belongs to the
+    SubBefore before it in the same trace message; the k-th copy a group sent back
+    follows the k-th failed consume of that group.
     """
-    rows: list[tuple[int, int, int, TraceView]] = []
+    rows: list[list[Any]] = []  # [round, step, time, offset, position, view]
     for message in trace_messages:
         client_host = _host_of(message.born_host)
         text = message.body.decode("utf-8", errors="replace")
+        round_ = 0
         for position, ctx in enumerate(decode_trace_data(text)):
             bean = ctx.beans[0]
             if bean.msg_id != msg_id:
@@ -801,9 +808,29 @@ def trace_views(msg_id: str, trace_messages: Iterable[MessageExt]) -> list[Trace
                              message.born_timestamp, bean.topic, ctx.group_name,
                              "success" if ctx.success else "failed", bean.retry_times, _return_type_name(ctx),
                              bean.transaction_state)
-            rows.append((ctx.time_stamp, message.commit_log_offset, position, view))
-    rows.sort(key=lambda row: row[:3])
-    return [row[3] for row in rows]
+            if view.msg_type == "SubBefore":
+                round_ = view.retry_times
+            step = _step(view)
+            rows.append([round_ if step in (2, 3) else 0, step, ctx.time_stamp, message.commit_log_offset,
+                         position, view])
+    failed: dict[str, list[int]] = {}
+    for row in sorted(rows, key=lambda r: r[:5]):
+        if row[1] == 3 and row[5].status == "failed":
+            failed.setdefault(row[5].group_name, []).append(row[0])
+    copies: dict[str, int] = {}
+    for row in sorted((r for r in rows if r[1] == 4), key=lambda r: r[2:5]):
+        rounds = failed.get(row[5].group_name, [])
+        k = copies[row[5].group_name] = copies.get(row[5].group_name, -1) + 1
+        row[0] = rounds[min(k, len(rounds) - 1)] if rounds else 0
+    rows.sort(key=lambda r: r[:5])
+    return [row[5] for row in rows]
+
+
+def _step(view: TraceView) -> int:
+    """Where a record comes in one consume round (see `trace_views`)."""
+    if view.msg_type == "Pub":
+        return 4 if view.topic.startswith(("%RETRY%", "%DLQ%")) else 0
+    return {"EndTransaction": 1, "SubBefore": 2, "SubAfter": 3}.get(view.msg_type, 5)
 
 
 class TrackType(enum.StrEnum):
