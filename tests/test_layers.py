@@ -33,7 +33,7 @@ LAYERS: dict[str, int] = {
     # L3 clients (consumer/ and filter/ are packages)
     "producer": 3, "consumer": 3, "rebalance": 3, "filter": 3,
     # L4 adapters (spark/ is a package)
-    "spark": 4, "cli": 4, "testing": 4, "aio": 4, "__main__": 4,
+    "spark": 4, "cli": 4, "testing": 4, "_pytest_plugin": 4, "aio": 4, "__main__": 4,
 }
 #: `mqlite/__init__.py` may import anything; importing the package itself counts as importing
 #: its top (what it re-exports), so only L4 adapters may do it.

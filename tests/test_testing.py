@@ -8,6 +8,8 @@ woken would fail instead of passing slowly.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -272,3 +274,12 @@ def test_fixtures_compose_with_application_fixtures(mqlite_broker: mqlite.Broker
         consumer.subscribe("orders")
         mqlite_clock.advance(1)
         assert [m.body for m in consumer.poll(timeout=10)] == [b"o-1"]
+
+
+def test_the_helpers_import_without_pytest() -> None:
+    """unittest suites and scripts use `temporary_broker`, `MockClock` and `wait_idle` without pytest installed."""
+    code = ("import sys; sys.modules['pytest'] = None\n"
+            "from mqlite.testing import MockClock, temporary_broker, wait_idle\n"
+            "with temporary_broker(clock=MockClock()) as broker: print(broker.read_only)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr

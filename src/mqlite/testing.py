@@ -1,7 +1,9 @@
 """`mqlite.testing`: THE way to unit-test code that uses mqlite queues.
 
-A pytest plugin, registered by mqlite's `pytest11` entry point: installing
-mqlite is all it takes, no `conftest.py` needed. It gives every test
+A pytest plugin, registered by mqlite's `pytest11` entry point (its hooks and
+fixtures live in `mqlite._pytest_plugin`, so this module imports without
+pytest): installing mqlite is all it takes, no `conftest.py` needed. It gives
+every test
 
 - `mqlite_broker`: a fresh `Broker` in the test's `tmp_path`, opened on the
   test's clock and closed after the test, which then fails if an `mqlite-*`
@@ -45,10 +47,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Any
 
-import pytest
 
 from .broker import Broker, Joinable
 from .broker import open as open_broker
@@ -171,24 +171,3 @@ def temporary_broker(path: str | os.PathLike[str] | None = None, *, clock: MockC
         yield broker
     leaked = sorted(t.name for t in _mqlite_threads() - before if t.is_alive())
     assert not leaked, f"threads still running after the broker closed: {', '.join(leaked)}"
-
-
-# -- the pytest plugin -----------------------------------------------------------------------------------
-def pytest_configure(config: pytest.Config) -> None:
-    """Register the `mqlite` marker (settings for `mqlite_broker`)."""
-    config.addinivalue_line("markers", "mqlite(**config): settings for the mqlite_broker fixture's mqlite.open")
-
-
-@pytest.fixture
-def mqlite_clock() -> MockClock:
-    """The test's `MockClock`: `mqlite_clock.advance(seconds)` moves the broker's time."""
-    return MockClock()
-
-
-@pytest.fixture
-def mqlite_broker(request: pytest.FixtureRequest, tmp_path: Path, mqlite_clock: MockClock) -> Iterator[Broker]:
-    """A fresh broker at `tmp_path / "mq"` on `mqlite_clock`, closed after the test (no thread may outlive it)."""
-    marker = request.node.get_closest_marker("mqlite")
-    config = dict(marker.kwargs) if marker is not None else {}
-    with temporary_broker(tmp_path / "mq", clock=mqlite_clock, **config) as broker:
-        yield broker
