@@ -60,12 +60,14 @@ def _fill(broker: mqlite.Broker) -> dict[str, list]:
 def test_topic_status_rows(broker: mqlite.Broker) -> None:
     results = _fill(broker)
     rows = broker.topic_status("T")
-    assert [(r.queue_id, r.min_offset, r.max_offset) for r in rows] == [(0, 0, 5), (1, 0, 2), (3, 0, 1)]
-    newest = {0: results["T0"][-1], 1: results["T1"][-1], 3: results["T3"][-1]}
+    # Every queue of the topic (auto-created with 4), 0/0 for queue 2 that got no message (as mqadmin).
+    assert [(r.queue_id, r.min_offset, r.max_offset) for r in rows] == [(0, 0, 5), (1, 0, 2), (2, 0, 0), (3, 0, 1)]
+    newest = {0: results["T0"][-1].store_timestamp, 1: results["T1"][-1].store_timestamp, 2: 0,
+              3: results["T3"][-1].store_timestamp}
     for row in rows:
-        assert row.last_update_timestamp == newest[row.queue_id].store_timestamp
+        assert row.last_update_timestamp == newest[row.queue_id]
     assert broker.topic_status("NoSuchTopic") == []
-    assert [r.queue_id for r in broker.topic_status("Other")] == [0]
+    assert [r.queue_id for r in broker.topic_status("Other")] == [0]  # stored without a topic config: its files
 
 
 def test_min_max_and_search_offset(broker: mqlite.Broker) -> None:
@@ -146,7 +148,7 @@ def test_read_only_broker_beside_a_writer(broker: mqlite.Broker, path: str) -> N
         mqlite.open(path)  # one writer per directory
     with mqlite.open(path, read_only=True) as reader:
         assert reader.read_only and not broker.read_only
-        assert [(r.queue_id, r.max_offset) for r in reader.topic_status("T")] == [(0, 5), (1, 2), (3, 1)]
+        assert [(r.queue_id, r.max_offset) for r in reader.topic_status("T")] == [(0, 5), (1, 2), (2, 0), (3, 1)]
         assert reader.view_message("UNIQ-T0-1").body == b"t0-1"
         assert reader.view_message(results["T1"][0].offset_msg_id).body == b"t1-0"
         assert [m.body for m in reader.query_message("Other", "shared")] == [b"other"]
@@ -155,7 +157,7 @@ def test_read_only_broker_beside_a_writer(broker: mqlite.Broker, path: str) -> N
         writer(broker).put("Late", 0, b"late", {"KEYS": "late-key"})
         assert writer(broker).wait_dispatched()
         writer(broker).flush()
-        assert [(r.queue_id, r.max_offset) for r in reader.topic_status("T")] == [(0, 5), (1, 3), (3, 1)]
+        assert [(r.queue_id, r.max_offset) for r in reader.topic_status("T")] == [(0, 5), (1, 3), (2, 0), (3, 1)]
         assert reader.query_message_by_offset("T", 1, 2).body == b"t1-2"
         assert [r.max_offset for r in reader.topic_status("Late")] == [1]
         assert reader.query_message_by_offset("Late", 0, 0).body == b"late"
@@ -362,3 +364,13 @@ def test_a_read_only_broker_maps_a_queue_created_after_it_opened(tmp_path: Path)
             assert reader.max_offset(q0) == 1  # queue 0 did not exist when the reader opened
             assert reader.query_message_by_offset("T", 0, 0).body == b"b"
             assert reader.max_offset(mqlite.MessageQueue("T", reader.broker_name, 7)) == 0  # no such queue
+
+
+def test_topic_status_lists_every_queue_of_the_topic_even_unwritten_ones(tmp_path: Path) -> None:
+    # mqadmin topicStatus shows each read queue, 0/0 for one that never got a message.
+    with mqlite.open(str(tmp_path / "mq")) as broker:
+        broker.create_topic("z", 4)
+        broker.put_message("z", 1, b"x")
+        rows = broker.topic_status("z")
+        assert [(r.queue_id, r.min_offset, r.max_offset) for r in rows] == [(0, 0, 0), (1, 0, 1), (2, 0, 0), (3, 0, 0)]
+        assert rows[1].last_update_timestamp > 0 and rows[0].last_update_timestamp == 0

@@ -410,9 +410,12 @@ class Broker:
         """Per queue of `topic`: min and max offsets and the store time of the newest message."""
         store = self._check()
         if store.read_only:
-            store.refresh()  # type: ignore[attr-defined]
+            store.refresh()
         rows = []
-        for queue_id in store.queue_ids(topic):
+        # Every queue of the topic's config, as mqadmin lists them (0/0 for one never written), and any
+        # other queue that has files.
+        queue_ids = {mq.queue_id for mq in self.fetch_subscribe_queues(topic)} | set(store.queue_ids(topic))
+        for queue_id in sorted(queue_ids):
             high = store.max_offset(topic, queue_id)
             last = store.store_timestamp(topic, queue_id, high - 1) if high > 0 else 0
             rows.append(QueueStatus(queue_id, store.min_offset(topic, queue_id), high, max(last, 0)))
