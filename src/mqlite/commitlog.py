@@ -837,14 +837,9 @@ class CommitLog:
             raise MQClientError("every index key hash needs the number of its record in the batch")
         key = (topic, queue_id)
         with self.put_lock:
-            now = max(self.clock.now_ms(), self.last_store_timestamp)
-            self.last_store_timestamp = now
-            mf = self._active
-            if mf is None or mf.wrote_position + total_all + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
-                mf = self._room_for(total_all)
+            now, mf, first_qoff = self._place_batch(key, total_all)
             start = mf.wrote_position
             mm, base = mf.mm, mf.file_from_offset
-            first_qoff = self.topic_queue_table.get(key, 0)
             physical = starts + (base + start)
             # The fields that depend on the log's place, filled before the copy: a torn copy
             # never leaves a valid-looking record with placeholder offsets.
@@ -932,14 +927,9 @@ class CommitLog:
         np.cumsum(size_array[:-1], out=record_starts[1:])
         key = (topic, queue_id)
         with self.put_lock:
-            now = max(self.clock.now_ms(), self.last_store_timestamp)
-            self.last_store_timestamp = now
-            mf = self._active
-            if mf is None or mf.wrote_position + total_all + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
-                mf = self._room_for(total_all)
+            now, mf, first_qoff = self._place_batch(key, total_all)
             start = mf.wrote_position
             mm, base = mf.mm, mf.file_from_offset
-            first_qoff = self.topic_queue_table.get(key, 0)
             headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
             headers["physical_offset"] = record_starts + (base + start)
             headers["born_timestamp"] = now if born_timestamp is None else born_timestamp
@@ -989,6 +979,18 @@ class CommitLog:
         _INT.pack_into(mm, p + 16, born_port)  # type: ignore[arg-type]
         _TAIL_V4.pack_into(mm, p + 20, now, _STORE_IP, STORE_HOST[1], reconsume, prepared, body_len)  # type: ignore[arg-type]
         return p + 20 + _TAIL_V4.size
+
+    def _place_batch(self, key: tuple[str, int], total: int) -> tuple[int, MappedFile, int]:
+        """A batch's store time, segment (it writes at `wrote_position`) and first queue offset.
+
+        Called with `put_lock` held; store times never go back, even when the clock does.
+        """
+        now = max(self.clock.now_ms(), self.last_store_timestamp)
+        self.last_store_timestamp = now
+        mf = self._active
+        if mf is None or mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            mf = self._room_for(total)
+        return now, mf, self.topic_queue_table.get(key, 0)
 
     def _room_for(self, total: int) -> MappedFile:
         """The segment to write `total` bytes to, closing the active one with a BLANK if needed.
