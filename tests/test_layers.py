@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1,
     # L2 broker
     "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "sendback": 2, "groups": 2, "longpoll": 2, "broker": 2,
-    "inbox": 2, "trace": 2,
+    "inbox": 2, "trace": 2, "traceview": 2,
     "admin": 2,
     # L3 clients (consumer/ and filter/ are packages)
     "producer": 3, "consumer": 3, "rebalance": 3, "filter": 3,

@@ -27,13 +27,13 @@ from mqlite.trace import (
     TraceContext,
     TraceDispatcher,
     TraceType,
-    TrackType,
     decode_trace_data,
     encode_trace_context,
     pack_trace_messages,
     trace_keys,
     trace_record,
 )
+from mqlite.traceview import TrackType
 
 SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
                          "max_hash_slot_num": 64, "max_index_num": 1024}

@@ -49,7 +49,7 @@ from .producer import (
 from .reader import StoreReader
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
-from .trace import MessageTrack, TraceView, TrackType
+from .traceview import MessageTrack, TraceView, TrackType
 
 __version__ = "0.1.0"
 

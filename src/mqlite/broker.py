@@ -44,15 +44,8 @@ from .sendback import DEFAULT_MAX_RECONSUME_TIMES, is_dlq_topic, is_retry_topic,
 from .store import MessageStore
 from .storebase import MessageFilter, StoreFiles, config_for
 from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
-from .trace import (
-    TRACE_MAX_MSG_SIZE,
-    TRACE_TOPIC,
-    MessageTrack,
-    TraceDispatcher,
-    TraceView,
-    trace_views,
-    track_message,
-)
+from .trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
+from .traceview import MessageTrack, TraceView, trace_views, track_message
 from .txn import HALF_TOPIC, TransactionalMessageService, TransactionCheckService, parse_half_message
 
 #: Topics `put_message` may redirect a client's message to.

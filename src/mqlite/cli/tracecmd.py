@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from ..broker import Broker
 from ..errors import MessageNotFoundError
-from ..trace import MessageTrack
+from ..traceview import MessageTrack
 from .context import Context
 from .output import Column, Note, Report, Row, human_time_ms
 
