@@ -43,7 +43,15 @@ from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, is_dlq_topic, is_retry_topic, plan_send_back
 from .store import MessageStore
 from .storebase import MessageFilter, StoreFiles, config_for
-from .topics import NOT_ALLOWED_SEND_TOPICS, TopicConfig, TopicTable, check_topic, is_system_topic
+from .topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    TopicConfig,
+    TopicTable,
+    check_topic,
+    is_system_topic,
+)
 from .trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .traceview import MessageTrack, TraceView, trace_views, track_message
 from .txn import HALF_TOPIC, TransactionalMessageService, TransactionCheckService, parse_half_message
@@ -233,11 +241,13 @@ class Broker:
         return store
 
     # -- topics --------------------------------------------------------------------------------------------
-    def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False) -> TopicConfig:
-        """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`)."""
+    def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False,
+                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+        """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`);
+        `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2)."""
         self._writer()
         before = self.topics.get(topic)
-        config = self.topics.create(topic, queue_nums, order=order)
+        config = self.topics.create(topic, queue_nums, perm=perm, order=order)
         if before is None or before.read_queue_nums != config.read_queue_nums:
             self.consumer_groups.notify_all()
         return config

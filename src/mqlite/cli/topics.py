@@ -65,10 +65,7 @@ def update_topic(ctx: Context, args: argparse.Namespace) -> Report:
     current = broker.topic_config(args.topic)
     # mqadmin always sends 8 when no count is given, resizing an existing topic; keeping its count is kinder.
     queue_nums = read or write or (current.write_queue_nums if current else DEFAULT_QUEUE_NUMS)
-    config = broker.create_topic(args.topic, queue_nums, order=args.order)
-    if args.perm != config.perm:
-        # Broker.create_topic keeps RocketMQ's default permission; the table sets any other.
-        config = broker.topics.create(args.topic, queue_nums, perm=args.perm, order=args.order)
+    config = broker.create_topic(args.topic, queue_nums, order=args.order, perm=args.perm)
     return Report([dataclasses.asdict(config)], header=[f"create topic to {broker.path} success."], line=_config_text)
 
 
