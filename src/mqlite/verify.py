@@ -93,7 +93,7 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
         return report
     live = _writer_alive(path)
     with reader:
-        records = _verify_commitlog(reader, report, progress)
+        records = _verify_commitlog(reader, report, progress, live)
         _verify_queues(reader, report, records, live)
         files = reader.index.files
         for index_file in files:
@@ -108,9 +108,13 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
     return report
 
 
-def _verify_commitlog(reader: StoreReader, report: VerifyReport,
-                      progress: Callable[[int, int], None] | None) -> dict[int, tuple[int, str, int, int, int]]:
-    """Walk the log; returns {offset: (size, topic, queue_id, queue_offset, tags_code)}."""
+def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Callable[[int, int], None] | None,
+                      live: bool) -> dict[int, tuple[int, str, int, int, int]]:
+    """Walk the log; returns {offset: (size, topic, queue_id, queue_offset, tags_code)}.
+
+    Beside a live writer the walk stops where the consume queues confirmed records when the
+    reader opened (`StoreReader` marks it): past it, a record may be half copied.
+    """
     files = reader.commitlog.mapped_files.files
     records: dict[int, tuple[int, str, int, int, int]] = {}
     if not files:
@@ -118,9 +122,10 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport,
     total = files[-1].file_from_offset + files[-1].file_size - files[0].file_from_offset
     for index, mf in enumerate(files):
         pos = 0
-        while pos < mf.file_size:
+        limit = mf.wrote_position if live and index == len(files) - 1 else mf.file_size
+        while pos < limit:
             offset = mf.file_from_offset + pos
-            size, request = check_record(mf.mm, pos, mf.file_size, True, default_tags_code)
+            size, request = check_record(mf.mm, pos, limit, True, default_tags_code)
             if size > 0 and request is not None:
                 if request.commit_log_offset != offset:
                     report.add(f"commit log: record at {offset} says its offset is {request.commit_log_offset}")
