@@ -352,3 +352,16 @@ def test_offset_message_id_vectors() -> None:
     assert decode_offset_msg_id("645100FA00002A9F000000489A3AA09E") == ("100.81.0.250", 10911, 311825178782)
     with pytest.raises(mqlite.MQClientError):
         decode_offset_msg_id("xyz")
+
+
+def test_a_refused_start_leaves_no_thread_and_no_hold_on_the_broker(tmp_path: Path) -> None:
+    path = str(tmp_path / "ro")
+    mqlite.open(path).close()
+    with mqlite.open(path, read_only=True) as reader:
+        producer = mqlite.Producer(reader, "pg", trace=True)
+        with pytest.raises(mqlite.IllegalStateError, match="read-only"):
+            producer.start()  # a reader cannot store traces
+        assert not [t for t in threading.enumerate() if t.name.startswith("mqlite-trace-")]
+        with pytest.raises(mqlite.IllegalStateError):
+            producer.send(mqlite.Message("T", b"x"))
+    assert reader.closed  # nothing kept it open

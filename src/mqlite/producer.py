@@ -243,14 +243,22 @@ class Producer:
         with self._state_lock:
             if self._state != "CREATED":
                 raise IllegalStateError(f"producer {self.group!r} is {self._state.lower()}; create a new one")
-            self._broker = Broker.acquire(self._target)
-            self._now_ms = self._broker.store.clock.now_ms
-            if self._trace:  # before joining: a broker that cannot store traces refuses here
-                self._tracer = ProducerTracer(self._broker.trace_dispatcher(self.group), self._now_ms)
-                self._tracer.start()
-                self.add_send_hook(self._tracer.before_send, self._tracer.after_send)
-            self._broker.register_producer(self.group, self)
-            self._body_limit = self._max_message_size or self._broker.config.max_message_size
+            broker = self._broker = Broker.acquire(self._target)
+            try:
+                self._now_ms = broker.store.clock.now_ms
+                if self._trace:  # before joining: a broker that cannot store traces refuses here
+                    self._tracer = ProducerTracer(broker.trace_dispatcher(self.group), self._now_ms)
+                    self._tracer.start()
+                    self.add_send_hook(self._tracer.before_send, self._tracer.after_send)
+                broker.register_producer(self.group, self)
+            except BaseException:
+                # A refused start leaves nothing behind: no trace thread, no hold on the broker.
+                tracer, self._tracer, self._broker = self._tracer, None, None
+                if tracer is not None:
+                    tracer.stop()
+                broker.release()
+                raise
+            self._body_limit = self._max_message_size or broker.config.max_message_size
             self._state = "RUNNING"
 
     def shutdown(self) -> None:
