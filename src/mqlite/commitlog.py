@@ -757,25 +757,99 @@ class CommitLog:
         one `BatchDispatch` for all of it.
         """
         count = len(bodies)
+        if not count:
+            raise MQClientError("a batch needs at least one message")
         if properties is not None and len(properties) != count:
             raise MQClientError(f"{count} bodies but {len(properties)} property maps")
+        if flags is not None and len(flags) != count:
+            raise MQClientError(f"{count} bodies but {len(flags)} flags")
+        max_body = self._max_body
+        if set(map(type, bodies)) != {bytes} or max(map(len, bodies)) > max_body:
+            for body in bodies:
+                if type(body) is not bytes or len(body) > max_body:
+                    self._check_body(body)
+            bodies = [b if type(b) is bytes else bytes(b) for b in bodies]
+        # The numpy header fields take any int: out-of-range ones raise here, as HEADER.pack would.
+        for value in (queue_id, flag) if flags is None else (queue_id, min(flags), max(flags)):
+            _INT.pack(value)
+        # Each record ends with the topic, the property block's length and the block: the first two
+        # are one shared object when every block has the same length (no bytes built per record).
+        prefix = self._topic_prefix(topic)
+        tail_lengths: Any
+        keys: list[str | None] | None = None
+        uniqs: list[str | None] | None = None
+        blocks: list[bytes] | None = None
         if properties is None or not any(properties):
-            return self._append_columns(topic, queue_id, bodies, None, None, None, None, flag, flags, born_timestamp)
-        blocks = self._property_blocks(properties)
-        if set(map(type, properties)) <= _DICT_TYPES:  # C-level gets (most batches)
-            maps: Sequence[dict[str, str]] = properties  # type: ignore[assignment]
-            keys = list(map(dict.get, maps, itertools.repeat(PROPERTY_KEYS)))
-            uniqs = list(map(dict.get, maps, itertools.repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)))
+            properties = None
+            tail_heads: Iterable[bytes] = itertools.repeat(prefix + b"\0\0", count)
+            tail_lengths = len(prefix) + 2
         else:
-            keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
-            uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
-        fn = self.tags_code_fn
-
-        def codes_at(now: int) -> list[int]:  # a delayed message's code is its due time: known under the lock
-            return [fn(topic, p, now) if p else 0 for p in properties]  # type: ignore[union-attr]
-
-        return self._append_columns(topic, queue_id, bodies, blocks, codes_at, keys, uniqs, flag, flags,
-                                    born_timestamp)
+            blocks = self._property_blocks(properties)
+            if set(map(type, properties)) <= _DICT_TYPES:  # C-level gets (most batches)
+                maps: Sequence[dict[str, str]] = properties  # type: ignore[assignment]
+                keys = list(map(dict.get, maps, itertools.repeat(PROPERTY_KEYS)))
+                uniqs = list(map(dict.get, maps, itertools.repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)))
+            else:
+                keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
+                uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
+            block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=count)
+            shortest, longest = int(block_lengths.min()), int(block_lengths.max())
+            pack_len = _USHORT.pack
+            if shortest == longest:
+                tail_heads = itertools.repeat(prefix + pack_len(shortest), count)
+            else:
+                tail_heads = list(map(prefix.__add__, map(pack_len, block_lengths.tolist())))
+            tail_lengths = block_lengths + (len(prefix) + 2)
+        body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
+        size_array = body_lengths + tail_lengths + HEADER.size
+        sizes: list[int] = size_array.tolist()
+        total_all = sum(sizes)
+        if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
+            raise MQClientError(
+                f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
+                f"{self.config.commitlog_file_size} bytes; send smaller batches"
+            )
+        # Headers are packed together into a numpy record array (one pass per field,
+        # measured: a third of the cost of HEADER.pack per record); the fields that
+        # depend on the log's position are filled under the lock.
+        headers = np.zeros(count, dtype=_HEADER_DTYPE)
+        headers["total"] = size_array
+        headers["magic"] = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
+        headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
+        headers["queue_id"] = queue_id
+        headers["flag"] = flag if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
+        headers["born_host"] = _STORE_IP
+        headers["born_port"] = _STORE_PORT
+        headers["store_host"] = _STORE_IP
+        headers["store_port"] = _STORE_PORT
+        headers["body_length"] = body_lengths
+        record_starts = np.zeros(count, dtype=np.int64)
+        np.cumsum(size_array[:-1], out=record_starts[1:])
+        key = (topic, queue_id)
+        with self.put_lock:
+            now, mf, first_qoff = self._place_batch(key, total_all)
+            start = mf.wrote_position
+            mm, base = mf.mm, mf.file_from_offset
+            headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
+            headers["physical_offset"] = record_starts + (base + start)
+            headers["born_timestamp"] = now if born_timestamp is None else born_timestamp
+            headers["store_timestamp"] = now
+            raw = headers.tobytes()
+            size = HEADER.size
+            slices = [raw[i : i + size] for i in range(0, count * size, size)]
+            records = zip(slices, bodies, tail_heads) if blocks is None else zip(slices, bodies, tail_heads, blocks)
+            # One slice assignment for the whole batch (measured: cheaper than three copies per
+            # record). A torn batch (killed mid-copy) shows whole records then garbage, which the
+            # per-record checks of recovery cut; nothing of it was acknowledged.
+            pos = start + total_all
+            mm[start:pos] = b"".join(itertools.chain.from_iterable(records))
+            mf.wrote_position = pos
+            self.topic_queue_table[key] = first_qoff + count
+            fn = self.tags_code_fn  # a delayed message's code is its due time: known only under the lock
+            codes = None if properties is None else [fn(topic, p, now) if p else 0 for p in properties]
+            self._batch_written(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes, now, keys,
+                                              uniqs), keys is not None)
+        return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist())
 
     def append_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                                key_hashes: Any = None, key_rows: Any = None) -> PutResult:
@@ -852,110 +926,11 @@ class CommitLog:
             mm[start:pos] = buf.data
             mf.wrote_position = pos
             self.topic_queue_table[key] = first_qoff + count
-            queues = self.unit_queues
-            if queues is not None:
-                cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
-                if not cq.put_batch(base + start, sizes, codes, first_qoff):
-                    log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_qoff)
-            if queues is None or (self._index_keys and hashes is not None):
-                self.appended_count += 1
-                self.dispatch_queue.append(BatchDispatch(
-                    topic, queue_id, first_qoff, base + start, sizes, codes, now, None, None,
-                    hashes if self._index_keys else None,
-                    physical[rows] if rows is not None and self._index_keys else None))
+            indexed = self._index_keys and hashes is not None
+            self._batch_written(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes, now, None, None,
+                                              hashes if indexed else None, physical[rows] if indexed else None),
+                                hashes is not None)
         return PutResult(base + start, total_all, first_qoff, now, count, physical.tolist())
-
-    def _append_columns(self, topic: str, queue_id: int, bodies: Sequence[bytes], blocks: Sequence[bytes] | None,
-                        codes_at: Callable[[int], Sequence[int]] | None, keys: Sequence[str | None] | None,
-                        uniqs: Sequence[str | None] | None, flag: int, flags: Sequence[int] | None,
-                        born_timestamp: int | None) -> PutResult:
-        """The batch append itself: records of `bodies` with property `blocks` (None: empty)."""
-        count = len(bodies)
-        if not count:
-            raise MQClientError("a batch needs at least one message")
-        if flags is not None and len(flags) != count:
-            raise MQClientError(f"{count} bodies but {len(flags)} flags")
-        max_body = self._max_body
-        if set(map(type, bodies)) != {bytes} or max(map(len, bodies)) > max_body:
-            for body in bodies:
-                if type(body) is not bytes or len(body) > max_body:
-                    self._check_body(body)
-            bodies = [b if type(b) is bytes else bytes(b) for b in bodies]
-        # The numpy header fields take any int: out-of-range ones raise here, as HEADER.pack would.
-        for value in (queue_id, flag) if flags is None else (queue_id, min(flags), max(flags)):
-            _INT.pack(value)
-        # Each record ends with the topic, the property block's length and the block: the first two
-        # are one shared object when every block has the same length (no bytes built per record).
-        prefix = self._topic_prefix(topic)
-        tail_lengths: Any
-        if blocks is None:
-            tail_heads: Iterable[bytes] = itertools.repeat(prefix + b"\0\0", count)
-            tail_lengths = len(prefix) + 2
-        else:
-            block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=count)
-            shortest, longest = int(block_lengths.min()), int(block_lengths.max())
-            pack_len = _USHORT.pack
-            if shortest == longest:
-                tail_heads = itertools.repeat(prefix + pack_len(shortest), count)
-            else:
-                tail_heads = list(map(prefix.__add__, map(pack_len, block_lengths.tolist())))
-            tail_lengths = block_lengths + (len(prefix) + 2)
-        body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
-        size_array = body_lengths + tail_lengths + HEADER.size
-        sizes: list[int] = size_array.tolist()
-        total_all = sum(sizes)
-        if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
-            raise MQClientError(
-                f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
-                f"{self.config.commitlog_file_size} bytes; send smaller batches"
-            )
-        # Headers are packed together into a numpy record array (one pass per field,
-        # measured: a third of the cost of HEADER.pack per record); the fields that
-        # depend on the log's position are filled under the lock.
-        headers = np.zeros(count, dtype=_HEADER_DTYPE)
-        headers["total"] = size_array
-        headers["magic"] = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
-        headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
-        headers["queue_id"] = queue_id
-        headers["flag"] = flag if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
-        headers["born_host"] = _STORE_IP
-        headers["born_port"] = _STORE_PORT
-        headers["store_host"] = _STORE_IP
-        headers["store_port"] = _STORE_PORT
-        headers["body_length"] = body_lengths
-        record_starts = np.zeros(count, dtype=np.int64)
-        np.cumsum(size_array[:-1], out=record_starts[1:])
-        key = (topic, queue_id)
-        with self.put_lock:
-            now, mf, first_qoff = self._place_batch(key, total_all)
-            start = mf.wrote_position
-            mm, base = mf.mm, mf.file_from_offset
-            headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
-            headers["physical_offset"] = record_starts + (base + start)
-            headers["born_timestamp"] = now if born_timestamp is None else born_timestamp
-            headers["store_timestamp"] = now
-            raw = headers.tobytes()
-            size = HEADER.size
-            slices = [raw[i : i + size] for i in range(0, count * size, size)]
-            records = zip(slices, bodies, tail_heads) if blocks is None else zip(slices, bodies, tail_heads, blocks)
-            # One slice assignment for the whole batch (measured: cheaper than three copies per
-            # record). A torn batch (killed mid-copy) shows whole records then garbage, which the
-            # per-record checks of recovery cut; nothing of it was acknowledged.
-            pos = start + total_all
-            mm[start:pos] = b"".join(itertools.chain.from_iterable(records))
-            mf.wrote_position = pos
-            self.topic_queue_table[key] = first_qoff + count
-            codes = None if codes_at is None else codes_at(now)
-            queues = self.unit_queues
-            if queues is not None:
-                cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
-                if not cq.put_batch(base + start, sizes, codes, first_qoff):
-                    log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, first_qoff)
-            if queues is None or (self._index_keys and (keys is not None or uniqs is not None)):
-                self.appended_count += 1
-                self.dispatch_queue.append(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes,
-                                                         now, keys, uniqs))
-        return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist())
 
     def _property_blocks(self, properties: Sequence[Mapping[str, str] | None]) -> list[bytes]:
         """Each message's encoded property block (empty for none); a producer's `EncodedProperties` are reused."""
@@ -979,6 +954,21 @@ class CommitLog:
         _INT.pack_into(mm, p + 16, born_port)  # type: ignore[arg-type]
         _TAIL_V4.pack_into(mm, p + 20, now, _STORE_IP, STORE_HOST[1], reconsume, prepared, body_len)  # type: ignore[arg-type]
         return p + 20 + _TAIL_V4.size
+
+    def _batch_written(self, batch: BatchDispatch, has_keys: bool) -> None:
+        """With `put_lock` held, once a batch's bytes are in place: its consume-queue units, and its
+        dispatch entry when the reput thread has work for it (index keys, or units to write in recovery)."""
+        key = (batch.topic, batch.queue_id)
+        queues = self.unit_queues
+        if queues is not None:
+            cq = queues.get(key) or self.create_unit_queue(*key)  # type: ignore[misc]
+            if not cq.put_batch(batch.first_commit_log_offset, batch.sizes, batch.tags_codes,
+                                batch.first_queue_offset):
+                log.error("consume queue %s/%d out of step at queue offset %d", batch.topic, batch.queue_id,
+                          batch.first_queue_offset)
+        if queues is None or (self._index_keys and has_keys):
+            self.appended_count += 1
+            self.dispatch_queue.append(batch)
 
     def _place_batch(self, key: tuple[str, int], total: int) -> tuple[int, MappedFile, int]:
         """A batch's store time, segment (it writes at `wrote_position`) and first queue offset.
