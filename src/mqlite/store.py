@@ -37,7 +37,7 @@ from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
 from .storeservices import REPUT_BATCH, CleanService, FlushService, GroupCommit, ReputService, file_expired
 
-__all__ = ["MessageStore", "ArrivalListener", "held_here", "try_lock_store"]
+__all__ = ["MessageStore", "ArrivalListener", "held_here", "try_lock_store", "writer_alive"]
 
 log = logging.getLogger("mqlite")
 
@@ -96,6 +96,34 @@ def held_here(root: str) -> bool:
     key = os.path.realpath(os.path.join(root, "lock"))
     with _DirectoryLock._held_guard:
         return _DirectoryLock._held.get(key) == os.getpid()
+
+
+def writer_alive(root: str) -> bool:
+    """Whether a live process holds the store at `root` for writing, judged from its `lock` file's pid.
+
+    Reads the pid without locking anything, so it never disturbs the holder (in the
+    holding process the registry answers; see `held_here`). A holder that wrote no pid
+    (a Java broker) is not recognised.
+    """
+    if held_here(root):
+        return True
+    try:
+        fd = os.open(os.path.join(root, "lock"), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        pid = _read_pid(fd)
+    finally:
+        os.close(fd)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
 
 
 def try_lock_store(root: str) -> _DirectoryLock | None:

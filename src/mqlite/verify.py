@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .commitlog import check_record, default_tags_code
 from .reader import StoreReader
-from .store import held_here
+from .store import writer_alive
 
 __all__ = ["verify_store", "VerifyReport"]
 
@@ -91,7 +91,7 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
     except Exception as exc:  # a store too damaged to open at all is a finding, not a crash
         report.add(f"cannot open the store: {exc}")
         return report
-    live = _writer_alive(path)
+    live = writer_alive(path)
     with reader:
         records = _verify_commitlog(reader, report, progress, live)
         _verify_queues(reader, report, records, live)
@@ -149,26 +149,6 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
         if progress:
             progress(mf.file_from_offset + mf.file_size - files[0].file_from_offset, total)
     return records
-
-
-def _writer_alive(path: str) -> bool:
-    """Whether the process named in the store's lock file is alive (a live writer; read, never locked)."""
-    if held_here(path):
-        return True  # and the lock file must not be opened here (see held_here)
-    try:
-        with open(os.path.join(path, "lock"), "rb") as f:
-            text = f.read(32).decode(errors="replace").strip()
-    except OSError:
-        return False
-    if not text.isdigit():
-        return False
-    try:
-        os.kill(int(text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, another user's
-    return True
 
 
 def _verify_queues(reader: StoreReader, report: VerifyReport,
