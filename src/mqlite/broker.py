@@ -492,7 +492,7 @@ class Broker:
         return dispatcher
 
     def query_trace(self, msg_id: str, max_num: int = 64, begin: int = 0, end: int | None = None) -> list[TraceView]:
-        """The trace records of message `msg_id` (mqadmin `queryMsgTraceById`), by time stamp.
+        """The trace records of message `msg_id` (mqadmin `queryMsgTraceById`), in causal order (`trace_views`).
 
         Found through the index: trace messages stored in [begin, end] (epoch ms)
         whose keys hold `msg_id`, at most `max_num` of them (each carries up to 10

@@ -566,8 +566,7 @@ def index_key_hash_array(keys: Sequence[str]) -> np.ndarray:
     >>> index_key_hash_array(["TopicTest#KEY1"]).tolist()
     [1656969516]
     """
-    signed = java_string_hash_array(keys)
-    return np.where(signed == _INT_MIN, 0, np.abs(signed))
+    return _java_abs(java_string_hash_array(keys))
 
 
 def index_key_hashes(prefix: str, suffixes: np.ndarray) -> np.ndarray:
@@ -598,6 +597,11 @@ def index_key_hashes(prefix: str, suffixes: np.ndarray) -> np.ndarray:
     head = np.uint64((_java_hash(prefix) & 0xFFFFFFFF) * pow(31, width, 1 << 32) & 0xFFFFFFFF)
     signed = ((sums + head) & mask).astype(np.int64)
     signed[signed >= 1 << 31] -= 1 << 32
+    return _java_abs(signed)
+
+
+def _java_abs(signed: np.ndarray) -> np.ndarray:
+    """``index_key_hash``'s ``abs`` over int64 Java hashes: ``Math.abs(MIN_VALUE)`` stays negative, stored as 0."""
     return np.where(signed == _INT_MIN, 0, np.abs(signed))
 
 

@@ -180,30 +180,26 @@ def parse_bool(options: Mapping[str, str], key: str, default: bool, *, spelling:
     return value == "true"
 
 
-def _positive_int(options: Mapping[str, str], key: str) -> int | None:
+def _int_option(options: Mapping[str, str], key: str, minimum: int, what: str) -> int | None:
+    """Option `key` as an integer of at least `minimum` (None when absent); else a `ConfigError` saying `what`."""
     text = options.get(key)
     if text is None:
         return None
     try:
         value = int(str(text).strip())
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise ConfigError(f"option {_name(key)} must be a positive integer, got {text!r}")
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(f"option {_name(key)} must be {what}, got {text!r}")
     return value
+
+
+def _positive_int(options: Mapping[str, str], key: str) -> int | None:
+    return _int_option(options, key, 1, "a positive integer")
 
 
 def _timestamp(options: Mapping[str, str], key: str) -> int | None:
-    text = options.get(key)
-    if text is None:
-        return None
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigError(f"option {_name(key)} must be epoch milliseconds (a non-negative integer), got {text!r}")
-    return value
+    return _int_option(options, key, 0, "epoch milliseconds (a non-negative integer)")
 
 
 def _json(options: Mapping[str, str], key: str, example: str) -> Any:
