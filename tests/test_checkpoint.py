@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mqlite.checkpoint import CHECKPOINT, CHECKPOINT_FILE_SIZE, StoreCheckpoint
+from mqlite.errors import StoreCorruptedError
 
 
 def test_unit_sizes() -> None:
@@ -88,13 +89,36 @@ def test_flush_writes_without_close(tmp_path: Path) -> None:
     cp.close()
 
 
-def test_writable_open_grows_a_short_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("content", "damage"), [
+    pytest.param(struct.pack(">q", 99), "8 bytes long, not 4096", id="short"),
+    pytest.param(b"", "0 bytes long, not 4096", id="empty"),
+    pytest.param(struct.pack(">q", 99) + bytes(8192), "longer than 4096 bytes", id="long"),
+    pytest.param(struct.pack(">q", -1) + bytes(4088), "a field is negative", id="negative"),
+    pytest.param(bytes(range(256)) * 16, "bytes after its five fields are not zero", id="garbage"),
+    pytest.param(struct.pack(">q", 99) + bytes(4087) + b"x", "bytes after its five fields are not zero",
+                 id="tail"),
+    pytest.param(None, "missing", id="missing"),
+])
+def test_writable_open_distrusts_a_damaged_file(tmp_path: Path, content: bytes | None, damage: str) -> None:
+    # Nothing in a file neither mqlite nor RocketMQ could have written is trusted: it is
+    # rewritten as a zero page, and the store recovers the whole commit log (test_recovery).
     path = tmp_path / "checkpoint"
-    path.write_bytes(struct.pack(">q", 99))
+    if content is not None:
+        path.write_bytes(content)
     with StoreCheckpoint(str(path)) as cp:
-        assert cp.physic_msg_timestamp == 99
-        assert cp.logics_msg_timestamp == 0
-    assert os.path.getsize(path) == 4096
+        assert cp.damage == damage
+        assert (cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp) == (0, 0, 0)
+    assert path.read_bytes() == bytes(4096)
+    with StoreCheckpoint(str(path)) as cp:
+        assert cp.damage is None
+
+
+def test_a_directory_in_place_of_the_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint"
+    path.mkdir()
+    with pytest.raises(StoreCorruptedError, match="is a directory.*remove it"):
+        StoreCheckpoint(str(path))
+    assert StoreCheckpoint(str(path), read_only=True).physic_msg_timestamp == 0  # a reader reads zeros
 
 
 def test_read_only_missing_file_is_zeros_and_not_created(tmp_path: Path) -> None:

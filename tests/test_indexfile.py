@@ -459,13 +459,67 @@ def test_reader_follows_writer_appends(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_writable_load_refuses_a_wrong_sized_file(tmp_path: Path) -> None:
+def test_writable_load_drops_a_wrong_sized_file_and_asks_for_a_rebuild(tmp_path: Path) -> None:
+    # The advice of the wrong-size error ("delete the index directory so it is rebuilt") is
+    # what a writer now does by itself: the index is derived from the commit log.
     index = tmp_path / "index"
     index.mkdir()
     (index / "20240101000000000").write_bytes(b"\0" * 7)
     svc = _service(tmp_path)
-    with pytest.raises(StoreCorruptedError):
-        svc.load(True, 0)
+    svc.load(True, 0)
+    assert svc.rebuild_from == 0 and svc.files == []
+    assert not (index / "20240101000000000").exists()
+    svc.close()
+
+
+def test_a_damaged_file_drops_the_newer_ones_and_rebuilds_from_the_last_good_end(tmp_path: Path) -> None:
+    svc = IndexService(str(tmp_path / "index"), 4, 4, name_clock=lambda: 4_102_444_800_000)
+    svc.load(True, 0)
+    for i in range(9):  # three entries a file: three files
+        svc.build_index("T", 100 * i, 1_700_000_000_000 + i, None, f"k{i}")
+    names = [f.path for f in svc.files]
+    svc.close()
+    assert len(names) == 3
+    with open(names[1], "r+b") as f:
+        f.write(struct.pack(">q", -5))  # an impossible header
+    again = IndexService(str(tmp_path / "index"), 4, 4)
+    again.load(True, 0)
+    assert [f.path for f in again.files] == names[:1]
+    assert again.rebuild_from == 200  # the last record the good file indexed
+    assert not os.path.exists(names[1]) and not os.path.exists(names[2])
+    again.close()
+
+
+def test_a_missing_index_asks_for_a_rebuild_from_the_start(tmp_path: Path) -> None:
+    svc = _service(tmp_path)
+    svc.load(True, 0)
+    assert svc.rebuild_from == 0
+    svc.close()
+    ro = IndexService(str(tmp_path / "index"), 4, 4, read_only=True)
+    ro.load(True, 0)
+    assert ro.rebuild_from is None  # a reader never rebuilds
+    ro.close()
+
+
+def test_truncate_dirty_undoes_the_entries_past_a_cut(tmp_path: Path) -> None:
+    svc = IndexService(str(tmp_path / "index"), 4, 8, name_clock=lambda: 4_102_444_800_000)
+    svc.load(True, 0)
+    for i in range(10):  # two keys a record, 7 entries a file: three files
+        svc.build_index("T", 100 * i, 1_700_000_000_000 + 1000 * i, None, f"k{i % 3} u{i}")
+    assert len(svc.files) == 3
+    svc.truncate_dirty(400)
+    # The third file goes; the second keeps its first entry (the second key of the record at 300).
+    assert [f.end_phy_offset for f in svc.files] == [300, 300]
+    assert svc.files[1].index_count == 2
+    assert svc.verify() == []
+    for i in range(4, 10):  # what a recovery cut is appended again, at the same offsets
+        svc.build_index("T", 100 * i, 1_700_000_000_000 + 1000 * i, None, f"k{i % 3} u{i}")
+    assert svc.verify() == []
+    for i in range(10):
+        assert svc.query_offsets("T", f"u{i}", 10, 0, FOREVER) == [100 * i]
+    assert svc.query_offsets("T", "k1", 10, 0, FOREVER) == [700, 400, 100]
+    svc.truncate_dirty(0)
+    assert svc.files == []
     svc.close()
 
 

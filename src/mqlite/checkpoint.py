@@ -39,6 +39,8 @@ import mmap
 import os
 import struct
 
+from .errors import StoreCorruptedError
+
 __all__ = ["CHECKPOINT", "CHECKPOINT_FILE_SIZE", "StoreCheckpoint"]
 
 #: physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp, masterFlushedOffset,
@@ -73,14 +75,25 @@ class StoreCheckpoint:
     confirm_phy_offset: int
 
     def __init__(self, path: str, *, read_only: bool = False) -> None:
-        """Open (and in writable mode create) the checkpoint at *path*. Cost: one small read."""
+        """Open (and in writable mode create) the checkpoint at *path*. Cost: one small read.
+
+        Writable mode checks the file first (`damage`); a damaged one is rewritten as a
+        zero page, so nothing in it is trusted. A directory in its place raises
+        `StoreCorruptedError`.
+        """
         self.path = path
         self.read_only = read_only
         self._map: mmap.mmap | None = None
+        #: Why the file on disk could not be trusted at open (writable mode), or None.
+        self.damage: str | None = None
         if read_only:
             self._set_fields(_read_prefix(path))
         else:
+            self.damage = _damage(path)
             self._map = _map_writable(path)
+            if self.damage is not None:
+                self._map[:] = bytes(CHECKPOINT_FILE_SIZE)
+                self._map.flush()
             self._set_fields(self._map[: CHECKPOINT.size])
 
     def _set_fields(self, raw: bytes) -> None:
@@ -155,22 +168,47 @@ class StoreCheckpoint:
 
 
 def _read_prefix(path: str) -> bytes:
-    """The first ``CHECKPOINT.size`` bytes of *path*, zero-padded; zeros if it is missing."""
+    """The first ``CHECKPOINT.size`` bytes of *path*, zero-padded; zeros if it is missing or unreadable."""
     try:
         with open(path, "rb") as f:
             raw = f.read(CHECKPOINT.size)
-    except FileNotFoundError:
+    except OSError:  # missing, a directory in its place, unreadable: nothing to trust
         raw = b""
     return raw.ljust(CHECKPOINT.size, b"\0")
 
 
+def _damage(path: str) -> str | None:
+    """Why the checkpoint at *path* cannot be trusted, or None (a missing file is "missing").
+
+    Only mqlite or RocketMQ wrote it if it is one page of five non-negative longs followed
+    by zeros. Raises `StoreCorruptedError` for a directory in its place.
+    """
+    if os.path.isdir(path):
+        raise StoreCorruptedError(
+            f"{path} is a directory where the store's checkpoint file belongs; remove it "
+            "(the checkpoint is rebuilt by a full recovery of the commit log)")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(CHECKPOINT_FILE_SIZE + 1)
+    except FileNotFoundError:
+        return "missing"
+    if len(raw) != CHECKPOINT_FILE_SIZE:
+        return f"{len(raw)} bytes long, not {CHECKPOINT_FILE_SIZE}" if len(raw) <= CHECKPOINT_FILE_SIZE \
+            else f"longer than {CHECKPOINT_FILE_SIZE} bytes"
+    if any(value < 0 for value in CHECKPOINT.unpack_from(raw)):
+        return "a field is negative"
+    if any(raw[CHECKPOINT.size :]):
+        return "bytes after its five fields are not zero"
+    return None
+
+
 def _map_writable(path: str) -> mmap.mmap:
-    """Create *path* if needed, grow it to a full page and map that page read-write."""
+    """Create *path* if needed, make it exactly a page and map that page read-write."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         # A crash between create and truncate leaves a short file; growing it with zeros is
         # what RocketMQ's read-write mapping does too, and zeros mean "nothing recorded yet".
-        if os.fstat(fd).st_size < CHECKPOINT_FILE_SIZE:
+        if os.fstat(fd).st_size != CHECKPOINT_FILE_SIZE:
             os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
         return mmap.mmap(fd, CHECKPOINT_FILE_SIZE, access=mmap.ACCESS_WRITE)
     finally:

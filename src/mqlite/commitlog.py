@@ -599,6 +599,8 @@ class CommitLog:
         self.tags_code_fn: TagsCodeFn = tags_code_fn or default_tags_code
         self.last_store_timestamp = 0
         self.appended_count = 0  # dispatch entries appended by this process; reput counts the ones it did
+        #: {offset: size} of records recovery set aside (body CRC wrong): reads treat them as removed.
+        self.set_aside: dict[int, int] = {}
         # Set by the store once recovered: consume-queue units are then written under
         # the put lock (into `unit_queues`, the store's queue table), and only index
         # work goes through `dispatch_queue`.
@@ -1011,6 +1013,10 @@ class CommitLog:
             return None
         total, magic = BLANK.unpack_from(raw, 0)
         if total != size or (magic != MAGIC_V1 and magic != MAGIC_V2):
+            return None
+        if self.set_aside and offset in self.set_aside:
+            log.warning("commit log: not reading the record at offset %d: recovery set it aside (wrong body CRC)",
+                        offset)
             return None
         return raw
 

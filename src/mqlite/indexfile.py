@@ -80,6 +80,7 @@ _INT_MIN = -(2**31)
 _VECTOR_MIN = 16  # fewer keys than this go through put_key: numpy's set-up costs more
 _INT_MAX = 2**31 - 1
 _NAME_DIGITS = 17  # yyyyMMddHHmmssSSS
+_UNUSABLE = {True: "skipping", False: "damaged"}  # how load() logs an unusable file, by read_only
 _MAX_PROBLEMS_PER_KIND = 10  # verify() reports this many examples of each problem, then a count
 
 # Header field positions in the unpacked INDEX_HEADER tuple.
@@ -470,6 +471,41 @@ class IndexFile:
                 self._map.close()
                 self._map = None
 
+    def truncate_from(self, phy_offset: int) -> int:
+        """Drop the entries of records at or after `phy_offset`; returns how many entries remain.
+
+        Entries are written in commit-log order, so the dropped ones are the newest: each
+        is undone as ``put_key`` did it, newest first (its bucket's slot goes back to the
+        entry's ``prevIndex``; ``hashSlotCount`` drops where the entry had filled an empty
+        slot), then zeroed. ``endPhyOffset`` becomes the last kept entry's offset, so
+        records appended after a recovery cut the log are indexed again (``build_index``
+        skips offsets below it). ``endTimestamp`` stays: a time range that is too wide
+        only costs a lookup a file it did not need. Writable mode. Cost: one small read
+        and three writes per dropped entry.
+        """
+        m = self._require_map()
+        if self.read_only:
+            raise IllegalStateError(f"index file {self.path} is open read-only")
+        hdr = self._hdr
+        count = min(hdr[_INDEX_COUNT], self.index_num)
+        entries_at, entry_size = self._entries_at, INDEX_ENTRY.size
+        keep = count
+        while keep > 1 and INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1] >= phy_offset:
+            keep -= 1
+        for number in range(count - 1, keep - 1, -1):
+            key_hash, _, _, prev = INDEX_ENTRY.unpack_from(m, entries_at + number * entry_size)
+            slot_at = INDEX_HEADER.size + (key_hash % self.hash_slot_num) * INDEX_SLOT.size
+            INDEX_SLOT.pack_into(m, slot_at, prev if 0 < prev < number else 0)
+            if prev == 0:
+                hdr[_SLOT_COUNT] = max(0, hdr[_SLOT_COUNT] - 1)
+        if keep < count:
+            m[entries_at + keep * entry_size : entries_at + count * entry_size] = bytes((count - keep) * entry_size)
+            hdr[_INDEX_COUNT] = keep
+            if keep > 1:
+                hdr[_END_PHY] = INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1]
+            INDEX_HEADER.pack_into(m, 0, *hdr)
+        return keep - 1
+
     def destroy(self) -> None:
         """Close and delete the file. Writable mode only."""
         if self.read_only:
@@ -649,6 +685,9 @@ class IndexService:
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
         self._closed = False
+        #: After ``load()``: the commit-log offset from which the index must be rebuilt
+        #: (the files were missing or damaged), or None when it is whole.
+        self.rebuild_from: int | None = None
 
     @property
     def files(self) -> list[IndexFile]:
@@ -666,9 +705,11 @@ class IndexService:
         """Open the files in name order. After an abnormal exit (writable mode), destroy the
         files whose ``end_timestamp > index_msg_timestamp``: recovery re-dispatches them.
 
-        Names that are not 17 digits are ignored. A wrong-sized file raises
-        ``StoreCorruptedError`` in writable mode and is skipped in read-only mode.
-        Cost: one open and map per file.
+        Names that are not 17 digits are ignored. In writable mode a missing index (no
+        index file at all) or a damaged file (wrong size, impossible header) sets
+        ``rebuild_from``: a damaged file and every newer one are deleted (the index is
+        derived data) and the store rebuilds the rest from the commit log. Read-only mode
+        skips a damaged file with a warning. Cost: one open and map per file.
         """
         with self._lock:
             self._check_open()
@@ -676,17 +717,23 @@ class IndexService:
                 raise IllegalStateError(f"index service for {self.index_dir} is already loaded")
             try:
                 names = sorted(os.listdir(self.index_dir))
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 names = []
+            paths = [os.path.join(self.index_dir, name) for name in names]
+            for path in paths:
+                if _parse_name(os.path.basename(path)) is None or not os.path.isfile(path):
+                    _log.warning("ignoring %s: not an index file name", path)
+            paths = [p for p in paths if _parse_name(os.path.basename(p)) is not None and os.path.isfile(p)]
+            if not paths and not self.read_only:
+                self.rebuild_from = 0
             try:
-                for name in names:
-                    path = os.path.join(self.index_dir, name)
-                    if _parse_name(name) is None or not os.path.isfile(path):
-                        _log.warning("ignoring %s: not an index file name", path)
-                        continue
+                for i, path in enumerate(paths):
                     f = self._open_existing(path)
                     if f is None:
-                        continue
+                        if self.read_only:
+                            continue
+                        self._drop_damaged(paths[i:])
+                        break
                     dirty = not (last_exit_ok or self.read_only)
                     # An empty file (crash right after creating it) would read as "nothing
                     # indexed yet" and make recovery index everything again into it.
@@ -701,20 +748,68 @@ class IndexService:
                 self._files.clear()
                 raise
 
+    def _drop_damaged(self, paths: list[str]) -> None:
+        """Delete a damaged index file (``paths[0]``) and the newer ones; the index is rebuilt
+        from the end of the last good file. Called by ``load`` with the lock held."""
+        _log.warning("index file %s is damaged; deleting it and %d newer file(s), the index is rebuilt "
+                     "from the commit log", paths[0], len(paths) - 1)
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
+
     def _open_existing(self, path: str) -> IndexFile | None:
-        if not self.read_only:
-            return IndexFile(path, self.hash_slot_num, self.index_num)
+        """The file at `path`, or None when it is damaged (wrong size, impossible header)."""
         try:
-            f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=True)
-        except (StoreCorruptedError, OSError, ValueError) as e:
-            _log.warning("skipping index file %s: %s", path, e)
+            f = IndexFile(path, self.hash_slot_num, self.index_num, read_only=self.read_only)
+        except (StoreCorruptedError, ValueError, OSError) as e:
+            if isinstance(e, OSError) and not self.read_only:
+                raise  # an I/O fault, not damage: deleting the file would not help
+            _log.warning("%s index file %s: %s", _UNUSABLE[self.read_only], path, e)
             return None
         problems = f._header_problems()
         if problems:
-            _log.warning("skipping index file %s: %s", path, "; ".join(problems))
+            _log.warning("%s index file %s: %s", _UNUSABLE[self.read_only], path, "; ".join(problems))
             f.close()
             return None
         return f
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Drop entries of records at or after `phy_offset` (recovery cut the log there).
+
+        Files whose entries all lie past the cut are deleted; the newest file that keeps
+        one is truncated (``IndexFile.truncate_from``). Without this, a file's
+        ``endPhyOffset`` past the cut would make ``build_index`` skip the records appended
+        after the cut until the log grew past it again. Writable mode; before the reput
+        thread starts. Cost: proportional to the entries dropped.
+        """
+        with self._lock:
+            self._check_open(writing=True)
+            while self._files:
+                f = self._files[-1]
+                if f.end_phy_offset < phy_offset:
+                    return
+                if f.index_count > 1 and f.begin_phy_offset < phy_offset and f.truncate_from(phy_offset) > 0:
+                    return
+                _log.info("recovery cut the log at %d: dropping index file %s", phy_offset, f.path)
+                f.destroy()
+                self._files.pop()
+
+    def mark_indexed_to(self, phy_offset: int, timestamp: int) -> None:
+        """Without index files, create an empty one that records `phy_offset` as indexed up to.
+
+        RocketMQ's own rule (a new file inherits the previous file's end): records below a
+        file's ``endPhyOffset`` count as indexed. The store calls this once records below
+        `phy_offset` were indexed (or had no keys), so that an empty ``index/`` directory
+        afterwards means the index was lost. No-op when a file exists. Writable mode.
+        """
+        with self._lock:
+            self._check_open(writing=True)
+            if self._files:
+                return
+            os.makedirs(self.index_dir, exist_ok=True)
+            self._files.append(IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num,
+                                         end_phy_offset=phy_offset, end_timestamp=timestamp))
 
     def build_index(
         self,

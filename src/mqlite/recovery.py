@@ -17,13 +17,16 @@ checkpoint's safe time, everything is re-dispatched (idempotently).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 
-from .commitlog import CommitLog, DispatchRequest, check_record
+from .commitlog import CommitLog, DispatchRequest, TagsCodeFn, check_record
+from .config import read_json, write_json_atomic
 from .consumequeue import ConsumeQueue
 from .mappedfile import MappedFile
 
-__all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES"]
+__all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "walk_records",
+           "load_set_aside", "save_set_aside", "set_aside_path"]
 
 log = logging.getLogger("mqlite")
 
@@ -34,7 +37,7 @@ class RecoveryReport:
     """What recovery did (for logs, `storeInfo` and tests)."""
 
     __slots__ = ("abnormal", "start_offset", "process_offset", "records_scanned", "records_dispatched",
-                 "damaged_tail")
+                 "damaged_tail", "set_aside", "index_rebuilt_from", "checkpoint_damage")
 
     def __init__(self, abnormal: bool) -> None:
         self.abnormal = abnormal
@@ -43,6 +46,17 @@ class RecoveryReport:
         self.records_scanned = 0
         self.records_dispatched = 0
         self.damaged_tail = False  # the log ended in something other than zeros: a torn or damaged record
+        #: (commit_log_offset, size) of records set aside: whole frame, body CRC wrong, valid records after.
+        self.set_aside: list[tuple[int, int]] = []
+        #: The commit-log offset the key index was rebuilt from (it was missing or damaged), or None.
+        self.index_rebuilt_from: int | None = None
+        #: Why the checkpoint was not trusted (recovery then started at the first segment), or None.
+        self.checkpoint_damage: str | None = None
+
+    @property
+    def records_set_aside(self) -> int:
+        """How many records were set aside."""
+        return len(self.set_aside)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -51,12 +65,16 @@ class RecoveryReport:
 
 def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str, int], ConsumeQueue]], *,
                   last_exit_ok: bool, checkpoint_min_timestamp: int, check_crc: bool,
-                  dispatch: Callable[[DispatchRequest], None]) -> RecoveryReport:
+                  dispatch: Callable[[DispatchRequest], None],
+                  set_aside: Callable[[DispatchRequest], None] | None = None,
+                  report: RecoveryReport | None = None) -> RecoveryReport:
     """Recover the log and the queues in place; `dispatch` indexes a record the queues lack.
 
     `queues_now()` returns the current queue table: dispatching may create queues.
+    `set_aside` receives each record set aside (its unit keeps the queue's offsets
+    contiguous; it gets no index entry); without it such records are skipped.
     """
-    report = RecoveryReport(abnormal=not last_exit_ok)
+    report = report or RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
     for cq in queues.values():
         cq.recover()
@@ -72,7 +90,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     else:
         start = _abnormal_start(commitlog, checkpoint_min_timestamp)
     report.start_offset = start
-    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, dispatch, report)
+    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, dispatch, set_aside, report)
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
@@ -141,8 +159,40 @@ def _abnormal_start(commitlog: CommitLog, safe_timestamp: int) -> int:
     return files[0].file_from_offset
 
 
+# What `_classify` finds at a position of the commit log.
+_RECORD, _BLANK, _SET_ASIDE, _INVALID = range(4)
+
+
+def _classify(mm: object, pos: int, limit: int, check_crc: bool, fn: TagsCodeFn,
+              describe: bool) -> tuple[int, int, DispatchRequest | None]:
+    """`(kind, size, request)` of the bytes at `pos`: a valid record, a BLANK, a record to
+    set aside, or invalid (a torn tail, zeros, garbage: the log is cut there).
+
+    A record is set aside when only its body CRC fails: its frame is whole (total
+    size, magic code and every length agree, see `check_record`) and the next position
+    holds a framed record, a BLANK, or the segment's end. A page lost or a bit flipped
+    in the middle of the log then costs that record only; a torn tail (nothing valid
+    after it) is still cut. RocketMQ truncates at the first CRC failure instead.
+    """
+    size, request = check_record(mm, pos, limit, check_crc, fn, describe)
+    if size > 0:
+        return _RECORD, size, request
+    if size == 0:
+        return _BLANK, 0, None
+    if not check_crc:
+        return _INVALID, 0, None
+    size, request = check_record(mm, pos, limit, False, fn, True)
+    if size <= 0:
+        return _INVALID, 0, None
+    after = pos + size
+    if after < limit and check_record(mm, after, limit, False, fn, False)[0] < 0:
+        return _INVALID, 0, None
+    return _SET_ASIDE, size, request
+
+
 def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int, last_exit_ok: bool,
-          dispatch: Callable[[DispatchRequest], None], report: RecoveryReport) -> int:
+          dispatch: Callable[[DispatchRequest], None], set_aside: Callable[[DispatchRequest], None] | None,
+          report: RecoveryReport) -> int:
     """Walk records from `start`; returns the offset just after the last valid one."""
     find = commitlog.mapped_files.find
     fn = commitlog.tags_code_fn
@@ -154,17 +204,25 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
         pos = offset - mf.file_from_offset
         # Records the consume queues already cover need validating, not describing.
         describe = not last_exit_ok or offset >= dispatched_to
-        size, request = check_record(mf.mm, pos, mf.file_size, check_crc, fn, describe)
-        if size > 0:
+        kind, size, request = _classify(mf.mm, pos, mf.file_size, check_crc, fn, describe)
+        if kind == _RECORD or kind == _SET_ASIDE:
             report.records_scanned += 1
             if request is not None:
                 if request.store_timestamp > commitlog.last_store_timestamp:
                     # Store times never go backwards, across restarts too.
                     commitlog.last_store_timestamp = request.store_timestamp
-                dispatch(request)
-                report.records_dispatched += 1
+                if kind == _RECORD:
+                    dispatch(request)
+                    report.records_dispatched += 1
+                else:
+                    report.set_aside.append((offset, size))
+                    log.warning("commit log: the record at offset %d (%s/%d, queue offset %d) has a wrong body CRC; "
+                                "it is set aside (never delivered, not indexed) and recovery goes on after it",
+                                offset, request.topic, request.queue_id, request.queue_offset)
+                    if set_aside is not None:
+                        set_aside(request)
             offset += size
-        elif size == 0:
+        elif kind == _BLANK:
             next_file = mf.file_from_offset + mf.file_size
             if find(next_file) is None:
                 return offset  # the blank closes the newest segment: appends continue before it
@@ -176,6 +234,33 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
             return offset
 
 
+def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool) -> Iterator[DispatchRequest]:
+    """The records from `start` (a record's offset) to `end`, described, in log order.
+
+    For rebuilding the key index after recovery: records to set aside are skipped,
+    BLANKs move to the next segment, and the walk stops early at an invalid record.
+    """
+    find = commitlog.mapped_files.find
+    fn = commitlog.tags_code_fn
+    offset = start
+    while offset < end:
+        mf = find(offset)
+        if mf is None:
+            return
+        pos = offset - mf.file_from_offset
+        kind, size, request = _classify(mf.mm, pos, mf.file_size, check_crc, fn, True)
+        if kind == _RECORD:
+            assert request is not None
+            yield request
+        elif kind == _BLANK:
+            offset = mf.file_from_offset + mf.file_size
+            continue
+        elif kind == _INVALID:
+            log.warning("commit log: invalid record at offset %d; the index is rebuilt up to there", offset)
+            return
+        offset += size
+
+
 def _rebuild_queue_table(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue]) -> None:
     """`recoverTopicQueueTable`: next queue offsets from the queues, then min offsets from the log."""
     table = {key: cq.max_offset for key, cq in queues.items()}
@@ -184,3 +269,33 @@ def _rebuild_queue_table(commitlog: CommitLog, queues: dict[tuple[str, int], Con
     if min_phys > 0:
         for cq in queues.values():
             cq.correct_min_offset(min_phys)
+
+
+def set_aside_path(root: str) -> str:
+    """`config/setAside.json`: the records recovery set aside, so reads skip them after any later reopen."""
+    return os.path.join(root, "config", "setAside.json")
+
+
+def load_set_aside(root: str) -> dict[int, int]:
+    """{commit_log_offset: size} of the records set aside in this store (empty when none).
+
+    A missing file means none. A damaged file (and `.bak`) is logged and read as none:
+    the records stay in the log and recovery sets them aside again when it meets them.
+    """
+    path = set_aside_path(root)
+    document = read_json(path)
+    if document is None:
+        if os.path.exists(path):
+            log.warning("%s is unreadable; reads no longer skip the records it listed", path)
+        return {}
+    try:
+        return {int(offset): int(size) for offset, size in document["setAside"]}
+    except (KeyError, TypeError, ValueError):
+        log.warning("%s has an unexpected shape; reads no longer skip the records it listed", path)
+        return {}
+
+
+def save_set_aside(root: str, records: dict[int, int]) -> None:
+    """Write the set-aside records (atomically, keeping `.bak`)."""
+    os.makedirs(os.path.dirname(set_aside_path(root)), exist_ok=True)
+    write_json_atomic(set_aside_path(root), {"setAside": sorted(records.items())})

@@ -33,7 +33,7 @@ from .config import StoreConfig, store_config_path, write_json_atomic
 from .errors import IllegalStateError, StoreLockedError
 from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
-from .recovery import RecoveryReport, recover_store
+from .recovery import RecoveryReport, recover_store, save_set_aside, walk_records
 from .storebase import StoreFiles, config_for
 from .storeservices import REPUT_BATCH, CleanService, FlushService, GroupCommit, ReputService, file_expired
 
@@ -43,6 +43,16 @@ log = logging.getLogger("mqlite")
 
 ArrivalListener = Callable[[str, int, int], None]
 _NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+_REBUILD_CHUNK = 8192  # records whose keys an index rebuild hashes together
+_CHECKPOINT_FUTURE_MS = 86_400_000  # a checkpoint time further ahead of the clock than this is garbage
+
+
+def _has_segments(directory: str) -> bool:
+    """Whether the commit-log directory holds a segment file (a store that has records)."""
+    try:
+        return any(len(name) == 20 and name.isdigit() for name in os.listdir(directory))
+    except OSError:
+        return False
 
 
 class _DirectoryLock:
@@ -176,12 +186,24 @@ class MessageStore(StoreFiles):
         try:
             self.on_arrival = on_arrival
             self._abort_path = os.path.join(root, "abort")
-            self.last_exit_ok = not os.path.exists(self._abort_path)
+            checkpoint_damage = self._checkpoint_damage()
+            # A checkpoint that cannot be trusted gets a full abnormal recovery (from the first segment).
+            self.last_exit_ok = not os.path.exists(self._abort_path) and checkpoint_damage is None
             self.load_files(self.last_exit_ok)
+            report = RecoveryReport(abnormal=not self.last_exit_ok)
+            report.checkpoint_damage = checkpoint_damage
+            # A lost or damaged index is rebuilt after the scan, from where it ends: the scan
+            # then writes units only (indexing later records first would make the index skip
+            # the earlier ones, which lie below its end).
+            rebuild_index = (config.message_index_enable and self.index.rebuild_from is not None
+                             and bool(self.commitlog.mapped_files.files))
             self.recovery: RecoveryReport = recover_store(
                 self.commitlog, lambda: self.consume_queues, last_exit_ok=self.last_exit_ok,
                 checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
-                check_crc=config.check_crc_on_recover, dispatch=self._dispatch_one)
+                check_crc=config.check_crc_on_recover,
+                dispatch=self._put_unit if rebuild_index else self._dispatch_one,
+                set_aside=self._put_unit, report=report)
+            self._after_recovery(rebuild_index)
             # A clock behind the newest record must not make store times go backwards.
             self.commitlog.last_store_timestamp = max(self.commitlog.last_store_timestamp,
                                                       self.checkpoint.physic_msg_timestamp,
@@ -291,19 +313,71 @@ class MessageStore(StoreFiles):
         except Exception:
             log.exception("arrival listener failed for %s/%d", topic, queue_id)
 
+    # -- recovery ---------------------------------------------------------------------------------
+    def _checkpoint_damage(self) -> str | None:
+        """Why the checkpoint cannot be trusted for a store that has records, or None."""
+        damage = self.checkpoint.damage
+        if damage is None:
+            newest = max(self.checkpoint.physic_msg_timestamp, self.checkpoint.logics_msg_timestamp,
+                         self.checkpoint.index_msg_timestamp)
+            if newest > self.clock.now_ms() + _CHECKPOINT_FUTURE_MS:
+                damage = f"a timestamp ({newest}) is more than a day ahead of the clock"
+                for name in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp"):
+                    setattr(self.checkpoint, name, 0)
+        if damage is None or not _has_segments(self.commitlog.mapped_files.directory):
+            return None
+        log.warning("checkpoint %s cannot be trusted (%s): recovering the whole commit log", self.checkpoint.path,
+                    damage)
+        return damage
+
+    def _after_recovery(self, rebuild_index: bool) -> None:
+        """Carry recovery's findings into the set-aside list and the key index."""
+        cut = self.recovery.process_offset
+        set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if offset < cut}
+        set_aside.update(self.recovery.set_aside)
+        if set_aside != self.commitlog.set_aside:
+            save_set_aside(self.root, set_aside)
+            self.commitlog.set_aside = set_aside
+        if not self.config.message_index_enable:
+            return
+        self.index.truncate_dirty(cut)
+        if rebuild_index:
+            self._rebuild_index(self.index.rebuild_from or 0, cut)
+        if self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
+            self.index.mark_indexed_to(cut, self.commitlog.last_store_timestamp)
+
+    def _rebuild_index(self, start: int, end: int) -> None:
+        """Index every record in [start, end) again (the index was missing or damaged)."""
+        start = max(start, self.commitlog.min_offset)
+        log.warning("rebuilding the key index of %s from commit-log offset %d", self.root, start)
+        self.recovery.index_rebuilt_from = start
+        chunk: list[DispatchRequest | BatchDispatch] = []
+        for request in walk_records(self.commitlog, start, end, self.config.check_crc_on_recover):
+            if request.keys or request.uniq_key:
+                chunk.append(request)
+            if len(chunk) >= _REBUILD_CHUNK:
+                self.index.build_index_hashes(*_index_columns(chunk))
+                chunk = []
+        self.index.build_index_hashes(*_index_columns(chunk))
+
     # -- dispatch (reput) ---------------------------------------------------------------------------
-    def _dispatch_one(self, request: DispatchRequest) -> None:
-        topic, queue_id, offset, size, code, store_ts, qoff, keys, uniq, sys_flag = request
-        trans = sys_flag & SysFlag.TRANSACTION_MASK
-        if trans not in _NOT_IN_QUEUE:
+    def _put_unit(self, request: DispatchRequest) -> None:
+        """A recovered record's consume-queue unit (idempotent); no index entry."""
+        topic, queue_id, offset, size, code, store_ts, qoff, _, _, sys_flag = request
+        if sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
             cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
             assert cq is not None
             if not cq.put(offset, size, code, qoff):
                 log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
             self.checkpoint.logics_msg_timestamp = store_ts
+
+    def _dispatch_one(self, request: DispatchRequest) -> None:
+        """A recovered record's unit and index entries."""
+        self._put_unit(request)
+        topic, _, offset, _, _, store_ts, _, keys, uniq, sys_flag = request
         if self.config.message_index_enable and (uniq or keys):
             self.index.build_index(topic, offset, store_ts, uniq, keys,
-                                   is_rollback=trans == SysFlag.TRANSACTION_ROLLBACK_TYPE)
+                                   is_rollback=sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_ROLLBACK_TYPE)
 
     def dispatch_pending(self) -> int:
         """Index every appended record not yet indexed; returns how many entries. Reput thread only.

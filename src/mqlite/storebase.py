@@ -9,6 +9,7 @@ offsets and offsets by time. `MessageStore` (the writer) and `StoreReader`
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -24,6 +25,7 @@ from .consumequeue import CQ_UNIT_STRUCT, LOWER, ConsumeQueue
 from .errors import IllegalStateError, MessageNotFoundError
 from .indexfile import INDEX_HEADER, IndexService
 from .message import PROPERTY_KEYS, MessageExt, SysFlag
+from .recovery import load_set_aside
 
 __all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter", "infer_format_settings", "config_for"]
 
@@ -35,6 +37,7 @@ _BODY_LEN_POS = HEADER.size - _BODY_LEN.size  # 84 with IPv4 hosts
 _BODY_POS = HEADER.size
 _SYSFLAG_LOW = 39  # last byte of the big-endian SYSFLAG int at 36
 _SLOW_BODY_FLAGS = SysFlag.COMPRESSED | SysFlag.BORNHOST_V6 | SysFlag.STOREHOSTADDRESS_V6
+log = logging.getLogger("mqlite")
 _new_object = object.__new__  # maxFilterMessageSize: CQ bytes scanned per filtered pull
 
 
@@ -136,6 +139,7 @@ class StoreFiles:
                                    tags_code_fn=tags_code_fn)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_lock = threading.Lock()
+        self.commitlog.set_aside = load_set_aside(root)
         self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=read_only)
         self.index = IndexService(os.path.join(root, "index"), config.max_hash_slot_num, config.max_index_num,
                                   max_msgs_num_batch=config.max_msgs_num_batch, read_only=read_only,
@@ -275,6 +279,7 @@ class StoreFiles:
         mm = None
         start = end = 0
         stop = offset + count
+        set_aside = self.commitlog.set_aside  # records recovery set aside (wrong body CRC): never handed out
         while qoff < stop:
             data = cq.read_units(qoff, stop - qoff)
             if not data:
@@ -290,7 +295,10 @@ class StoreFiles:
                     else:
                         mm, start, end = mf.mm, mf.file_from_offset, mf.file_from_offset + mf.file_size
                 raw = mm[phys - start : phys - start + size] if mm is not None else b""
-                if len(raw) != size or raw[4:8] not in _MAGICS:
+                if len(raw) != size or raw[4:8] not in _MAGICS or (set_aside and phys in set_aside):
+                    if set_aside and phys in set_aside:
+                        log.warning("%s/%d: skipping queue offset %d; recovery set its record (commit-log offset "
+                                    "%d) aside for a wrong body CRC", cq.topic, cq.queue_id, qoff, phys)
                     qoff += 1
                     removed += 1
                     continue
