@@ -1,8 +1,10 @@
 """Child process for the crash, reader and lock tests (run as a script, never collected).
 
-    python tests/_crashchild.py DIR write FLUSH SEED FIRST_SEQ THREADS MAX_SECONDS [PAUSE]
+    python tests/_crashchild.py DIR write FLUSH SEED FIRST_SEQ THREADS MAX_SECONDS [PAUSE [CLOCK_STEP_MS]]
         Open a writer store at DIR and append messages until MAX_SECONDS pass (then
-        close cleanly and print DONE); PAUSE seconds between appends limit the rate. After each acknowledged put it prints, flushed,
+        close cleanly and print DONE); PAUSE seconds between appends limit the rate;
+        CLOCK_STEP_MS > 0 makes store times a manual clock that starts now and moves
+        on by that much at every reading. After each acknowledged put it prints, flushed,
         one line per message: ``ACK <topic> <queue_id> <queue_offset> <seq>``.
         Sequence numbers start at FIRST_SEQ; THREADS > 1 appends from several threads
         (SYNC_FLUSH then exercises the group commit).
@@ -225,10 +227,12 @@ def _writer(store: Any, rng: random.Random, seqs: Iterator[int], out_lock: threa
 
 
 def _write(root: str, flush: str, seed: int, first_seq: int, threads: int, max_seconds: float,
-           pause: float) -> None:
+           pause: float, clock_step_ms: int = 0) -> None:
     import mqlite
+    from mqlite.clock import ManualClock
 
-    broker = mqlite.open(root, flush_disk_type=flush, **SETTINGS)
+    clock = ManualClock(int(time.time() * 1000), clock_step_ms) if clock_step_ms else None
+    broker = mqlite.open(root, flush_disk_type=flush, clock=clock, **SETTINGS)
     try:
         seqs = itertools.count(first_seq)  # next() on a count is atomic under the GIL
         out_lock = threading.Lock()
@@ -272,9 +276,9 @@ def _trylock(root: str) -> None:
 def main(argv: list[str]) -> None:
     root, mode, *rest = argv
     if mode == "write":
-        flush, seed, first_seq, threads, max_seconds, *pause = rest
+        flush, seed, first_seq, threads, max_seconds, *extra = rest
         _write(root, flush, int(seed), int(first_seq), int(threads), float(max_seconds),
-               float(pause[0]) if pause else 0.0)
+               float(extra[0]) if extra else 0.0, int(extra[1]) if len(extra) > 1 else 0)
     elif mode == "hold":
         _hold(root)
     elif mode == "trylock":

@@ -409,33 +409,57 @@ class MessageStore(StoreFiles):
 
     # -- flushing ----------------------------------------------------------------------------------------
     def _flush_all_commitlog(self) -> int:
-        """Flush the log up to its current end; returns the durable offset."""
+        """Flush the log up to its current end; returns the durable offset.
+
+        The group commit's flush (`GroupCommitService`): afterwards the checkpoint's
+        commit-log time is the store time of the newest record now durable.
+        """
         with self._flush_lock:
-            target = self.commitlog.max_offset
+            target, last_ts = self._log_end()
             queue = self.commitlog.mapped_files
             while queue.flushed_where < target and not queue.flush(0):
                 pass
+            self._flushed_to(target, last_ts)
             return queue.flushed_where
 
     def flush_commitlog(self, least_pages: int) -> None:
         """One round of the ASYNC flush (least_pages 0 means thorough)."""
         with self._flush_lock:
-            last_ts = self.commitlog.last_store_timestamp
-            queue = self.commitlog.mapped_files
-            queue.flush(least_pages)
-            if least_pages == 0 and queue.flushed_where >= self.commitlog.max_offset and last_ts:
-                self.checkpoint.physic_msg_timestamp = last_ts
+            target, last_ts = self._log_end()
+            self.commitlog.mapped_files.flush(least_pages)
+            self._flushed_to(target, last_ts)
+
+    def _log_end(self) -> tuple[int, int]:
+        """The log's end and the store time of the record that ends it, read together: every
+        record stored up to that time lies below that end (both change under the put lock)."""
+        with self.commitlog.put_lock:
+            return self.commitlog.max_offset, self.commitlog.last_store_timestamp
+
+    def _flushed_to(self, target: int, last_ts: int) -> None:
+        """After a flush: when everything below `target` is durable, so is every record stored by
+        `last_ts` (RocketMQ's flush services then set `physicMsgTimestamp`)."""
+        if last_ts and self.commitlog.mapped_files.flushed_where >= target:
+            self.checkpoint.physic_msg_timestamp = last_ts
 
     def flush_queues(self, least_pages: int) -> None:
-        """Flush consume queues and the index (FlushConsumeQueueService)."""
+        """Flush consume queues and the index (FlushConsumeQueueService).
+
+        A thorough round (`least_pages` 0) flushes every queue file and the index, then
+        moves the checkpoint's consume-queue time to the newest unit written before it
+        began (`logicsMsgTimestamp`): recovery trusts the queues up to there.
+        """
         with self.commitlog.put_lock:
             # Units are written under this lock, so every unit up to this time exists.
             logics_ts = self.commitlog.last_store_timestamp
         for cq in list(self.consume_queues.values()):
-            cq.flush(least_pages)
+            if least_pages == 0:
+                cq.flush_all()
+            else:
+                cq.flush(least_pages)
         if least_pages == 0:
             self.index.flush()
-            self.checkpoint.logics_msg_timestamp = logics_ts
+            if logics_ts:
+                self.checkpoint.logics_msg_timestamp = logics_ts
 
     def flush(self) -> None:
         """Make everything written so far durable (log, queues, index, checkpoint)."""

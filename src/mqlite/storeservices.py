@@ -65,7 +65,12 @@ class FlushService(Service):
     `flush_commitlog_least_pages` dirty pages wait, everything every
     `flush_commitlog_thorough_interval` (ASYNC_FLUSH; under SYNC_FLUSH the
     writers' group commit flushes the log and this keeps it tidy). Consume
-    queues and index: every `flush_interval_consume_queue`. Checkpoint: every round.
+    queues and index: every `flush_interval_consume_queue`, thoroughly every
+    `flush_consume_queue_thorough_interval` (every round under SYNC_FLUSH).
+    Checkpoint: every round, with the times the flushes above made durable
+    (`physicMsgTimestamp` after a commit-log flush reached the end it saw,
+    `logicsMsgTimestamp` after a thorough queue flush, `indexMsgTimestamp`
+    when an index file fills).
     """
 
     def __init__(self, store: MessageStore) -> None:
@@ -85,7 +90,11 @@ class FlushService(Service):
         self.store.flush_commitlog(least)
         if now - self._last_cq_flush >= config.flush_interval_consume_queue:
             self._last_cq_flush = now
-            thorough = now - self._last_cq_thorough >= config.flush_consume_queue_thorough_interval
+            # SYNC_FLUSH: every round is thorough, so the checkpoint's consume-queue time stays
+            # within a round of the durable log and a crashed store recovers from a recent
+            # segment (RocketMQ waits for its 60 s thorough round, whatever the flush mode).
+            thorough = (config.sync_flush
+                        or now - self._last_cq_thorough >= config.flush_consume_queue_thorough_interval)
             if thorough:
                 self._last_cq_thorough = now
             self.store.flush_queues(0 if thorough else config.flush_consume_queue_least_pages)
