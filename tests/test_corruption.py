@@ -4,10 +4,11 @@ Invariants, whatever the damage:
 - the reader never crashes (no exception other than a documented `mqlite` error);
 - every valid record before the damage point stays readable, at its queue offset, intact;
 - the writer recovers RocketMQ's way (truncate the log at the first invalid record, drop
-  consume-queue units that point at or past it) or refuses loudly with
-  `StoreCorruptedError` when a file has the wrong size; appends continue after a recovery.
+  consume-queue units that point at or past it; but a whole record whose body CRC fails is
+  set aside, not cut) or refuses loudly with `StoreCorruptedError` when a file has the wrong
+  size; appends continue after a recovery.
 
-The damage: a torn tail, a zeroed region, a flipped body byte (CRC mismatch), torn
+The damage: a torn tail, a zeroed region, a flipped body byte (CRC mismatch: set aside), torn
 properties, a truncated file, garbage files and names, a garbage checkpoint, an empty
 directory, a consume-queue unit pointing past the log, lost consume queues, a lost page.
 And what recovery cuts stays cut: no record or unit comes back after later appends and
@@ -225,7 +226,9 @@ def test_zeroed_region_in_newest_segment(store: tuple[Path, list[Rec]], abnormal
 
 
 @ABNORMAL
-def test_flipped_body_byte_truncates_at_that_record(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
+def test_flipped_body_byte_sets_that_record_aside(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
+    # A whole record whose body CRC fails, with valid records after it, is set aside: only it
+    # is lost (RocketMQ would truncate the log there and lose every record after it).
     root, recs = store
     newest = _newest_segment_records(recs)
     victim = newest[len(newest) // 3]
@@ -233,7 +236,14 @@ def test_flipped_body_byte_truncates_at_that_record(store: tuple[Path, list[Rec]
     _write_at(root, at, bytes([_read_at(root, at, 1)[0] ^ 0x5A]))
     _abort(root, abnormal)
     _check_reader(root, recs, victim.offset)
-    _check_writer(root, recs, victim.offset)  # the CRC check on recovery cuts the log there
+    with mqlite.open(str(root)) as broker:
+        store = broker.store
+        assert store.recovery.set_aside == [(victim.offset, victim.size)]
+        assert store.commitlog.max_offset == recs[-1].offset + recs[-1].size
+        assert _tolerant_read(store) == {(r.qid, r.qoff): r.seq for r in recs if r != victim}
+        _append_and_read(store, [len([r for r in recs if r.qid == q]) for q in range(QUEUES)])
+    with mqlite.StoreReader(str(root)) as reader:  # a reader skips it too, never hands out the corrupt body
+        assert (victim.qid, victim.qoff) not in _tolerant_read(reader)
 
 
 @ABNORMAL
@@ -308,8 +318,12 @@ def test_truncated_index_file(store: tuple[Path, list[Rec]]) -> None:
     files = sorted((root / "index").iterdir())
     assert files, "the template has index files"
     _truncate(files[0], 100)
-    with pytest.raises(mqlite.StoreCorruptedError):
-        mqlite.open(str(root))
+    _check_reader(root, recs, None)
+    with mqlite.open(str(root)) as broker:  # the index is derived data: rebuilt from the commit log
+        assert broker.store.recovery.index_rebuilt_from == 0
+        for r in recs:
+            if "KEYS" in make_properties(r.seq):
+                assert [m.queue_offset for m in broker.query_message(TOPIC, f"key-{r.seq}")] == [r.qoff]
     _check_reader(root, recs, None)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from support import deadline as _deadline
 from mqlite.clock import ManualClock
+import mqlite
 import mqlite.recovery
 from mqlite.commitlog import PutResult
 from mqlite.config import StoreConfig
@@ -481,3 +482,235 @@ def test_host_bits_in_sys_flag_cannot_corrupt_the_log(tmp_path: Path) -> None:
             _put(store, i)
     with _open(root) as store:
         assert _bodies(store) == [_body(i) for i in range(10)]
+
+
+# -- the key index after recovery --------------------------------------------------------------------------------------
+def _ids(results: list[PutResult]) -> list[str]:
+    return [r.offset_msg_id for r in results]
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["normal", "abnormal"])
+def test_records_appended_after_a_cut_are_indexed_at_once(tmp_path: Path, abnormal: bool) -> None:
+    # A cut of several records left the index's end past the cut: the records appended
+    # there were skipped by the index until the log passed the old end.
+    import mqlite
+
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        results = [_put(store, i) for i in range(30)]
+    _damage(root, results[20].commit_log_offset, len(_body(20)))  # records 20..29 go
+    if abnormal:
+        _create_abort(root)
+    with mqlite.open(str(root)) as broker:
+        assert broker.store.commitlog.max_offset == results[20].commit_log_offset
+        again = [broker.store.put(TOPIC, 0, b"again %d" % i, {"KEYS": f"again-{i}", "UNIQ_KEY": f"{i:032X}"})
+                 for i in range(5)]
+        assert again[-1].commit_log_offset < results[-1].commit_log_offset  # still below the old end
+        for i, r in enumerate(again):
+            assert [m.body for m in broker.query_message(TOPIC, f"again-{i}")] == [b"again %d" % i]
+            assert broker.view_message(f"{i:032X}").body == b"again %d" % i
+            assert broker.view_message(r.offset_msg_id).body == b"again %d" % i
+        for i in range(20, 30):  # the cut records' stale entries are gone, not just filtered out
+            assert broker.query_message(TOPIC, f"key-{i}") == []
+    with _open(root) as store:
+        assert store.index.verify() == []
+    assert rf.cross_check_store(str(root), hash_slot_num=1000) == []
+
+
+@pytest.mark.parametrize("abnormal", [False, True], ids=["clean", "crashed"])
+def test_a_deleted_index_directory_is_rebuilt(tmp_path: Path, abnormal: bool) -> None:
+    import mqlite
+
+    root = tmp_path / "store"
+    config = _config(max_hash_slot_num=64, max_index_num=100)  # several index files
+    uniq = [f"{i:032X}" for i in range(300)]
+    with _open(root, config) as store:
+        for i in range(300):
+            store.put(TOPIC, i % 3, _body(i), {"KEYS": f"key-{i}", "UNIQ_KEY": uniq[i]})
+        assert len(store.commitlog.mapped_files.files) >= 2
+    shutil.rmtree(root / "index")
+    if abnormal:
+        _create_abort(root)
+    with mqlite.open(str(root)) as broker:
+        assert broker.store.recovery.index_rebuilt_from == 0
+        for i in range(300):
+            assert [m.body for m in broker.query_message(TOPIC, f"key-{i}")] == [_body(i)]
+            assert broker.view_message(uniq[i]).body == _body(i)
+    with _open(root) as store:  # a clean reopen rebuilds nothing and keeps finding everything
+        assert store.recovery.index_rebuilt_from is None
+        assert store.index.verify() == []
+        assert [m.body for m in store.query_message(TOPIC, "key-299")] == [_body(299)]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage-header"])
+def test_a_damaged_index_file_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    root = tmp_path / "store"
+    config = _config(max_hash_slot_num=64, max_index_num=100)
+    with _open(root, config) as store:
+        for i in range(200):
+            _put(store, i)
+    files = sorted((root / "index").iterdir())
+    assert len(files) >= 3
+    if damage == "truncated":
+        os.truncate(files[1], 100)
+    else:
+        with open(files[1], "r+b") as f:
+            f.write(b"\xff" * 40)
+    with _open(root) as store:  # RocketMQ and mqlite once refused to open: "delete the index directory"
+        assert store.recovery.index_rebuilt_from is not None
+        assert store.index.verify() == []
+        for i in range(200):
+            assert [m.body for m in store.query_message(TOPIC, f"key-{i}")] == [_body(i)]
+
+
+def test_a_store_without_keys_is_not_rescanned_at_every_open(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        for i in range(50):
+            store.put(TOPIC, 0, _body(i))
+    with _open(root) as store:
+        assert store.recovery.index_rebuilt_from is None  # the empty index file says "indexed up to here"
+        store.put(TOPIC, 0, b"keyed", {"KEYS": "late"})
+        assert store.wait_dispatched()
+        assert [m.body for m in store.query_message(TOPIC, "late")] == [b"keyed"]
+
+
+# -- a bad body CRC in the middle of the log -------------------------------------------------------------------------
+def _flip_body_byte(root: Path, result: PutResult) -> None:
+    path = root / "commitlog" / offset_to_file_name(result.commit_log_offset - result.commit_log_offset % SEGMENT)
+    with open(path, "r+b") as f:
+        f.seek(result.commit_log_offset % SEGMENT + 88 + 10)  # inside the body: only the CRC notices
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x5A]))
+
+
+@pytest.mark.parametrize("queue_lost", [False, True], ids=["unit-present", "queues-rebuilt"])
+def test_a_bad_crc_in_the_middle_sets_one_record_aside(tmp_path: Path, queue_lost: bool) -> None:
+    root = tmp_path / "store"
+    with _open(root, _config(check_crc_on_recover=True)) as store:
+        results = [_put(store, i, queue_id=i % 2) for i in range(300)]
+    victim = results[150]  # queue 0, queue offset 75
+    _flip_body_byte(root, victim)
+    if queue_lost:
+        shutil.rmtree(root / "consumequeue")
+    _create_abort(root)
+    with _open(root) as store:
+        report = store.recovery
+        assert report.set_aside == [(victim.commit_log_offset, victim.wrote_bytes)]
+        assert report.records_set_aside == 1 and not report.damaged_tail
+        assert store.commitlog.max_offset == results[-1].commit_log_offset + results[-1].wrote_bytes
+        # The unit stays (queue offsets are not renumbered); reads skip the record.
+        assert store.max_offset(TOPIC, 0) == 150 and store.max_offset(TOPIC, 1) == 150
+        assert _bodies(store, TOPIC, 0) == [_body(i) for i in range(0, 300, 2) if i != 150]
+        assert _bodies(store, TOPIC, 1) == [_body(i) for i in range(1, 300, 2)]
+        only = store.get_messages(TOPIC, 0, 75, 1)
+        assert (only.status, only.next_begin_offset) == (GetMessageStatus.MESSAGE_WAS_REMOVING, 76)
+        assert store.query_message(TOPIC, "key-150") == []
+        assert [m.body for m in store.query_message(TOPIC, "key-151")] == [_body(151)]
+        with pytest.raises(mqlite.MessageNotFoundError):
+            store.look_message_by_offset(victim.commit_log_offset)
+        assert _put(store, 300).queue_offset == 150  # appends go on at the end
+    # A clean reopen does not scan that far back; the record stays set aside all the same.
+    with _open(root) as store:
+        assert not store.recovery.abnormal and store.recovery.set_aside == []
+        assert _bodies(store, TOPIC, 0) == [_body(i) for i in range(0, 301, 2) if i != 150]
+    with mqlite.StoreReader(str(root)) as reader:
+        assert [m.body for m in reader.get_messages(TOPIC, 0, 74, 3).messages] == [_body(148), _body(152)]
+
+
+def test_a_bad_crc_in_the_last_record_is_still_a_torn_tail(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        results = [_put(store, i) for i in range(40)]
+    _flip_body_byte(root, results[-1])
+    _create_abort(root)
+    with _open(root) as store:
+        assert store.recovery.set_aside == []
+        assert store.commitlog.max_offset == results[-1].commit_log_offset
+        assert _bodies(store) == [_body(i) for i in range(39)]
+
+
+def test_a_partial_last_record_is_still_cut_when_a_crc_fails_before_it(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        results = [_put(store, i) for i in range(40)]
+    _flip_body_byte(root, results[10])
+    last = results[-1]
+    path = root / "commitlog" / offset_to_file_name(0)
+    with open(path, "r+b") as f:  # the last record lost its second half
+        f.seek(last.commit_log_offset + last.wrote_bytes // 2)
+        f.write(bytes(last.wrote_bytes - last.wrote_bytes // 2))
+    _create_abort(root)
+    with _open(root) as store:
+        assert store.recovery.set_aside == [(results[10].commit_log_offset, results[10].wrote_bytes)]
+        assert store.recovery.damaged_tail
+        assert store.commitlog.max_offset == last.commit_log_offset
+        assert _bodies(store) == [_body(i) for i in range(39) if i != 10]
+
+
+def test_a_later_cut_before_a_set_aside_record_forgets_it(tmp_path: Path) -> None:
+    # Records appended where a set-aside record was cut off must never be skipped.
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        results = [_put(store, i) for i in range(40)]
+    _flip_body_byte(root, results[30])
+    _create_abort(root)
+    with _open(root) as store:
+        assert store.recovery.set_aside == [(results[30].commit_log_offset, results[30].wrote_bytes)]
+    assert mqlite.recovery.load_set_aside(str(root)) == {results[30].commit_log_offset: results[30].wrote_bytes}
+    _damage(root, results[20].commit_log_offset, len(_body(20)))
+    with _open(root) as store:
+        assert store.commitlog.max_offset == results[20].commit_log_offset
+        assert store.commitlog.set_aside == {}
+        again = [_put(store, i) for i in range(20, 40)]
+        assert results[30].commit_log_offset in [r.commit_log_offset for r in again]  # the same sizes: same places
+        assert store.wait_dispatched()
+        assert _bodies(store) == [_body(i) for i in range(40)]
+    assert mqlite.recovery.load_set_aside(str(root)) == {}
+
+
+# -- a damaged checkpoint ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["missing", "short", "zeros", "garbage", "far-future"])
+def test_a_damaged_checkpoint_gets_a_full_recovery(tmp_path: Path, damage: str) -> None:
+    root = tmp_path / "store"
+    clock = ManualClock(T0, step_ms=1000)  # checkpoint times would start recovery at the last segment
+    with _open(root, _config(), clock=clock) as store:
+        for i in range(400):
+            _put(store, i, queue_id=i % 2)
+        assert len(store.commitlog.mapped_files.files) >= 3
+    checkpoint = root / "checkpoint"
+    if damage == "missing":
+        checkpoint.unlink()
+    elif damage == "short":
+        os.truncate(checkpoint, 16)
+    elif damage == "zeros":
+        checkpoint.write_bytes(bytes(4096))
+    elif damage == "garbage":
+        checkpoint.write_bytes(os.urandom(4096))
+    else:  # well formed, but from a clock years ahead
+        checkpoint.write_bytes((T0 + 10**12).to_bytes(8, "big") * 3 + bytes(4096 - 24))
+    shutil.rmtree(root / "consumequeue")  # only a recovery from the first segment finds every message
+    _create_abort(root)
+    with _open(root, clock=clock) as store:
+        report = store.recovery
+        assert report.abnormal and report.start_offset == 0
+        assert (report.checkpoint_damage is None) == (damage == "zeros")  # zeros are a valid, empty checkpoint
+        assert _bodies(store, TOPIC, 0) == [_body(i) for i in range(0, 400, 2)]
+        assert _bodies(store, TOPIC, 1) == [_body(i) for i in range(1, 400, 2)]
+        assert store.commitlog.last_store_timestamp < T0 + 10**12  # no store time taken from garbage
+    assert rf.decode_checkpoint(str(root))["physic_msg_timestamp"] > 0
+
+
+def test_a_directory_in_place_of_the_checkpoint_is_refused_clearly(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        _put(store, 0)
+    (root / "checkpoint").unlink()
+    (root / "checkpoint").mkdir()
+    with pytest.raises(mqlite.StoreCorruptedError, match="checkpoint.*is a directory.*remove it"):
+        _open(root)
+    os.rmdir(root / "checkpoint")
+    with _open(root) as store:  # the advice works
+        assert store.recovery.checkpoint_damage == "missing"
+        assert _bodies(store) == [_body(0)]

@@ -526,6 +526,10 @@ class MessageStore(StoreFiles):
         self._clean.stop()
         self._reput.stop()
         self._flush.stop()
+        if self.config.message_index_enable and self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
+            # Everything is indexed (or had no keys): an index file must say so, or the next
+            # open takes an empty index/ for a lost one and rebuilds it.
+            self.index.mark_indexed_to(self.commitlog.max_offset, self.commitlog.last_store_timestamp)
         self.flush()
         self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
         self.checkpoint.flush()
