@@ -688,6 +688,10 @@ class IndexService:
         #: After ``load()``: the commit-log offset from which the index must be rebuilt
         #: (the files were missing or damaged), or None when it is whole.
         self.rebuild_from: int | None = None
+        #: Whether the index shape is known to be the files' own (mqlite recorded it). When not
+        #: (a RocketMQ broker's store), files that all have another size mean other settings,
+        #: and ``load()`` refuses them instead of taking them for damage.
+        self.shape_known = True
 
     @property
     def files(self) -> list[IndexFile]:
@@ -726,6 +730,12 @@ class IndexService:
             paths = [p for p in paths if _parse_name(os.path.basename(p)) is not None and os.path.isfile(p)]
             if not paths and not self.read_only:
                 self.rebuild_from = 0
+            if paths and not (self.read_only or self.shape_known):
+                expected = index_file_size(self.hash_slot_num, self.index_num)
+                if all(os.path.getsize(p) not in (0, expected) for p in paths):
+                    # Every file has another shape: other settings, not damage. Raises
+                    # StoreCorruptedError with the sizes and the fix.
+                    IndexFile(paths[0], self.hash_slot_num, self.index_num).close()
             try:
                 for i, path in enumerate(paths):
                     f = self._open_existing(path)

@@ -12,6 +12,12 @@ newest segment there; the tail is where a damaged record can be after a clean
 exit, and is where its recovery test damages one. Abnormal recovery follows
 RocketMQ: from the newest segment whose first record is older than the
 checkpoint's safe time, everything is re-dispatched (idempotently).
+
+Departure from RocketMQ: only a torn tail is cut. A record whose frame is whole
+but whose body CRC fails, with a framed record (or a BLANK, or the segment's
+end) after it, is set aside (`_classify`): its unit is kept so queue offsets
+stay as acknowledged, it gets no index entry, `RecoveryReport.set_aside` and
+`config/setAside.json` list it, reads skip it, and the scan goes on after it.
 """
 
 from __future__ import annotations

@@ -186,6 +186,9 @@ class MessageStore(StoreFiles):
         try:
             self.on_arrival = on_arrival
             self._abort_path = os.path.join(root, "abort")
+            # Without recorded settings (a RocketMQ broker's store) index files that all have
+            # another size mean other index settings: refused, not rebuilt.
+            self.index.shape_known = os.path.exists(store_config_path(root))
             checkpoint_damage = self._checkpoint_damage()
             # A checkpoint that cannot be trusted gets a full abnormal recovery (from the first segment).
             self.last_exit_ok = not os.path.exists(self._abort_path) and checkpoint_damage is None
