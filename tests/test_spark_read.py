@@ -280,6 +280,24 @@ def test_data_loss_fails_or_skips(tmp_path: Any) -> None:
                              "failOnDataLoss": "false"}) == []
 
 
+def test_a_record_set_aside_by_recovery_is_never_read(tmp_path: Any) -> None:
+    path = str(tmp_path / "store")
+    produce_uniform(path, 200)
+    with StoreReader(path) as store:
+        qid = next(q for q in store.queue_ids("uniform") if store.max_offset("uniform", q) > 30)
+        victim = store.get_messages("uniform", qid, 20, 1).messages[0]
+    with open(os.path.join(path, "commitlog", "0" * 20), "r+b") as f:  # a body byte: only the CRC notices
+        f.seek(victim.commit_log_offset + 88 + 5)
+        f.write(b"!")
+    open(os.path.join(path, "abort"), "w").close()
+    with mqlite.open(path) as broker:
+        assert broker.store.recovery.set_aside == [(victim.commit_log_offset, victim.store_size)]
+    with pytest.raises(MessageNotFoundError, match="failOnDataLoss"):
+        read_local(path, {"subscribe": "uniform"})
+    rows = read_local(path, {"subscribe": "uniform", "failOnDataLoss": "false"})
+    assert len(rows) == 199 and ("uniform", qid, 20) not in {key(r) for r in rows}
+
+
 BAD_OPTIONS = [
     ({}, "subscribe, subscribePattern and assign"),
     ({"subscribe": "a", "assign": '{"a": [0]}'}, "exactly one"),

@@ -43,6 +43,7 @@ from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, decode_message
 from ..consumequeue import BLANK_UNIT, CQ_DTYPE
 from ..filter import MessageSelector
 from ..mappedfile import offset_to_file_name
+from ..recovery import load_set_aside
 from ..message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -504,6 +505,7 @@ class RangeReader:
         self.need_props = bool(_PROPERTY_USERS.intersection(self.columns)) or tags is not None or self.sql is not None
         self.need_body = "body" in self.columns or "value" in self.columns
         self.lost = 0
+        self.set_aside = np.zeros(0, dtype=np.int64)
 
     def read(self, part: QueueRange) -> Iterator[pa.RecordBatch]:
         """Yield the batches of `part`; raises the data-loss error when messages are gone (failOnDataLoss)."""
@@ -516,6 +518,8 @@ class RangeReader:
         cqs = _Files(os.path.join(part.path, "consumequeue", part.topic, str(part.queue_id)))
         self.segments = _Files(os.path.join(part.path, "commitlog"))
         self.lost = 0
+        # Records recovery set aside for a wrong body CRC: lost, never handed out.
+        self.set_aside = np.array(sorted(load_set_aside(part.path)), dtype=np.int64)
         try:
             qoff = part.start
             while qoff < part.end:
@@ -549,6 +553,12 @@ class RangeReader:
         bad = ((phys < 0) | (size <= 0)) & ~blank
         if bad.any():
             self._lose(int(bad.sum()), f"{self.topic}/{self.queue_id} units from offset {first}")
+        if len(self.set_aside):
+            aside = np.isin(phys, self.set_aside)
+            if aside.any():
+                self._lose(int(aside.sum()), f"{self.topic}/{self.queue_id} units from offset {first} "
+                                             f"(records set aside by recovery for a wrong body CRC)")
+                bad |= aside
         keep = ~blank & ~bad
         if self.tag_codes is not None:
             keep &= np.isin(units["tags_code"].astype(np.int64) & 0xFFFFFFFF, self.tag_codes)
