@@ -714,3 +714,15 @@ def test_a_directory_in_place_of_the_checkpoint_is_refused_clearly(tmp_path: Pat
     with _open(root) as store:  # the advice works
         assert store.recovery.checkpoint_damage == "missing"
         assert _bodies(store) == [_body(0)]
+
+
+def test_the_empty_index_file_survives_reopens(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        for i in range(5):
+            store.put(TOPIC, 0, _body(i))
+    names = sorted(os.listdir(root / "index"))
+    assert len(names) == 1
+    with _open(root):  # (after a crash it is dropped and made again, as any empty index file is)
+        pass
+    assert sorted(os.listdir(root / "index")) == names

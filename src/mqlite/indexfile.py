@@ -797,8 +797,8 @@ class IndexService:
             self._check_open(writing=True)
             while self._files:
                 f = self._files[-1]
-                if f.end_phy_offset < phy_offset:
-                    return
+                if f.end_phy_offset < phy_offset or (f.index_count <= 1 and f.end_phy_offset == phy_offset):
+                    return  # nothing past the cut (an empty file may say "indexed up to" the cut itself)
                 if f.index_count > 1 and f.begin_phy_offset < phy_offset and f.truncate_from(phy_offset) > 0:
                     return
                 _log.info("recovery cut the log at %d: dropping index file %s", phy_offset, f.path)

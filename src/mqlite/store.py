@@ -336,7 +336,9 @@ class MessageStore(StoreFiles):
     def _after_recovery(self, rebuild_index: bool) -> None:
         """Carry recovery's findings into the set-aside list and the key index."""
         cut = self.recovery.process_offset
-        set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if offset < cut}
+        # Records cut off or aged out are forgotten: new records may take a cut one's place.
+        low = self.commitlog.min_offset
+        set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if low <= offset < cut}
         set_aside.update(self.recovery.set_aside)
         if set_aside != self.commitlog.set_aside:
             save_set_aside(self.root, set_aside)
