@@ -367,14 +367,18 @@ class MessageStore(StoreFiles):
 
     # -- dispatch (reput) ---------------------------------------------------------------------------
     def _put_unit(self, request: DispatchRequest) -> None:
-        """A recovered record's consume-queue unit (idempotent); no index entry."""
-        topic, queue_id, offset, size, code, store_ts, qoff, _, _, sys_flag = request
+        """A recovered record's consume-queue unit (idempotent); no index entry.
+
+        Unlike RocketMQ's dispatch this leaves the checkpoint's consume-queue time alone:
+        it moves once the unit is flushed (`flush_queues`), as the flush thread writes
+        the checkpoint every round.
+        """
+        topic, queue_id, offset, size, code, _, qoff, _, _, sys_flag = request
         if sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
             cq = self.consume_queues.get((topic, queue_id)) or self.consume_queue(topic, queue_id, create=True)
             assert cq is not None
             if not cq.put(offset, size, code, qoff):
                 log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
-            self.checkpoint.logics_msg_timestamp = store_ts
 
     def _dispatch_one(self, request: DispatchRequest) -> None:
         """A recovered record's unit and index entries."""
@@ -453,9 +457,7 @@ class MessageStore(StoreFiles):
         moves the checkpoint's consume-queue time to the newest unit written before it
         began (`logicsMsgTimestamp`): recovery trusts the queues up to there.
         """
-        with self.commitlog.put_lock:
-            # Units are written under this lock, so every unit up to this time exists.
-            logics_ts = self.commitlog.last_store_timestamp
+        _, logics_ts = self._log_end()  # units are written with their records: every unit up to this time exists
         for cq in list(self.consume_queues.values()):
             if least_pages == 0:
                 cq.flush_all()
