@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._service import Service
+from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
@@ -132,6 +132,8 @@ class Broker:
         self.queue_locks = QueueLocks(store.clock)
         if isinstance(store, MessageStore):
             self._start_services(store)
+        # Its threads are not daemons (and a reader holds maps): one the program forgets is closed at exit.
+        close_at_exit(self)
 
     def _start_services(self, store: MessageStore) -> None:
         """Offsets, delay delivery and transaction check-back: started after recovery, stopped before the store."""
@@ -721,6 +723,7 @@ class Broker:
         if self._closed or self._closing:
             return  # a consumer shut down below may release a shared broker: that must not re-enter
         self._closing = True
+        forget_at_exit(self)
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
                 try:
