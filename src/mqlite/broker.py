@@ -255,8 +255,18 @@ class Broker:
         return config
 
     def delete_topic(self, topic: str) -> None:
-        """Delete a topic and its consume queues (its records age out of the commit log)."""
+        """Delete a topic and its consume queues (its records age out of the commit log).
+
+        System topics (`topics.is_system_topic`: the schedule, timer, half, op and
+        trace topics...) are refused with `MQClientError`, as RocketMQ's broker
+        refuses them: they hold the broker's own pending work (a delayed message
+        waits in `SCHEDULE_TOPIC_XXXX`). A group's retry and dead-letter topics
+        may be deleted.
+        """
         store = self._writer()
+        if isinstance(topic, str) and is_system_topic(topic):
+            raise MQClientError(f"the topic {topic!r} is a system topic (the broker keeps its own messages there: "
+                                "delayed, transactional, timer or trace); it cannot be deleted")
         if topic not in self.topics and topic not in store.topics():
             raise MQClientError(f"topic {topic!r} does not exist")
         self.topics.delete(topic)
