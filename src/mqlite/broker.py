@@ -589,7 +589,9 @@ class Broker:
         RocketMQ answers 0 instead of "not found" when the queue still starts
         at offset 0 and that message is still in memory (within 40% of RAM of
         the commit log's end), so a new group on a young topic reads it from
-        the start even with CONSUME_FROM_LAST_OFFSET.
+        the start even with CONSUME_FROM_LAST_OFFSET. Consumers do not ask it
+        with CONSUME_FROM_TIMESTAMP: that mode searches by time for every queue
+        without an offset (RocketMQ's answer would make it start at 0 instead).
         """
         store = self._check()
         if store.min_offset(mq.topic, mq.queue_id) > 0 or store.max_offset(mq.topic, mq.queue_id) == 0:
