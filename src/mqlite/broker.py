@@ -125,6 +125,7 @@ class Broker:
         self.offsets: ConsumerOffsets | None = None
         self.transactions: TransactionalMessageService | None = None
         self.delay: DelayService | None = None
+        self._transaction_check: TransactionCheckService | None = None
         #: Parked pulls and pull threads, woken when their queues grow.
         self.arrivals = ArrivalHub()
         #: Live consumers per group, and the orderly consumers' queue locks.
@@ -148,8 +149,9 @@ class Broker:
         # Stop order (close() reverses this list): Spark inbox import (its last round while the store is
         # still open), check-back, delay delivery, then offsets persist.
         inbox = InboxService(self.import_inbox)
+        self._transaction_check = TransactionCheckService(self.transactions)
         self._services = [OffsetPersistService(self.offsets, config.flush_consumer_offset_interval),
-                          self.delay, TransactionCheckService(self.transactions), inbox]
+                          self.delay, self._transaction_check, inbox]
         for service in self._services:
             service.start()
         inbox.wakeup()  # jobs handed over while the store was closed go in now, not a second later
@@ -703,7 +705,8 @@ class Broker:
 
         Idle means: everything put so far is dispatched (readable), every delayed
         or timer message due by the broker's clock is delivered to its real queue,
-        and each of `consumers` has consumed and committed all it can read
+        a transaction check that fell due has asked its producers (and applied
+        their answers), and each of `consumers` has consumed and committed all it can read
         (`consumer.join`). The steps repeat until a pass stores nothing new, since a
         listener may send and a failure is sent back. Messages due later are not
         waited for: with a `ManualClock`, advance it first (`mqlite.testing` does).
@@ -723,6 +726,9 @@ class Broker:
                 return False
             # The delay service reads dispatched units, so its round comes after the dispatch.
             if self.delay is not None and not self.delay.wait_round(left()):
+                return False
+            # A transaction check that fell due (a ManualClock moved past it) runs its check-backs now.
+            if self._transaction_check is not None and not self._transaction_check.wait_round(left()):
                 return False
             for consumer in consumers:
                 if not consumer.join(left()):

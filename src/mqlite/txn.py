@@ -44,13 +44,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, NamedTuple
 
 from ._service import Service
-from .clock import Clock
+from .clock import Clock, on_advance
 from .commitlog import PutMessageStatus, PutResult, stored_body
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import (
@@ -605,16 +606,81 @@ class TransactionCheckService(Service):
     Defaults: `transaction_timeout` and `transaction_check_interval` of the
     store's config. `wakeup()` starts a round at once; `stop()` lets a running
     round finish and joins. RocketMQ's `TransactionalMessageCheckService`.
+
+    A check falls due once its delay has passed in real time or on the store's
+    clock, whichever comes first, so moving a test's `MockClock` past it runs
+    the check at once (the clock also decides which halves are old enough);
+    `wait_round` waits for that check.
     """
 
     def __init__(self, txn: TransactionalMessageService, *, interval: float | None = None,
                  first_delay: float | None = None) -> None:
         config = txn.store.config
-        super().__init__("txn-check", config.transaction_timeout if first_delay is None else first_delay)
+        delay = config.transaction_timeout if first_delay is None else first_delay
+        super().__init__("txn-check", delay)
         self.txn = txn
         self._check_interval = config.transaction_check_interval if interval is None else interval
         self.last_report: CheckReport | None = None
+        self._clock = txn.clock
+        self._due_monotonic = time.monotonic() + delay
+        self._due_ms = self._clock.now_ms() + round(delay * 1000)
+        self._round_cv = threading.Condition()  # guards the three below
+        self._check_requested = False
+        self._checks_started = 0
+        self._checks_finished = 0
+        self._stop_watching_clock: Callable[[], None] = lambda: None
+
+    def start(self) -> None:
+        """Start the thread; a hand-moved clock wakes it whenever it moves (a check runs if due)."""
+        self._stop_watching_clock = on_advance(self._clock, super().wakeup)
+        super().start()
+
+    def wakeup(self) -> None:
+        """Run a check now, due or not."""
+        with self._round_cv:
+            self._check_requested = True
+        super().wakeup()
+
+    @property
+    def check_due(self) -> bool:
+        """True when the next check's time has come (by real time or by the clock)."""
+        return time.monotonic() >= self._due_monotonic or self._clock.now_ms() >= self._due_ms
+
+    def wait_round(self, timeout: float | None = 10.0) -> bool:
+        """If a check is due, have one run now and block until it ended; False on timeout.
+
+        For `Broker.wait_idle` (and so `MockClock.advance`): after the clock
+        passed `transaction_timeout`, the check-backs are done when this returns.
+        The check waited for begins after this call, so it sees the clock as it
+        is now. Any thread but the service's own.
+        """
+        if not self.check_due or not self.is_alive:
+            return True
+        with self._round_cv:
+            target = self._checks_started + 1
+        self.wakeup()
+        with self._round_cv:
+            return self._round_cv.wait_for(lambda: self._checks_finished >= target or self.is_stopping, timeout)
 
     def run_once(self) -> None:
-        self.interval = self._check_interval
-        self.last_report = self.txn.check()
+        with self._round_cv:
+            run = self._check_requested or self.check_due
+            self._check_requested = False
+            if run:
+                self._checks_started += 1
+        if run:
+            try:
+                self.last_report = self.txn.check()
+            finally:
+                self._due_monotonic = time.monotonic() + self._check_interval
+                self._due_ms = self._clock.now_ms() + round(self._check_interval * 1000)
+                with self._round_cv:
+                    self._checks_finished += 1
+                    self._round_cv.notify_all()
+        # Sleep until the next check in real time; moving the clock wakes the loop sooner.
+        self.interval = max(0.0, min(self._due_monotonic - time.monotonic(), self._check_interval))
+
+    def on_stop(self) -> None:
+        self._stop_watching_clock()
+        with self._round_cv:
+            self._round_cv.notify_all()  # a wait_round in progress sees the service stopping

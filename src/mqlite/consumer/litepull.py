@@ -305,7 +305,7 @@ class LitePullConsumer(ConsumerBase):
                 raise IllegalStateError(f"lite pull consumer {self.group!r} is {self._state.lower()}; "
                                         "create a new one")
             broker = self._attach()
-            loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait)
+            loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait, clock=broker.store.clock)
             self._loop = loop
             self._wake = loop  # request_rebalance wakes the loop
             for topic in list(self._topic_listeners):

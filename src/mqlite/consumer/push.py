@@ -198,7 +198,8 @@ class PushConsumer(ConsumerBase):
             self._clock = broker.store.clock
             self._subscribe_retry_topic()
             self._pool = WorkerPool(f"mqlite-consume-{self.group}", self.consume_thread_nums)
-            self._loop = PullLoop(f"pull-{self.group}", self._pull_round_and_signal, self.long_polling_wait)
+            self._loop = PullLoop(f"pull-{self.group}", self._pull_round_and_signal, self.long_polling_wait,
+                                  clock=self._clock)
             self._wake = self._loop  # request_rebalance wakes the loop
             self._state = "RUNNING"
             self._join_or_give_up()
