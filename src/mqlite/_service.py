@@ -181,7 +181,9 @@ def _at_exit() -> None:
     them: that is what non-daemon means), possibly sending through a broker, so
     closing now would fail them. A thread `mqlite-exit` therefore waits for
     them and then closes what is still open; Python's join waits for it and
-    then for mqlite's threads, which end with their owners.
+    then for mqlite's threads, which end with their owners. (A program thread
+    that waits for mqlite forever, say iterating a consumer without
+    `consumer_timeout`, keeps the process alive, as any non-daemon thread does.)
     """
     with _exit_lock:
         if not _open_owners and not _program_threads():
