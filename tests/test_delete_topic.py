@@ -25,6 +25,7 @@ def test_system_topics_are_refused(mqlite_broker: mqlite.Broker, topic: str) -> 
 
 def test_deleting_the_schedule_topic_keeps_a_pending_delayed_message(mqlite_broker: mqlite.Broker,
                                                                      mqlite_clock: MockClock) -> None:
+    mqlite_broker.create_topic("orders", 1)
     with mqlite.Producer(mqlite_broker, "pg") as producer:
         producer.send(mqlite.Message("orders", b"later", delay_time_level=3))  # 10 s
     wait_idle(mqlite_broker)
