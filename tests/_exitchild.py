@@ -6,6 +6,9 @@
     python tests/_exitchild.py DIR thread FLUSH
         As `writer ... end`, but a thread of the program waits for the main thread to end
         and only then sends `LATE` more messages (Python waits for that thread before exiting).
+    python tests/_exitchild.py DIR paths
+        As `writer ASYNC_FLUSH end`, but the consumer and the producer are given the store's
+        path (they share a broker the program never holds).
     python tests/_exitchild.py DIR fork
         As `writer ASYNC_FLUSH end`, but first fork a child that ends at once; the parent
         prints ``CHILD <status> ABORT <True|False>`` (the store's abort marker after the child
@@ -58,6 +61,16 @@ def main(path: str, mode: str, *args: str) -> None:
             print("LATE", flush=True)
 
         threading.Thread(target=send_after_main, name="late-sender").start()
+    elif mode == "paths":  # clients given the store's path share a broker the program never sees
+        with mqlite.open(path, **SETTINGS) as broker:  # the store's settings, recorded for the reopen
+            broker.create_topic(TOPIC, 2)
+        consumer = mqlite.PushConsumer(path, "cg", subscription={TOPIC: "*"}, listener=lambda msgs, ctx: None)
+        consumer.start()
+        producer = mqlite.Producer(path, "pg")
+        producer.start()
+        for i in range(SENT):
+            producer.send(mqlite.Message(TOPIC, b"m%d" % i))
+        print("SENT", flush=True)
     elif mode == "fork":
         producer = _writer(path, "ASYNC_FLUSH")
         pid = os.fork()

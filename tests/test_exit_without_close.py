@@ -58,6 +58,14 @@ def test_program_ending_without_close_exits_and_keeps_everything(tmp_path: Path,
     assert sorted(_bodies(path)) == sorted(b"m%d" % i for i in range(SENT))
 
 
+def test_clients_given_a_path_are_shut_down_at_exit(tmp_path: Path) -> None:
+    path = tmp_path / "mq"
+    done = _run(str(path), "paths")
+    assert done.returncode == 0, done.stderr
+    assert _warned(done.stderr, path) and "shared by the clients given its path" in done.stderr
+    assert sorted(_bodies(path)) == sorted(b"m%d" % i for i in range(SENT))
+
+
 def test_program_threads_finish_before_the_broker_closes(tmp_path: Path) -> None:
     # Python waits for the program's non-daemon threads; the broker stays open for them.
     path = tmp_path / "mq"

@@ -217,8 +217,8 @@ def _close_open_owners() -> None:
         if not owners:
             return
         for owner in owners:
-            log.warning("mqlite: %r was not closed; closing it at interpreter exit "
-                        "(close it yourself: close(), or open it in a with block)", owner)
+            log.warning("mqlite: %r was not closed; closing it at interpreter exit (close what you open, and "
+                        "shut down the clients you start, before the program ends; a with block does)", owner)
             try:
                 owner.close()
             except Exception:

@@ -775,7 +775,8 @@ class Broker:
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
-        return f"<mqlite.Broker {self.path!r} {mode}{' closed' if self._closed else ''}>"
+        shared = " shared by the clients given its path" if self._shared_key is not None else ""
+        return f"<mqlite.Broker {self.path!r} {mode}{shared}{' closed' if self._closed else ''}>"
 
 
 def _copies_last(topic: str) -> tuple[bool, bool]:
