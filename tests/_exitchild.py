@@ -33,17 +33,22 @@ SETTINGS = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
             "max_hash_slot_num": 64, "max_index_num": 256}
 
 
-def _writer(path: str, flush: str) -> mqlite.Producer:
-    broker = mqlite.open(path, flush_disk_type=flush, **SETTINGS)
-    broker.create_topic(TOPIC, 2)
-    consumer = mqlite.PushConsumer(broker, "cg", subscription={TOPIC: "*"}, listener=lambda msgs, ctx: None)
+def _clients(target: mqlite.Broker | str) -> mqlite.Producer:
+    """Start a push consumer and a producer on `target`, send `SENT` messages; the producer."""
+    consumer = mqlite.PushConsumer(target, "cg", subscription={TOPIC: "*"}, listener=lambda msgs, ctx: None)
     consumer.start()
-    producer = mqlite.Producer(broker, "pg")
+    producer = mqlite.Producer(target, "pg")
     producer.start()
     for i in range(SENT):
         producer.send(mqlite.Message(TOPIC, b"m%d" % i))
     print("SENT", flush=True)
     return producer
+
+
+def _writer(path: str, flush: str) -> mqlite.Producer:
+    broker = mqlite.open(path, flush_disk_type=flush, **SETTINGS)
+    broker.create_topic(TOPIC, 2)
+    return _clients(broker)
 
 
 def main(path: str, mode: str, *args: str) -> None:
@@ -64,13 +69,7 @@ def main(path: str, mode: str, *args: str) -> None:
     elif mode == "paths":  # clients given the store's path share a broker the program never sees
         with mqlite.open(path, **SETTINGS) as broker:  # the store's settings, recorded for the reopen
             broker.create_topic(TOPIC, 2)
-        consumer = mqlite.PushConsumer(path, "cg", subscription={TOPIC: "*"}, listener=lambda msgs, ctx: None)
-        consumer.start()
-        producer = mqlite.Producer(path, "pg")
-        producer.start()
-        for i in range(SENT):
-            producer.send(mqlite.Message(TOPIC, b"m%d" % i))
-        print("SENT", flush=True)
+        _clients(path)
     elif mode == "fork":
         producer = _writer(path, "ASYNC_FLUSH")
         pid = os.fork()
