@@ -51,7 +51,7 @@ from enum import Enum
 from typing import Literal, NamedTuple
 
 from ._service import Service
-from .clock import Clock, on_advance
+from .clock import Clock, moves_by_hand, on_advance
 from .commitlog import PutMessageStatus, PutResult, stored_body
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import (
@@ -621,19 +621,35 @@ class TransactionCheckService(Service):
         self.txn = txn
         self._check_interval = config.transaction_check_interval if interval is None else interval
         self.last_report: CheckReport | None = None
-        self._clock = txn.clock
-        self._due_monotonic = time.monotonic() + delay
-        self._due_ms = self._clock.now_ms() + round(delay * 1000)
+        # A clock that only moves when told (a test's) is read once it moved, not on every look:
+        # a stepping ManualClock moves on each reading. Real time is the monotonic clock's.
+        self._clock: Clock | None = txn.clock if moves_by_hand(txn.clock) else None
+        self._clock_moved = False
+        self._due_monotonic = 0.0
+        self._due_ms = 0
+        self._schedule(delay)
         self._round_cv = threading.Condition()  # guards the three below
         self._check_requested = False
         self._checks_started = 0
         self._checks_finished = 0
         self._stop_watching_clock: Callable[[], None] = lambda: None
 
+    def _schedule(self, delay: float) -> None:
+        """The next check falls due `delay` seconds from now, in real time and on the clock."""
+        self._due_monotonic = time.monotonic() + delay
+        if self._clock is not None:
+            self._clock_moved = False
+            self._due_ms = self._clock.now_ms() + round(delay * 1000)
+
     def start(self) -> None:
         """Start the thread; a hand-moved clock wakes it whenever it moves (a check runs if due)."""
-        self._stop_watching_clock = on_advance(self._clock, super().wakeup)
+        if self._clock is not None:
+            self._stop_watching_clock = on_advance(self._clock, self._on_clock_moved)
         super().start()
+
+    def _on_clock_moved(self) -> None:
+        self._clock_moved = True
+        super().wakeup()
 
     def wakeup(self) -> None:
         """Run a check now, due or not."""
@@ -644,7 +660,10 @@ class TransactionCheckService(Service):
     @property
     def check_due(self) -> bool:
         """True when the next check's time has come (by real time or by the clock)."""
-        return time.monotonic() >= self._due_monotonic or self._clock.now_ms() >= self._due_ms
+        if time.monotonic() >= self._due_monotonic:
+            return True
+        clock = self._clock
+        return clock is not None and self._clock_moved and clock.now_ms() >= self._due_ms
 
     def wait_round(self, timeout: float | None = 10.0) -> bool:
         """If a check is due, have one run now and block until it ended; False on timeout.
@@ -672,8 +691,7 @@ class TransactionCheckService(Service):
             try:
                 self.last_report = self.txn.check()
             finally:
-                self._due_monotonic = time.monotonic() + self._check_interval
-                self._due_ms = self._clock.now_ms() + round(self._check_interval * 1000)
+                self._schedule(self._check_interval)
                 with self._round_cv:
                     self._checks_finished += 1
                     self._round_cv.notify_all()
