@@ -16,16 +16,19 @@ TOPIC = "orders"
 
 
 class _Undecided:
-    """A local transaction that cannot tell at once; the check-back commits it."""
+    """A local transaction that cannot tell at once; the check-back commits it (after `unknown` UNKNOWs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, unknown: int = 0) -> None:
         self.checked: list[str] = []
+        self.unknown = unknown
 
     def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
         return LocalTransactionState.UNKNOW
 
     def check_local_transaction(self, msg: mqlite.MessageExt) -> LocalTransactionState:
         self.checked.append(msg.msg_id)
+        if len(self.checked) <= self.unknown:
+            return LocalTransactionState.UNKNOW
         return LocalTransactionState.COMMIT_MESSAGE
 
 
@@ -45,6 +48,21 @@ def test_advance_past_transaction_timeout_runs_the_check_back(mqlite_broker: mql
         assert listener.checked == [] and _bodies(mqlite_broker) == []
         mqlite_clock.advance(2)  # 7 s old: advance returns once the check-back committed it
         assert listener.checked == [sent.msg_id]
+        assert _bodies(mqlite_broker) == [b"order-1"]
+
+
+def test_the_next_check_follows_transaction_check_interval_on_the_clock(mqlite_broker: mqlite.Broker,
+                                                                        mqlite_clock: MockClock) -> None:
+    mqlite_broker.create_topic(TOPIC, 1)
+    listener = _Undecided(unknown=1)
+    with mqlite.TransactionProducer(mqlite_broker, "tg", listener=listener) as producer:
+        sent = producer.send_message_in_transaction(Message(TOPIC, b"order-1"))
+        mqlite_clock.advance(7)  # the first check: still UNKNOW
+        assert listener.checked == [sent.msg_id] and _bodies(mqlite_broker) == []
+        mqlite_clock.advance(29)  # transaction_check_interval (30 s) not over since that check
+        assert len(listener.checked) == 1
+        mqlite_clock.advance(1)
+        assert listener.checked == [sent.msg_id] * 2
         assert _bodies(mqlite_broker) == [b"order-1"]
 
 
