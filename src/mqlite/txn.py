@@ -608,9 +608,12 @@ class TransactionCheckService(Service):
     round finish and joins. RocketMQ's `TransactionalMessageCheckService`.
 
     A check falls due once its delay has passed in real time or on the store's
-    clock, whichever comes first, so moving a test's `MockClock` past it runs
-    the check at once (the clock also decides which halves are old enough);
-    `wait_round` waits for that check.
+    clock, whichever comes first (the clock also decides which halves are old
+    enough). The service runs the checks real time makes due; one that a
+    hand-moved clock made due runs when `wait_round` asks for it, which
+    `Broker.wait_idle` and so `MockClock.advance` do: a test decides when
+    check-backs happen, and none runs behind the back of a test that drives
+    `TransactionalMessageService.check` itself.
     """
 
     def __init__(self, txn: TransactionalMessageService, *, interval: float | None = None,
@@ -642,14 +645,13 @@ class TransactionCheckService(Service):
             self._due_ms = self._clock.now_ms() + round(delay * 1000)
 
     def start(self) -> None:
-        """Start the thread; a hand-moved clock wakes it whenever it moves (a check runs if due)."""
+        """Start the thread (and note when a hand-moved clock moves)."""
         if self._clock is not None:
             self._stop_watching_clock = on_advance(self._clock, self._on_clock_moved)
         super().start()
 
     def _on_clock_moved(self) -> None:
         self._clock_moved = True
-        super().wakeup()
 
     def wakeup(self) -> None:
         """Run a check now, due or not."""
@@ -671,10 +673,10 @@ class TransactionCheckService(Service):
         For `Broker.wait_idle` (and so `MockClock.advance`): after the clock
         passed `transaction_timeout`, the check-backs are done when this returns.
         The check waited for begins after this call, so it sees the clock as it
-        is now. Any thread but the service's own.
+        is now. From the service's own thread (a check-back listener) it returns at once.
         """
-        if not self.check_due or not self.is_alive:
-            return True
+        if not self.check_due or not self.is_alive or threading.current_thread() is self._thread:
+            return True  # nothing due, or asked from a check-back (it would wait for itself)
         with self._round_cv:
             target = self._checks_started + 1
         self.wakeup()
@@ -683,7 +685,7 @@ class TransactionCheckService(Service):
 
     def run_once(self) -> None:
         with self._round_cv:
-            run = self._check_requested or self.check_due
+            run = self._check_requested or time.monotonic() >= self._due_monotonic
             self._check_requested = False
             if run:
                 self._checks_started += 1
@@ -695,7 +697,7 @@ class TransactionCheckService(Service):
                 with self._round_cv:
                     self._checks_finished += 1
                     self._round_cv.notify_all()
-        # Sleep until the next check in real time; moving the clock wakes the loop sooner.
+        # Sleep until the next check in real time (`wakeup` and `wait_round` run one sooner).
         self.interval = max(0.0, min(self._due_monotonic - time.monotonic(), self._check_interval))
 
     def on_stop(self) -> None:
