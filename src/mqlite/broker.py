@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._service import Service
+from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
@@ -125,6 +125,7 @@ class Broker:
         self.offsets: ConsumerOffsets | None = None
         self.transactions: TransactionalMessageService | None = None
         self.delay: DelayService | None = None
+        self._transaction_check: TransactionCheckService | None = None
         #: Parked pulls and pull threads, woken when their queues grow.
         self.arrivals = ArrivalHub()
         #: Live consumers per group, and the orderly consumers' queue locks.
@@ -132,6 +133,8 @@ class Broker:
         self.queue_locks = QueueLocks(store.clock)
         if isinstance(store, MessageStore):
             self._start_services(store)
+        # Its threads are not daemons (and a reader holds maps): one the program forgets is closed at exit.
+        close_at_exit(self)
 
     def _start_services(self, store: MessageStore) -> None:
         """Offsets, delay delivery and transaction check-back: started after recovery, stopped before the store."""
@@ -146,8 +149,9 @@ class Broker:
         # Stop order (close() reverses this list): Spark inbox import (its last round while the store is
         # still open), check-back, delay delivery, then offsets persist.
         inbox = InboxService(self.import_inbox)
+        self._transaction_check = TransactionCheckService(self.transactions)
         self._services = [OffsetPersistService(self.offsets, config.flush_consumer_offset_interval),
-                          self.delay, TransactionCheckService(self.transactions), inbox]
+                          self.delay, self._transaction_check, inbox]
         for service in self._services:
             service.start()
         inbox.wakeup()  # jobs handed over while the store was closed go in now, not a second later
@@ -253,8 +257,18 @@ class Broker:
         return config
 
     def delete_topic(self, topic: str) -> None:
-        """Delete a topic and its consume queues (its records age out of the commit log)."""
+        """Delete a topic and its consume queues (its records age out of the commit log).
+
+        System topics (`topics.is_system_topic`: the schedule, timer, half, op and
+        trace topics...) are refused with `MQClientError`, as RocketMQ's broker
+        refuses them: they hold the broker's own pending work (a delayed message
+        waits in `SCHEDULE_TOPIC_XXXX`). A group's retry and dead-letter topics
+        may be deleted.
+        """
         store = self._writer()
+        if isinstance(topic, str) and is_system_topic(topic):
+            raise MQClientError(f"the topic {topic!r} is a system topic (the broker keeps its own messages there: "
+                                "delayed, transactional, timer or trace); it cannot be deleted")
         if topic not in self.topics and topic not in store.topics():
             raise MQClientError(f"topic {topic!r} does not exist")
         self.topics.delete(topic)
@@ -577,7 +591,9 @@ class Broker:
         RocketMQ answers 0 instead of "not found" when the queue still starts
         at offset 0 and that message is still in memory (within 40% of RAM of
         the commit log's end), so a new group on a young topic reads it from
-        the start even with CONSUME_FROM_LAST_OFFSET.
+        the start even with CONSUME_FROM_LAST_OFFSET. Consumers do not ask it
+        with CONSUME_FROM_TIMESTAMP: that mode searches by time for every queue
+        without an offset (RocketMQ's answer would make it start at 0 instead).
         """
         store = self._check()
         if store.min_offset(mq.topic, mq.queue_id) > 0 or store.max_offset(mq.topic, mq.queue_id) == 0:
@@ -689,7 +705,8 @@ class Broker:
 
         Idle means: everything put so far is dispatched (readable), every delayed
         or timer message due by the broker's clock is delivered to its real queue,
-        and each of `consumers` has consumed and committed all it can read
+        a transaction check that fell due has asked its producers (and applied
+        their answers), and each of `consumers` has consumed and committed all it can read
         (`consumer.join`). The steps repeat until a pass stores nothing new, since a
         listener may send and a failure is sent back. Messages due later are not
         waited for: with a `ManualClock`, advance it first (`mqlite.testing` does).
@@ -710,6 +727,9 @@ class Broker:
             # The delay service reads dispatched units, so its round comes after the dispatch.
             if self.delay is not None and not self.delay.wait_round(left()):
                 return False
+            # A transaction check that fell due (a ManualClock moved past it) runs its check-backs now.
+            if self._transaction_check is not None and not self._transaction_check.wait_round(left()):
+                return False
             for consumer in consumers:
                 if not consumer.join(left()):
                     return False
@@ -721,6 +741,7 @@ class Broker:
         if self._closed or self._closing:
             return  # a consumer shut down below may release a shared broker: that must not re-enter
         self._closing = True
+        forget_at_exit(self)
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
                 try:
@@ -754,7 +775,8 @@ class Broker:
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
-        return f"<mqlite.Broker {self.path!r} {mode}{' closed' if self._closed else ''}>"
+        shared = " shared by the clients given its path" if self._shared_key is not None else ""
+        return f"<mqlite.Broker {self.path!r} {mode}{shared}{' closed' if self._closed else ''}>"
 
 
 def _copies_last(topic: str) -> tuple[bool, bool]:

@@ -2,8 +2,10 @@
 
 Everything in mqlite that reads wall time (store timestamps, delay due times,
 file expiry) asks a `Clock`; nothing calls `time.time()` directly. A service
-that sleeps until a clock time (the delay service) registers with `on_advance`,
-so moving a `ManualClock` wakes it at once instead of after its longest wait.
+that sleeps until a clock time (the delay service, the transaction check-back,
+a consumer's timers such as an orderly queue's suspension) registers with
+`on_advance`, so moving a `ManualClock` wakes it at once instead of after its
+longest wait.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Clock", "SystemClock", "SYSTEM_CLOCK", "ManualClock", "on_advance"]
+__all__ = ["Clock", "SystemClock", "SYSTEM_CLOCK", "ManualClock", "on_advance", "moves_by_hand"]
 
 #: Called with no arguments after a manual clock moved.
 AdvanceListener = Callable[[], None]
@@ -103,6 +105,15 @@ class ManualClock:
                 self._listeners.remove(listener)
 
 
+def moves_by_hand(clock: Clock) -> bool:
+    """True for a clock `on_advance` can watch (a `ManualClock`, a `MockClock`): its time jumps when told.
+
+    >>> moves_by_hand(ManualClock(0)), moves_by_hand(SYSTEM_CLOCK)
+    (True, False)
+    """
+    return hasattr(clock, "add_listener") and hasattr(clock, "remove_listener")
+
+
 def _nothing_to_undo() -> None:
     """What `on_advance` returns for a clock that nobody moves by hand."""
 
@@ -119,9 +130,7 @@ def on_advance(clock: Clock, listener: AdvanceListener) -> Callable[[], None]:
     >>> clock.advance(5); stop(); clock.advance(5); calls
     [5]
     """
-    add = getattr(clock, "add_listener", None)
-    remove = getattr(clock, "remove_listener", None)
-    if add is None or remove is None:
+    if not moves_by_hand(clock):
         return _nothing_to_undo
-    add(listener)
-    return lambda: remove(listener)
+    clock.add_listener(listener)  # type: ignore[attr-defined]
+    return lambda: clock.remove_listener(listener)  # type: ignore[attr-defined]

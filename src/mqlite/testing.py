@@ -12,7 +12,10 @@ every test
   moves it, and `advance` returns once what fell due is delivered:
   `mqlite_clock.advance(2 * 3600)` delivers a delay-level-18 message (2 h) at
   once, `advance(10)` the first retry of a message a listener failed (delay
-  level 3 + reconsume times, RocketMQ's retry schedule).
+  level 3 + reconsume times, RocketMQ's retry schedule), `advance(7)` the
+  check-back of a transaction left UNKNOW (older than `transaction_timeout`,
+  6 s). Consumers' timers follow it too: an orderly queue suspended by
+  SUSPEND_CURRENT_QUEUE_A_MOMENT resumes once the clock passes its suspension.
 - `wait_idle(broker, *consumers)`: returns when everything sent is readable,
   what is due is delivered and each consumer has consumed and committed all it
   can read (`PushConsumer.join`).
@@ -74,7 +77,9 @@ class MockClock:
     Open a broker on it (`mqlite.open(path, clock=clock)`; the `mqlite_broker`
     fixture does) and `attach` the broker: `advance` then returns only once the
     broker delivered every delayed, timer and retry message due by the new time
-    (dispatched, readable by consumers). Monotonic time is the real one, so
+    (dispatched, readable by consumers) and ran a transaction check that fell
+    due (its check-backs answered). A consumer's delayed work (an orderly
+    queue's suspension, a send-back retried later) falls due on this clock too. Monotonic time is the real one, so
     timeouts keep working. Thread-safe; `advance` blocks the calling thread for
     one round of the delay service (milliseconds).
 

@@ -43,11 +43,11 @@ _MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 _TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
-#: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create or send to by name.
+#: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create, delete or send to by name.
 SYSTEM_TOPICS = frozenset({
     "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
     "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-    "rmq_sys_wheel_timer",
+    "CHECKPOINT_TOPIC", "rmq_sys_wheel_timer",
 })
 #: `TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`.
 NOT_ALLOWED_SEND_TOPICS = frozenset({
@@ -60,7 +60,13 @@ _SYSTEM_QUEUES = {"RMQ_SYS_TRANS_HALF_TOPIC": 1, "RMQ_SYS_TRANS_OP_HALF_TOPIC": 
 
 
 def is_system_topic(topic: str) -> bool:
-    """`TopicValidator.isSystemTopic`."""
+    """`TopicValidator.isSystemTopic`: a name of `SYSTEM_TOPICS` or one starting with `rmq_sys_`.
+
+    Retry (`%RETRY%<group>`) and dead-letter (`%DLQ%<group>`) topics are not system topics.
+
+    >>> is_system_topic("SCHEDULE_TOPIC_XXXX"), is_system_topic("rmq_sys_wheel_timer"), is_system_topic("%DLQ%cg")
+    (True, True, False)
+    """
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 

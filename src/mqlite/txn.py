@@ -44,13 +44,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal, NamedTuple
 
 from ._service import Service
-from .clock import Clock
+from .clock import Clock, moves_by_hand, on_advance
 from .commitlog import PutMessageStatus, PutResult, stored_body
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import (
@@ -605,16 +606,101 @@ class TransactionCheckService(Service):
     Defaults: `transaction_timeout` and `transaction_check_interval` of the
     store's config. `wakeup()` starts a round at once; `stop()` lets a running
     round finish and joins. RocketMQ's `TransactionalMessageCheckService`.
+
+    A check falls due once its delay has passed in real time or on the store's
+    clock, whichever comes first (the clock also decides which halves are old
+    enough). The service runs the checks real time makes due; one that a
+    hand-moved clock made due runs when `wait_round` asks for it, which
+    `Broker.wait_idle` and so `MockClock.advance` do: a test decides when
+    check-backs happen, and none runs behind the back of a test that drives
+    `TransactionalMessageService.check` itself.
     """
 
     def __init__(self, txn: TransactionalMessageService, *, interval: float | None = None,
                  first_delay: float | None = None) -> None:
         config = txn.store.config
-        super().__init__("txn-check", config.transaction_timeout if first_delay is None else first_delay)
+        delay = config.transaction_timeout if first_delay is None else first_delay
+        super().__init__("txn-check", delay)
         self.txn = txn
         self._check_interval = config.transaction_check_interval if interval is None else interval
         self.last_report: CheckReport | None = None
+        # A clock that only moves when told (a test's) is read once it moved, not on every look:
+        # a stepping ManualClock moves on each reading. Real time is the monotonic clock's.
+        self._clock: Clock | None = txn.clock if moves_by_hand(txn.clock) else None
+        self._clock_moved = False
+        self._due_monotonic = 0.0
+        self._due_ms = 0
+        self._schedule(delay)
+        self._round_cv = threading.Condition()  # guards the three below
+        self._check_requested = False
+        self._checks_started = 0
+        self._checks_finished = 0
+        self._stop_watching_clock: Callable[[], None] = lambda: None
+
+    def _schedule(self, delay: float) -> None:
+        """The next check falls due `delay` seconds from now, in real time and on the clock."""
+        self._due_monotonic = time.monotonic() + delay
+        if self._clock is not None:
+            self._clock_moved = False
+            self._due_ms = self._clock.now_ms() + round(delay * 1000)
+
+    def start(self) -> None:
+        """Start the thread (and note when a hand-moved clock moves)."""
+        if self._clock is not None:
+            self._stop_watching_clock = on_advance(self._clock, self._on_clock_moved)
+        super().start()
+
+    def _on_clock_moved(self) -> None:
+        self._clock_moved = True
+
+    def wakeup(self) -> None:
+        """Run a check now, due or not."""
+        with self._round_cv:
+            self._check_requested = True
+        super().wakeup()
+
+    @property
+    def check_due(self) -> bool:
+        """True when the next check's time has come (by real time or by the clock)."""
+        if time.monotonic() >= self._due_monotonic:
+            return True
+        clock = self._clock
+        return clock is not None and self._clock_moved and clock.now_ms() >= self._due_ms
+
+    def wait_round(self, timeout: float | None = 10.0) -> bool:
+        """If a check is due, have one run now and block until it ended; False on timeout.
+
+        For `Broker.wait_idle` (and so `MockClock.advance`): after the clock
+        passed `transaction_timeout`, the check-backs are done when this returns.
+        The check waited for begins after this call, so it sees the clock as it
+        is now. From the service's own thread (a check-back listener) it returns at once.
+        """
+        if not self.check_due or not self.is_alive or threading.current_thread() is self._thread:
+            return True  # nothing due, or asked from a check-back (it would wait for itself)
+        with self._round_cv:
+            target = self._checks_started + 1
+        self.wakeup()
+        with self._round_cv:
+            return self._round_cv.wait_for(lambda: self._checks_finished >= target or self.is_stopping, timeout)
 
     def run_once(self) -> None:
-        self.interval = self._check_interval
-        self.last_report = self.txn.check()
+        with self._round_cv:
+            run = self._check_requested or time.monotonic() >= self._due_monotonic
+            self._check_requested = False
+            if run:
+                self._checks_started += 1
+        if run:
+            try:
+                self.last_report = self.txn.check()
+            finally:
+                self._schedule(self._check_interval)
+                with self._round_cv:
+                    self._checks_finished += 1
+                    self._round_cv.notify_all()
+        # Sleep until the next check in real time (`wakeup` and `wait_round` run one sooner).
+        self.interval = max(0.0, min(self._due_monotonic - time.monotonic(), self._check_interval))
+
+    def on_stop(self) -> None:
+        self._stop_watching_clock()
+        with self._round_cv:
+            self._round_cv.notify_all()  # a wait_round in progress sees the service stopping

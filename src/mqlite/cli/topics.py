@@ -72,6 +72,8 @@ def update_topic(ctx: Context, args: argparse.Namespace) -> Report:
 def delete_topic(ctx: Context, args: argparse.Namespace) -> Report:
     """Delete a topic and its consume queues; its records age out of the commit log.
 
+    System topics (SCHEDULE_TOPIC_XXXX, the transaction and trace topics, rmq_sys_*) are
+    refused (exit 2): they hold the broker's pending work. Retry and DLQ topics may go.
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
     broker = ctx.writer()

@@ -53,9 +53,16 @@ def new_client_id() -> str:
 
 
 def parse_consume_timestamp(value: str | int | None, now_ms: int) -> int:
-    """A `consume_timestamp` as epoch ms: an int, RocketMQ's `yyyyMMddHHmmss` (local time), or None (now - 30 min)."""
+    """A `consume_timestamp` as epoch ms: an int, RocketMQ's `yyyyMMddHHmmss` (local time), or None.
+
+    None is RocketMQ's default, half an hour before `now_ms` to the second (its
+    `yyyyMMddHHmmss` string has no milliseconds).
+
+    >>> parse_consume_timestamp(None, 1_801_999), parse_consume_timestamp(5, 0)
+    (1000, 5)
+    """
     if value is None:
-        return now_ms - 30 * 60 * 1000
+        return (now_ms - 30 * 60 * 1000) // 1000 * 1000
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and len(value) == 14 and value.isdigit():
@@ -102,6 +109,7 @@ class ConsumerBase(abc.ABC):
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp
+        self._consume_timestamp_ms = 0  # epoch ms of `consume_timestamp`, resolved at start
         self.allocate_strategy = strategy
         self._client_id = client_id or new_client_id()
         self._offset_store_dir = offset_store_dir
@@ -173,6 +181,9 @@ class ConsumerBase(abc.ABC):
             if broker.read_only:
                 raise IllegalStateError("consumers need a writable broker (offsets are committed to it); "
                                         "open the store without read_only=True")
+            # Fixed once, on the broker's clock (RocketMQ fixes its default when the consumer is built):
+            # every queue without an offset starts from the same moment, whenever it is allocated.
+            self._consume_timestamp_ms = parse_consume_timestamp(self.consume_timestamp, broker.store.clock.now_ms())
             if self.clustering:
                 self.offset_store = RemoteBrokerOffsetStore(broker, self.group)
             else:
@@ -343,28 +354,43 @@ class ConsumerBase(abc.ABC):
                 log.exception("message queue listener of %s failed", topic)
 
     def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """Where a queue starts: the stored offset, else `consume_from_where` (`computePullFromWhere`)."""
+        """Where a queue starts: its committed offset, else `consume_from_where` (`computePullFromWhere`).
+
+        For a queue the group has no offset for: CONSUME_FROM_TIMESTAMP searches
+        the first message stored at or after `consume_timestamp` (a retry topic
+        starts at its end); otherwise a clustering group asks the broker first
+        (`Broker.offset_for_new_group`: offset 0 while the queue is young), then
+        FIRST starts at 0 and the LAST-like modes at the end (a retry topic at 0).
+        """
         broker = self._broker
         offset_store = self.offset_store
         assert broker is not None and offset_store is not None
-        last = offset_store.read(mq)
-        if last < 0 and self.clustering:
-            last = broker.offset_for_new_group(mq)
-        if last >= 0:
-            if self.consume_from_where is not ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
-                log.info("%s %s: %s starts at its stored offset %d; %s applies only to queues without one",
-                         self._kind, self.group, mq, last, self.consume_from_where.name)
-            return last
         where = self.consume_from_where
+        last = offset_store.read(mq)
+        if last >= 0:
+            if where is not ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET:
+                log.info("%s %s: %s resumes at its committed offset %d; %s applies only to queues without one",
+                         self._kind, self.group, mq, last, where.name)
+            return last
         retry = is_retry_topic(mq.topic)
+        if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            if retry:  # a retry topic is never replayed from a time
+                return broker.max_offset(mq)
+            offset = broker.search_offset(mq, self._consume_timestamp_ms)
+            log.info("%s %s: %s has no committed offset; starts at offset %d, the first message stored at or "
+                     "after %d (CONSUME_FROM_TIMESTAMP)", self._kind, self.group, mq, offset, self._consume_timestamp_ms)
+            return offset
+        if self.clustering:
+            young = broker.offset_for_new_group(mq)
+            if young >= 0:
+                if where in _LAST_OFFSET_LIKE and broker.max_offset(mq) > young:
+                    log.info("%s %s: %s has no committed offset and still holds its first message in memory; "
+                             "it starts at offset %d, as RocketMQ's broker answers a new group, not at the end "
+                             "(%s)", self._kind, self.group, mq, young, where.name)
+                return young
         if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return 0
-        if where in _LAST_OFFSET_LIKE:
-            return 0 if retry else broker.max_offset(mq)
-        if retry:  # CONSUME_FROM_TIMESTAMP never replays a retry topic
-            return broker.max_offset(mq)
-        timestamp = parse_consume_timestamp(self.consume_timestamp, broker.store.clock.now_ms())
-        return broker.search_offset(mq, timestamp)
+        return 0 if retry else broker.max_offset(mq)  # the LAST_OFFSET-like modes
 
     def _process_queue_items(self) -> list[tuple[MessageQueue, ProcessQueue]]:
         with self._table_lock:

@@ -305,7 +305,7 @@ class LitePullConsumer(ConsumerBase):
                 raise IllegalStateError(f"lite pull consumer {self.group!r} is {self._state.lower()}; "
                                         "create a new one")
             broker = self._attach()
-            loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait)
+            loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait, clock=broker.store.clock)
             self._loop = loop
             self._wake = loop  # request_rebalance wakes the loop
             for topic in list(self._topic_listeners):
@@ -433,6 +433,10 @@ class LitePullConsumer(ConsumerBase):
             offset = request.pq.remove_messages(msgs)
             state = self._state_of(request)
             if state is not None and offset >= 0:
+                if request.pq.msg_count == 0 and state.seek_offset < 0:
+                    # All pulled is handed out: what lies between them and the pull position was
+                    # filtered out (a FOUND pull skips a filtered stretch at its end too).
+                    offset = max(offset, state.pull_offset)
                 state.consume_offset = offset
             poke, self._flow_blocked = self._flow_blocked, False
         if poke:
@@ -759,9 +763,11 @@ class LitePullConsumer(ConsumerBase):
             elif result.pull_status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("%s %s: offset %d of %s is illegal; moving to %d", self._kind, self.group, offset,
                             mq, result.next_begin_offset)
-            elif result.next_begin_offset > offset and state.pq.msg_count == 0 and state.consume_offset >= 0:
-                # Everything up to there was filtered out and the rest handed out: move the
-                # consume offset on too, so the committed offset does not lag behind forever.
+            elif state.pq.msg_count == 0 and result.next_begin_offset > state.consume_offset:
+                # NO_NEW_MSG or NO_MATCHED_MSG with everything pulled handed out: the consumer stands where
+                # the next pull starts, past the messages its filter skipped (also those a FOUND pull skipped
+                # at its end), so the committed offset does not lag behind forever (the push consumer's
+                # `correctTagsOffset`; RocketMQ's lite pull consumer has none).
                 state.consume_offset = result.next_begin_offset
             state.pull_offset = result.next_begin_offset
         return bool(msgs) or result.next_begin_offset > offset  # a filtered stretch: scan on at once

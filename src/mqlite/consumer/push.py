@@ -198,7 +198,8 @@ class PushConsumer(ConsumerBase):
             self._clock = broker.store.clock
             self._subscribe_retry_topic()
             self._pool = WorkerPool(f"mqlite-consume-{self.group}", self.consume_thread_nums)
-            self._loop = PullLoop(f"pull-{self.group}", self._pull_round_and_signal, self.long_polling_wait)
+            self._loop = PullLoop(f"pull-{self.group}", self._pull_round_and_signal, self.long_polling_wait,
+                                  clock=self._clock)
             self._wake = self._loop  # request_rebalance wakes the loop
             self._state = "RUNNING"
             self._join_or_give_up()
@@ -496,8 +497,12 @@ class PushConsumer(ConsumerBase):
         if illegal:
             log.warning("%s: offset %d of %s is illegal; moving to %d", self.group, offset, mq, next_offset)
             pq.clear()
-        elif next_offset != offset and pq.msg_count == 0:
-            # Everything in between was filtered out (`correctTagsOffset`).
+        elif pq.msg_count == 0:
+            # `correctTagsOffset` (NO_NEW_MSG and NO_MATCHED_MSG): nothing pulled is left unconsumed, so
+            # the group has consumed up to where the next pull starts, past any filtered messages, also
+            # those a FOUND pull skipped at its end. Without it a filter that skips a queue's tail leaves
+            # lag there forever. Increase-only: an orderly worker may commit a smaller offset meanwhile;
+            # it then pokes this thread, whose next round corrects it again.
             assert self.offset_store is not None
             self.offset_store.update(mq, next_offset, True)
         if next_offset != offset:
@@ -773,7 +778,7 @@ class PushConsumer(ConsumerBase):
                     keep_going = False
         if commit_offset >= 0 and not pq.dropped and self.offset_store is not None:
             self.offset_store.update(mq, commit_offset, False)
-            self._unblock(pq)
+            self._drained_or_unblocked(pq)  # drained: the pull thread moves the offset past filtered ones
         return keep_going
 
     def _suspend_time(self, context: ConsumeOrderlyContext) -> float:
