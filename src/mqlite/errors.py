@@ -7,6 +7,8 @@ elsewhere, never exceptions. Every message says what was wrong and how to fix it
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "MQLiteError",
     "MQClientError",
@@ -17,6 +19,7 @@ __all__ = [
     "StoreCorruptedError",
     "MessageNotFoundError",
     "SendTimeoutError",
+    "DiskFullError",
 ]
 
 
@@ -62,3 +65,29 @@ class MessageNotFoundError(MQLiteError, KeyError):
 
 class SendTimeoutError(MQLiteError, TimeoutError):
     """A send did not complete within its timeout."""
+
+
+class DiskFullError(MQLiteError, OSError):
+    """The disk holding the store is full (or fuller than `disk_space_warning_level_ratio`).
+
+    Nothing of the refused write was stored; writes succeed again once space is
+    freed. `errno` is `ENOSPC`; `path` names the file or directory that could not
+    grow and `used_ratio` how full its disk was (None when unknown).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, used_ratio: float | None = None) -> None:
+        super().__init__(errno.ENOSPC, message)
+        self.path = path
+        self.used_ratio = used_ratio
+
+    def __str__(self) -> str:
+        # OSError would print "[Errno 28] ..."; the sentence alone reads better.
+        return str(self.strerror)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # OSError pickles its (errno, strerror) args; rebuild with the keywords instead.
+        return _rebuild_disk_full, (self.strerror, self.path, self.used_ratio)
+
+
+def _rebuild_disk_full(message: str, path: str | None, used_ratio: float | None) -> DiskFullError:
+    return DiskFullError(message, path=path, used_ratio=used_ratio)

@@ -8,13 +8,14 @@ flush, then the checkpoint).
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._service import Service
+from .mappedfile import disk_used_ratio
 
 if TYPE_CHECKING:
     from .store import MessageStore
@@ -153,14 +154,16 @@ class GroupCommit:
 
 
 class CleanService(Service):
-    """`CleanCommitLogService` + `CleanConsumeQueueService`: delete expired files.
+    """`CleanCommitLogService` + `CleanConsumeQueueService`: watch the disk, delete expired files.
 
-    Commit-log segments go when the hour is in `delete_when`, the disk is fuller
-    than `disk_max_used_space_ratio`, or a manual request is pending; a segment
-    is expired `file_reserved_time` hours after its last write (or at once when
-    the disk passes the forcible ratio). Never the active segment; at most
-    `delete_file_batch_max` per round; stops at the first live segment. Consume
-    queues and index files whose data is gone follow, and min offsets are corrected.
+    Each round first measures the disk (`MessageStore.check_disk_space`): fuller than
+    `disk_space_warning_level_ratio`, the store refuses puts until a later check finds
+    room (RocketMQ's `isSpaceFull` and running flags). Commit-log segments go when the
+    hour is in `delete_when`, the disk is fuller than `disk_max_used_space_ratio`, or a
+    manual request is pending; a segment is expired `file_reserved_time` hours after its
+    last write (or at once when the disk passes the forcible ratio). Never the active
+    segment; at most `delete_file_batch_max` per round; stops at the first live segment.
+    Consume queues and index files whose data is gone follow, and min offsets are corrected.
     """
 
     def __init__(self, store: MessageStore) -> None:
@@ -168,12 +171,13 @@ class CleanService(Service):
         self.store = store
 
     def run_once(self) -> None:
+        self.store.check_disk_space()
         self.store.delete_expired_files()
 
     def disk_used_ratio(self) -> float:
-        """Fraction of the store's disk in use."""
-        usage = shutil.disk_usage(self.store.root)
-        return usage.used / usage.total if usage.total else 0.0
+        """Fraction of the commit log's disk in use: used / (used + available), as `df` and RocketMQ count it."""
+        return disk_used_ratio(self.store.commitlog.mapped_files.directory
+                               if os.path.isdir(self.store.commitlog.mapped_files.directory) else self.store.root)
 
 
 def file_expired(mtime: float, now_ms: int, reserved_hours: float) -> bool:
