@@ -52,7 +52,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .errors import ConfigError, IllegalStateError, StoreCorruptedError
-from .mappedfile import disk_full_error, reserve_ahead
+from .errors import disk_full_error
+from .mappedfile import reserve_ahead
 from .message import java_string_hash as _java_hash
 from .message import java_string_hash_array
 

@@ -32,7 +32,7 @@ from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResu
 from .config import StoreConfig, read_json, store_config_path, write_json_atomic
 from .errors import DiskFullError, IllegalStateError, StoreLockedError
 from .indexfile import index_key_hash_array, index_key_names
-from .mappedfile import disk_full_error
+from .errors import disk_full_error
 from .message import SysFlag
 from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._service import Service
-from .mappedfile import disk_used_ratio
+from .errors import disk_used_ratio
 
 if TYPE_CHECKING:
     from .store import MessageStore
