@@ -510,13 +510,34 @@ class MessageStore(StoreFiles):
         self._flush.stop()
         self.flush()
         self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
+        unindexed = self._leave_unindexed_to_recovery()
         self.checkpoint.flush()
         self.close_files()
-        try:
-            os.unlink(self._abort_path)
-        except FileNotFoundError:
-            pass
+        if not unindexed:
+            try:
+                os.unlink(self._abort_path)
+            except FileNotFoundError:
+                pass
         self._lock.release()
+
+    def _leave_unindexed_to_recovery(self) -> bool:
+        """At close, when the index could not take every record (a full disk): keep `abort` and
+        set the checkpoint so the next open re-dispatches from before the first record the index
+        lacks (abnormal recovery skips what exists), keeping the index files. True when so."""
+        pending = self.commitlog.dispatch_queue
+        if not (self._index_stalled and pending and self.config.message_index_enable):
+            return False
+        first = pending[0]
+        first_ts = first.store_timestamp if isinstance(first, BatchDispatch) else first[5]
+        checkpoint = self.checkpoint
+        checkpoint.physic_msg_timestamp = min(checkpoint.physic_msg_timestamp, first_ts)
+        checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, first_ts)
+        files = self.index.files
+        if files:
+            checkpoint.index_msg_timestamp = max(checkpoint.index_msg_timestamp, files[-1].end_timestamp)
+        log.error("closing %s with %d index entries the full disk could not take; the next open "
+                  "indexes them (as after a crash)", self.root, len(pending))
+        return True
 
     @property
     def closed(self) -> bool:
