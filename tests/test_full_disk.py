@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import mqlite
-from mqlite import DiskFullError, Message, Producer
+from mqlite import DiskFullError, LocalTransactionState, Message, MessageExt, Producer, TransactionProducer
 from mqlite.clock import ManualClock
 
 TMPFS_SIZE = "8m"
@@ -97,6 +97,14 @@ def test_index_work_left_by_a_full_disk_at_close_is_done_at_the_next_open() -> N
         report = _run_child("index", root)
     assert report["acked"] > 100 and report["stalled_at_close"]
     assert report["recovered_abnormally"] and report["missing_from_index"] == 0
+
+
+def test_a_transaction_whose_end_the_full_disk_refuses_is_settled_by_the_check_back() -> None:
+    with _tmpfs() as root:
+        report = _run_child("txn", root)
+    assert report["state"] == "COMMIT_MESSAGE" and report["real_while_full"] == 0
+    assert report["check_while_full"] == "DiskFullError"
+    assert report["checked"] >= 1 and report["real_after"] == [b"committed later".decode()]
 
 
 def test_ratio_above_usage_refuses_sends_until_space_returns() -> None:
@@ -259,6 +267,49 @@ def _scenario_index(root: str) -> dict[str, Any]:
     return report
 
 
+class _FillingListener:
+    """A local transaction that fills the disk before it commits (the broker's end is then refused)."""
+
+    def __init__(self, broker: mqlite.Broker, ballast: str) -> None:
+        self.broker, self.ballast = broker, ballast
+        self.checked = 0
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        _fill(self.ballast)
+        self.broker.store.check_disk_space()  # what the clean-up round does
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        self.checked += 1
+        return LocalTransactionState.COMMIT_MESSAGE
+
+
+def _scenario_txn(root: str) -> dict[str, Any]:
+    store_dir, ballast = os.path.join(root, "store"), os.path.join(root, "ballast")
+    clock = ManualClock()
+    report: dict[str, Any] = {}
+    with mqlite.open(store_dir, clock=clock, **SETTINGS) as broker:
+        listener = _FillingListener(broker, ballast)
+        with TransactionProducer(broker, "full-disk-tx", listener=listener) as producer:
+            broker.create_topic(TOPIC, 4)
+            sent = producer.send_message_in_transaction(Message(TOPIC, b"committed later"))
+            report["state"] = sent.local_transaction_state.name
+            report["real_while_full"] = len(_bodies(broker, TOPIC))
+            assert broker.transactions is not None
+            clock.advance(60_000)
+            try:  # the check-back cannot re-append the half while the disk is full
+                broker.transactions.check()
+                report["check_while_full"] = "ran"
+            except DiskFullError:
+                report["check_while_full"] = "DiskFullError"
+            os.unlink(ballast)
+            clock.advance(60_000)
+            broker.transactions.check()
+            report["checked"] = listener.checked
+            report["real_after"] = [body.decode() for body in _bodies(broker, TOPIC).values()]
+    return report
+
+
 def _scenario_ratio(root: str) -> dict[str, Any]:
     store_dir, ballast = os.path.join(root, "store"), os.path.join(root, "ballast")
     report: dict[str, Any] = {}
@@ -280,5 +331,5 @@ def _scenario_ratio(root: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    scenarios = {"full": _scenario_full, "index": _scenario_index, "ratio": _scenario_ratio}
+    scenarios = {"full": _scenario_full, "index": _scenario_index, "txn": _scenario_txn, "ratio": _scenario_ratio}
     print(json.dumps(scenarios[sys.argv[1]](sys.argv[2])))
