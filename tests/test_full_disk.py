@@ -107,6 +107,15 @@ def test_a_transaction_whose_end_the_full_disk_refuses_is_settled_by_the_check_b
     assert report["checked"] >= 1 and report["real_after"] == [b"committed later".decode()]
 
 
+def test_recovery_after_a_crash_on_a_full_disk_opens_or_refuses_and_loses_nothing() -> None:
+    with _tmpfs() as root:
+        report = _run_child("crash", root)
+    assert report["acked"] > 100
+    assert report["reopen_full"] == "opened" or (
+        "no space left on the disk" in report["reopen_error"] and "read_only=True" in report["reopen_error"])
+    assert report["missing_from_index"] == 0
+
+
 def test_ratio_above_usage_refuses_sends_until_space_returns() -> None:
     with _tmpfs() as root:
         report = _run_child("ratio", root)
@@ -310,6 +319,47 @@ def _scenario_txn(root: str) -> dict[str, Any]:
     return report
 
 
+def _scenario_crash_writer(root: str) -> dict[str, Any]:
+    """Send, fill the disk, send until refused, then die without closing (as a kill -9 would)."""
+    acked: dict[str, bytes] = {}
+    broker = mqlite.open(os.path.join(root, "store"), **SETTINGS)
+    producer = Producer(broker, "crash")
+    producer.start()
+    broker.create_topic(TOPIC, 4)
+    _send_some(producer, acked, 8)
+    _fill(os.path.join(root, "ballast"))
+    _send_until_refused(producer, acked, 0)
+    print(json.dumps({"acked": {msg_id: body.decode() for msg_id, body in acked.items()}}), flush=True)
+    os._exit(0)
+
+
+def _scenario_crash(root: str) -> dict[str, Any]:
+    store_dir, ballast = os.path.join(root, "store"), os.path.join(root, "ballast")
+    writer = subprocess.run([sys.executable, os.path.abspath(__file__), "crash-writer", root], capture_output=True,
+                            text=True, timeout=120)
+    assert writer.returncode == 0, f"the writer failed ({writer.returncode}):\n{writer.stderr[-4000:]}"
+    acked = {msg_id: body.encode() for msg_id, body in
+             json.loads(writer.stdout.strip().splitlines()[-1])["acked"].items()}
+    report: dict[str, Any] = {"acked": len(acked)}
+    try:  # recovery after the crash, on the full disk
+        broker = mqlite.open(store_dir, **SETTINGS)
+    except DiskFullError as exc:
+        report["reopen_full"] = "refused"
+        report["reopen_error"] = str(exc)
+        with mqlite.open(store_dir, read_only=True) as reader:  # what the error suggests
+            assert _bodies(reader, TOPIC) == acked
+    else:
+        with broker:
+            report["reopen_full"] = "opened"
+            assert _bodies(broker, TOPIC) == acked
+    os.unlink(ballast)
+    with mqlite.open(store_dir, **SETTINGS) as broker:
+        assert _bodies(broker, TOPIC) == acked
+        assert broker.store.wait_dispatched(30)
+        report["missing_from_index"] = sum(1 for msg_id in acked if not broker.query_message(TOPIC, msg_id))
+    return report
+
+
 def _scenario_ratio(root: str) -> dict[str, Any]:
     store_dir, ballast = os.path.join(root, "store"), os.path.join(root, "ballast")
     report: dict[str, Any] = {}
@@ -331,5 +381,6 @@ def _scenario_ratio(root: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    scenarios = {"full": _scenario_full, "index": _scenario_index, "txn": _scenario_txn, "ratio": _scenario_ratio}
+    scenarios = {"full": _scenario_full, "index": _scenario_index, "txn": _scenario_txn, "ratio": _scenario_ratio,
+                 "crash": _scenario_crash, "crash-writer": _scenario_crash_writer}
     print(json.dumps(scenarios[sys.argv[1]](sys.argv[2])))

@@ -203,7 +203,10 @@ class MessageStore(StoreFiles):
         except BaseException as exc:
             self.close_files()
             self._lock.release()
-            if isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and exc.errno in _NO_SPACE:
+            if isinstance(exc, DiskFullError):
+                raise DiskFullError(f"cannot open {root} for writing: {exc}; meanwhile it opens with read_only=True",
+                                    path=exc.path, used_ratio=exc.used_ratio) from exc
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
                 raise disk_full_error(root, f"opening the store at {root}") from exc
             raise
         self._dispatch_cv = threading.Condition()
