@@ -96,6 +96,7 @@ def test_index_work_left_by_a_full_disk_at_close_is_done_at_the_next_open() -> N
     with _tmpfs() as root:
         report = _run_child("index", root)
     assert report["acked"] > 100 and report["stalled_at_close"]
+    assert report["pending"] >= 512 and not report["reput_has_work"]
     assert report["recovered_abnormally"] and report["missing_from_index"] == 0
 
 
@@ -263,7 +264,10 @@ def _scenario_index(root: str) -> dict[str, Any]:
         _send_some(producer, acked, 8)
         _fill(ballast)
         _send_until_refused(producer, acked, 0)
-        report["stalled_at_close"] = not broker.store.wait_dispatched(30)
+        report["stalled_at_close"] = not broker.store.wait_dispatched(30) and broker.store.index_stalled
+        # Work waits, but a stalled index does not keep the reput thread spinning on it.
+        report["pending"] = len(broker.store.commitlog.dispatch_queue)
+        report["reput_has_work"] = broker.store._reput.has_work()
     # Closed on the full disk with index work left: the next open (space back) indexes it.
     os.unlink(ballast)
     with mqlite.open(store_dir, **SETTINGS) as broker:

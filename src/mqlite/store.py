@@ -248,7 +248,7 @@ class MessageStore(StoreFiles):
         # Index work is woken in batches (measured, bench/bench_producer.py: waking the
         # reput thread for every put cost ~3 us a send in GIL hand-offs); a key query
         # waits for it with wait_dispatched(), and the service's interval bounds the delay.
-        if self._reput.idle and len(self.commitlog.dispatch_queue) >= REPUT_BATCH:
+        if self._reput.idle and len(self.commitlog.dispatch_queue) >= REPUT_BATCH and not self._index_stalled:
             self._reput.wakeup()
         on_arrival = self.on_arrival
         if on_arrival is not None:
@@ -282,7 +282,7 @@ class MessageStore(StoreFiles):
 
     def _batch_stored(self, topic: str, queue_id: int, result: PutResult) -> PutResult:
         """After a batch append: wake the reput thread and long polls; wait for the flush in SYNC_FLUSH."""
-        if self._reput.idle and self.commitlog.dispatch_queue:
+        if self._reput.idle and self.commitlog.dispatch_queue and not self._index_stalled:
             self._reput.wakeup()
         if self.on_arrival is not None:
             self._notify_arrival(topic, queue_id, result.queue_offset + result.msg_num)
@@ -400,6 +400,11 @@ class MessageStore(StoreFiles):
             self._dispatch_rounds += 1
             self._dispatch_cv.notify_all()
         return done
+
+    @property
+    def index_stalled(self) -> bool:
+        """True while the index cannot take the records waiting for it (a full disk); retried every round."""
+        return self._index_stalled
 
     def wait_dispatched(self, timeout: float | None = 10.0) -> bool:
         """Block until everything appended so far is readable (indexed); False on timeout, or when

@@ -26,6 +26,8 @@ log = logging.getLogger("mqlite")
 
 #: Pending single-message dispatch entries that wake an idle reput thread (a batch put wakes it at once).
 REPUT_BATCH = 512
+REPUT_INTERVAL = 0.1
+REPUT_STALLED_INTERVAL = 1.0
 
 
 class ReputService(Service):
@@ -39,14 +41,16 @@ class ReputService(Service):
     """
 
     def __init__(self, store: MessageStore) -> None:
-        super().__init__("reput", interval=0.1)
+        super().__init__("reput", interval=REPUT_INTERVAL)
         self.store = store
 
     def run_once(self) -> None:
         self.store.dispatch_pending()
+        # While a full disk stops the index, retry once a second: each try hashes every pending key.
+        self.interval = REPUT_STALLED_INTERVAL if self.store.index_stalled else REPUT_INTERVAL
 
     def has_work(self) -> bool:
-        return len(self.store.commitlog.dispatch_queue) >= REPUT_BATCH
+        return len(self.store.commitlog.dispatch_queue) >= REPUT_BATCH and not self.store.index_stalled
 
     def wakeup(self) -> None:
         # Clear `idle` at once: until the woken thread gets the GIL (up to the 5 ms switch
