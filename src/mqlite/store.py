@@ -30,9 +30,8 @@ from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
 from .config import StoreConfig, read_json, store_config_path, write_json_atomic
-from .errors import DiskFullError, IllegalStateError, StoreLockedError
+from .errors import DiskFullError, IllegalStateError, StoreLockedError, disk_full_error
 from .indexfile import index_key_hash_array, index_key_names
-from .errors import disk_full_error
 from .message import SysFlag
 from .recovery import RecoveryReport, recover_store
 from .storebase import StoreFiles, config_for
@@ -413,11 +412,14 @@ class MessageStore(StoreFiles):
         with self._dispatch_cv:
             first_round = self._dispatch_rounds + 1
         self._reput.wakeup()
+
+        def settled() -> bool:
+            # Done, or a round that began after this call found the index stalled.
+            return self._dispatched_count >= target or (self._index_stalled and self._dispatch_rounds > first_round)
+
         with self._dispatch_cv:
-            return self._dispatch_cv.wait_for(
-                lambda: self._dispatched_count >= target
-                or (self._index_stalled and self._dispatch_rounds > first_round), timeout) \
-                and self._dispatched_count >= target
+            self._dispatch_cv.wait_for(settled, timeout)
+            return self._dispatched_count >= target
 
     # -- flushing ----------------------------------------------------------------------------------------
     def _flush_all_commitlog(self) -> int:
