@@ -700,15 +700,17 @@ class CommitLog:
             if now < self.last_store_timestamp:
                 now = self.last_store_timestamp  # store times never decrease along the log
             self.last_store_timestamp = now
-            qoff = self.topic_queue_table.get(key, 0) if in_queue else 0
             # Space first, for the unit and then the record: a full disk raises DiskFullError
             # here, before anything is written or any offset moves.
             queues = self.unit_queues
-            cq = None
-            if in_queue and queues is not None:
-                cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
-                if qoff >= cq.room:
-                    cq.make_room(qoff, 1)
+            if in_queue:
+                qoff = self.topic_queue_table.get(key, 0)
+                if queues is not None:
+                    cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
+                    if qoff >= cq.room:
+                        cq.make_room(qoff, 1)
+            else:
+                qoff = 0
             mf = self._active
             # `reserved` <= the file size: the record and a later BLANK fit, on allocated blocks.
             if mf is None or mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > mf.reserved:
@@ -736,7 +738,7 @@ class CommitLog:
             code = self.tags_code_fn(topic, properties, now) if properties else 0
             if in_queue:
                 self.topic_queue_table[key] = qoff + 1
-                if cq is not None and not cq.put(phys, total, code, qoff):
+                if queues is not None and not cq.put(phys, total, code, qoff):
                     log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
             if queues is None or (self._index_keys and (keys is not None or uniq is not None)):
                 self.appended_count += 1
