@@ -323,7 +323,11 @@ class MessageStore(StoreFiles):
         `getAndMakeDiskOK`: the clean-up service calls this every `clean_resource_interval`,
         and a refused put calls it again. One `statvfs`.
         """
-        ratio = self._clean.disk_used_ratio()
+        try:
+            ratio = self._clean.disk_used_ratio()
+        except OSError as exc:  # a file system that cannot say: writes are not held back for it
+            log.warning("cannot measure the disk holding %s: %s", self.root, exc)
+            ratio = 0.0
         limit = self.config.disk_space_warning_level_ratio
         full = ratio > limit
         with self._state_lock:
