@@ -210,7 +210,9 @@ class MessageStore(StoreFiles):
             raise
         self._dispatch_cv = threading.Condition()
         self._dispatched_count = 0
-        self._dispatch_rounds = 0  # dispatch attempts finished (a waiter gives up after one failed on a full disk)
+        # Dispatch rounds begun and finished: a waiter gives up once a round begun after its call
+        # found the index stalled by a full disk.
+        self._dispatch_started = self._dispatch_rounds = 0
         self._index_stalled = False  # the last attempt could not write the index: the disk is full
         self._flush_lock = threading.Lock()
         self._closed = False
@@ -379,6 +381,7 @@ class MessageStore(StoreFiles):
         commit's) taken as they are, and all of it indexed in one
         `IndexService.build_index_hashes`, in log order.
         """
+        self._dispatch_started += 1
         queue = self.commitlog.dispatch_queue
         pop = queue.popleft
         requests = [pop() for _ in range(len(queue))]  # only this thread pops; puts may append meanwhile
@@ -413,13 +416,12 @@ class MessageStore(StoreFiles):
         """Block until everything appended so far is readable (indexed); False on timeout, or when
         the index cannot grow (a full disk: the round this call started failed)."""
         target = self.commitlog.appended_count
-        with self._dispatch_cv:
-            first_round = self._dispatch_rounds + 1
+        next_round = self._dispatch_started + 1  # the first round to begin after this call
         self._reput.wakeup()
 
         def settled() -> bool:
             # Done, or a round that began after this call found the index stalled.
-            return self._dispatched_count >= target or (self._index_stalled and self._dispatch_rounds > first_round)
+            return self._dispatched_count >= target or (self._index_stalled and self._dispatch_rounds >= next_round)
 
         with self._dispatch_cv:
             self._dispatch_cv.wait_for(settled, timeout)
