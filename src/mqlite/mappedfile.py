@@ -28,7 +28,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from .errors import DiskFullError, StoreCorruptedError, disk_full_error, disk_used_ratio
+from .errors import DiskFullError, StoreCorruptedError, disk_full_error
 
 __all__ = ["MappedFile", "MappedFileQueue", "offset_to_file_name", "OS_PAGE_SIZE", "RESERVE_CHUNK",
            "reserve_space", "reserve_ahead"]
