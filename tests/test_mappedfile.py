@@ -10,6 +10,7 @@ import pytest
 
 from mqlite.errors import StoreCorruptedError
 from mqlite.mappedfile import OS_PAGE_SIZE, MappedFile, MappedFileQueue, offset_to_file_name
+from mqlite.mappedfile import _zero_dirty_tail
 from mqlite.storeservices import file_expired
 
 FILE_SIZE = 1024
@@ -25,6 +26,7 @@ def _append(queue: MappedFileQueue, data: bytes) -> int:
         mf.wrote_position = mf.file_size  # the rest of the file stays unused
         mf = queue.last_for_append()
     pos = mf.wrote_position
+    mf.reserve(pos + len(data))  # never a store into the map where no block is reserved
     mf.mm[pos : pos + len(data)] = data
     mf.wrote_position = pos + len(data)
     return mf.file_from_offset + pos
@@ -423,3 +425,83 @@ def test_a_read_only_queue_maps_files_the_writer_creates_later(tmp_path: Path) -
     finally:
         reader.close()
         writer.close()
+
+
+# -- reserving space before writing through the map ------------------------------------------------------------
+def _allocated(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def test_reserve_allocates_a_chunk_ahead_and_never_past_the_file(tmp_path: Path) -> None:
+    size, chunk = 64 * OS_PAGE_SIZE, 4 * OS_PAGE_SIZE
+    mf = MappedFile(str(tmp_path / offset_to_file_name(0)), size, reserve_chunk=chunk)
+    try:
+        assert mf.reserved == 0 and _allocated(mf.path) == 0  # created sparse
+        mf.reserve(100)
+        assert mf.reserved == OS_PAGE_SIZE + chunk  # the page of byte 99, then a chunk
+        assert _allocated(mf.path) >= mf.reserved
+        mf.reserve(50)  # inside: nothing to do
+        assert mf.reserved == OS_PAGE_SIZE + chunk
+        mf.reserve(size - 10)
+        assert mf.reserved == size  # the chunk stops at the file's end
+        with pytest.raises(ValueError):
+            mf.reserve(size + 1)
+    finally:
+        mf.close()
+
+
+def test_a_new_file_is_reserved_before_the_queue_shows_it(tmp_path: Path) -> None:
+    queue = MappedFileQueue(str(tmp_path / "q"), 16 * OS_PAGE_SIZE, reserve_chunk=2 * OS_PAGE_SIZE)
+    try:
+        mf = queue.last_for_append(reserve=5000)
+        assert mf.reserved == 4 * OS_PAGE_SIZE  # 5000 bytes -> 2 pages, plus the chunk
+        assert _allocated(mf.path) >= mf.reserved
+    finally:
+        queue.close()
+
+
+def test_prepared_files_are_invisible_until_created_and_deleted_when_unused(tmp_path: Path) -> None:
+    queue = MappedFileQueue(str(tmp_path / "q"), FILE_SIZE)
+    try:
+        first = queue.last_for_append()
+        queue.prepare_file(FILE_SIZE, 100)
+        queue.prepare_file(2 * FILE_SIZE, 100)
+        assert queue.files == [first] and queue.max_offset == 0 and queue.find(FILE_SIZE) is None
+        second = queue.create_file(FILE_SIZE)
+        assert second.reserved >= 100 and queue.files == [first, second]
+    finally:
+        queue.close()
+    assert sorted(os.listdir(tmp_path / "q")) == [offset_to_file_name(0), offset_to_file_name(FILE_SIZE)]
+
+
+def test_zeroing_a_cut_tail_fills_no_hole(tmp_path: Path) -> None:
+    """Recovery zeroes what follows a cut only where data is: a hole written with zeros would need
+    blocks a full disk may not have."""
+    size = 256 * OS_PAGE_SIZE
+    path = str(tmp_path / offset_to_file_name(0))
+    with open(path, "wb") as f:
+        f.truncate(size)
+        f.write(b"\x01" * 3 * OS_PAGE_SIZE)  # data, then a hole, then data again
+        f.seek(200 * OS_PAGE_SIZE)
+        f.write(b"\x02" * OS_PAGE_SIZE)
+    before = _allocated(path)
+    mf = MappedFile(path, size)
+    try:
+        _zero_dirty_tail(mf, OS_PAGE_SIZE, size)
+        assert mf.read(0, OS_PAGE_SIZE) == b"\x01" * OS_PAGE_SIZE
+        assert not any(mf.read(OS_PAGE_SIZE, size - OS_PAGE_SIZE))
+        assert _allocated(path) <= before
+    finally:
+        mf.close()
+
+
+def test_a_loaded_file_is_reserved_up_to_the_recovered_end(tmp_path: Path) -> None:
+    _filled_queue(tmp_path / "q", 1024 + 256).close()
+    queue = MappedFileQueue(str(tmp_path / "q"), FILE_SIZE)
+    queue.load()
+    try:
+        queue.truncate_dirty_files(FILE_SIZE + 256)
+        last = queue.last
+        assert last is not None and last.reserved == last.wrote_position == 256
+    finally:
+        queue.close()

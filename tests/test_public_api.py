@@ -35,7 +35,7 @@ EXPORTS = {
     "TraceView", "MessageTrack", "TrackType",
     # errors
     "MQLiteError", "MQClientError", "FilterError", "ConfigError", "IllegalStateError", "StoreLockedError",
-    "StoreCorruptedError", "MessageNotFoundError", "SendTimeoutError",
+    "StoreCorruptedError", "MessageNotFoundError", "SendTimeoutError", "DiskFullError",
 }
 
 #: Modules users import by name besides the package itself (API.md, DESIGN.md).

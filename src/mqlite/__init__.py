@@ -23,6 +23,7 @@ from .consumer import (
 )
 from .errors import (
     ConfigError,
+    DiskFullError,
     FilterError,
     IllegalStateError,
     MessageNotFoundError,
@@ -70,6 +71,7 @@ __all__ = [
     "QueueProgress",
     "rebalance",
     "ConfigError",
+    "DiskFullError",
     "FilterError",
     "GetMessageResult",
     "GetMessageStatus",

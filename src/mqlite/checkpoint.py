@@ -40,6 +40,7 @@ import os
 import struct
 
 from .errors import StoreCorruptedError
+from .mappedfile import reserve_space
 
 __all__ = ["CHECKPOINT", "CHECKPOINT_FILE_SIZE", "StoreCheckpoint"]
 
@@ -210,6 +211,9 @@ def _map_writable(path: str) -> mmap.mmap:
         # what RocketMQ's read-write mapping does too, and zeros mean "nothing recorded yet".
         if os.fstat(fd).st_size != CHECKPOINT_FILE_SIZE:
             os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
+        # The page gets its disk block before the map writes it: on a full disk a store
+        # into a hole kills the process (SIGBUS); this raises DiskFullError instead.
+        reserve_space(fd, 0, CHECKPOINT_FILE_SIZE, path)
         return mmap.mmap(fd, CHECKPOINT_FILE_SIZE, access=mmap.ACCESS_WRITE)
     finally:
         # The map holds its own duplicate of the descriptor.

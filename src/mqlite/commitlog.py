@@ -702,12 +702,23 @@ class CommitLog:
             if now < self.last_store_timestamp:
                 now = self.last_store_timestamp  # store times never decrease along the log
             self.last_store_timestamp = now
+            # Space first, for the unit and then the record: a full disk raises DiskFullError
+            # here, before anything is written or any offset moves.
+            queues = self.unit_queues
+            if in_queue:
+                qoff = self.topic_queue_table.get(key, 0)
+                if queues is not None:
+                    cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
+                    if qoff >= cq.room:
+                        cq.make_room(qoff, 1)
+            else:
+                qoff = 0
             mf = self._active
-            if mf is None or mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+            # `reserved` <= the file size: the record and a later BLANK fit, on allocated blocks.
+            if mf is None or mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > mf.reserved:
                 mf = self._room_for(total)
             pos = mf.wrote_position
             phys = mf.file_from_offset + pos
-            qoff = self.topic_queue_table.get(key, 0) if in_queue else 0
             mm = mf.mm
             born = now if born_timestamp is None else born_timestamp
             # Body and tail first, header last: a writer killed mid-copy leaves no
@@ -727,13 +738,10 @@ class CommitLog:
                                      prepared_transaction_offset, len(body))
             mf.wrote_position = pos + total
             code = self.tags_code_fn(topic, properties, now) if properties else 0
-            queues = self.unit_queues
             if in_queue:
                 self.topic_queue_table[key] = qoff + 1
-                if queues is not None:
-                    cq = queues.get(key) or self.create_unit_queue(topic, queue_id)  # type: ignore[misc]
-                    if not cq.put(phys, total, code, qoff):
-                        log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
+                if queues is not None and not cq.put(phys, total, code, qoff):
+                    log.error("consume queue %s/%d out of step at queue offset %d", topic, queue_id, qoff)
             if queues is None or (self._index_keys and (keys is not None or uniq is not None)):
                 self.appended_count += 1
                 # A plain tuple in DispatchRequest's field order: cheaper than building the NamedTuple.
@@ -829,7 +837,7 @@ class CommitLog:
         np.cumsum(size_array[:-1], out=record_starts[1:])
         key = (topic, queue_id)
         with self.put_lock:
-            now, mf, first_qoff = self._place_batch(key, total_all)
+            now, mf, first_qoff = self._place_batch(key, total_all, count)
             start = mf.wrote_position
             mm, base = mf.mm, mf.file_from_offset
             headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
@@ -913,7 +921,7 @@ class CommitLog:
             raise MQClientError("every index key hash needs the number of its record in the batch")
         key = (topic, queue_id)
         with self.put_lock:
-            now, mf, first_qoff = self._place_batch(key, total_all)
+            now, mf, first_qoff = self._place_batch(key, total_all, count)
             start = mf.wrote_position
             mm, base = mf.mm, mf.file_from_offset
             physical = starts + (base + start)
@@ -972,32 +980,49 @@ class CommitLog:
             self.appended_count += 1
             self.dispatch_queue.append(batch)
 
-    def _place_batch(self, key: tuple[str, int], total: int) -> tuple[int, MappedFile, int]:
+    def _place_batch(self, key: tuple[str, int], total: int, count: int) -> tuple[int, MappedFile, int]:
         """A batch's store time, segment (it writes at `wrote_position`) and first queue offset.
 
         Called with `put_lock` held; store times never go back, even when the clock does.
+        The space of its `count` units and `total` bytes is reserved first (`DiskFullError`
+        before anything is written).
         """
         now = max(self.clock.now_ms(), self.last_store_timestamp)
         self.last_store_timestamp = now
+        first_qoff = self.topic_queue_table.get(key, 0)
+        queues = self.unit_queues
+        if queues is not None:
+            cq = queues.get(key) or self.create_unit_queue(*key)  # type: ignore[misc]
+            if first_qoff + count > cq.room:
+                cq.make_room(first_qoff, count)
         mf = self._active
-        if mf is None or mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > mf.file_size:
+        if mf is None or mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > mf.reserved:
             mf = self._room_for(total)
-        return now, mf, self.topic_queue_table.get(key, 0)
+        return now, mf, first_qoff
 
     def _room_for(self, total: int) -> MappedFile:
-        """The segment to write `total` bytes to, closing the active one with a BLANK if needed.
+        """The segment to write `total` bytes to, its space reserved; the active one is closed
+        with a BLANK when the record does not fit.
 
         Called with `put_lock` held; the record goes at the returned file's `wrote_position`.
+        The next segment is created and reserved before the BLANK is written, so a full
+        disk raises `DiskFullError` with the log as it was.
         """
-        mf = self.mapped_files.last_for_append()
+        need = total + END_FILE_MIN_BLANK_LENGTH  # a record always leaves room for a BLANK
+        size = self.config.commitlog_file_size
+        if need > size:
+            raise MQClientError(f"a {total}-byte record cannot fit a {size}-byte commit-log segment")
+        files = self.mapped_files
+        mf = files.last_for_append(reserve=need)
         pos = mf.wrote_position
-        size = mf.file_size
-        if pos + total + END_FILE_MIN_BLANK_LENGTH > size:
-            if total + END_FILE_MIN_BLANK_LENGTH > size:
-                raise MQClientError(f"a {total}-byte record cannot fit a {size}-byte commit-log segment")
+        if pos + need > size:
+            mf.reserve(pos + END_FILE_MIN_BLANK_LENGTH)
+            following = files.create_file(mf.file_from_offset + size, need)
             BLANK.pack_into(mf.mm, pos, size - pos, BLANK_MAGIC)
             mf.wrote_position = size
-            mf = self.mapped_files.last_for_append()
+            mf = following
+        else:
+            mf.reserve(pos + need)
         self._active = mf
         return mf
 

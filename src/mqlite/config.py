@@ -9,14 +9,16 @@ asks for a different value is refused, naming both values.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import errno
 import json
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, disk_full_error
 
 __all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json", "resolve_config", "store_config_path"]
 
@@ -195,10 +197,17 @@ def write_json_atomic(path: str, document: Any) -> None:
     RocketMQ's `ConfigManager.persist` keeps `<file>.bak`; loaders fall back to it.
     """
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(document, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # the old file stays as it was
+        raise disk_full_error(path, f"writing {path}") from None
     if os.path.exists(path):
         os.replace(path, path + ".bak")
     os.replace(tmp, path)

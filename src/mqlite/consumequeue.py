@@ -13,6 +13,10 @@ Queue offset n is unit n: byte n*20 of the logical queue. Files live at
 `consumequeue_file_size` bytes. A unit is valid when offset >= 0 and size > 0.
 A queue whose first file starts mid-way is pre-filled with blank units
 `(0, 2**31 - 1, 0)` up to its first real unit.
+
+Units are written through the map only where space is reserved (`MappedFile.reserve`,
+in `CQ_RESERVE_CHUNK`s): `make_room` reserves it before the commit log writes the
+record the unit points to, so a full disk refuses the put before anything is written.
 """
 
 from __future__ import annotations
@@ -26,7 +30,11 @@ import numpy as np
 from .config import CQ_UNIT
 from .mappedfile import MappedFile, MappedFileQueue
 
-__all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER"]
+__all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER", "CQ_RESERVE_CHUNK"]
+
+#: Bytes reserved at a time in a consume-queue file (6,553 units): small, as a store may have
+#: thousands of queues, and one `posix_fallocate` per 6,553 messages of a queue costs nothing measurable.
+CQ_RESERVE_CHUNK = 128 << 10
 
 CQ_UNIT_STRUCT = struct.Struct(">qiq")
 CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
@@ -53,10 +61,14 @@ class ConsumeQueue:
         self.directory = os.path.join(root, topic, str(queue_id))
         self.file_size = file_size
         self.read_only = read_only
-        self.mapped_files = MappedFileQueue(self.directory, file_size, read_only=read_only)
+        self.mapped_files = MappedFileQueue(self.directory, file_size, read_only=read_only,
+                                            reserve_chunk=CQ_RESERVE_CHUNK)
         self.min_logic_offset = 0
         self.max_physic_offset = -1
         self.last_store_timestamp = 0  # store time of the newest unit appended in this process
+        #: Queue offsets below this can be written without allocating (`make_room`). A hint for
+        #: the put path: reset to 0 whenever files are cut or reloaded, and `put` checks `reserved` anyway.
+        self.room = 0
 
     # -- offsets ----------------------------------------------------------------------
     @property
@@ -77,6 +89,7 @@ class ConsumeQueue:
     # -- load and recovery ---------------------------------------------------------------
     def load(self) -> None:
         """Map the queue's files (a reader skips odd files instead of refusing)."""
+        self.room = 0
         self.mapped_files.load(strict=not self.read_only)
         files = self.mapped_files.files
         if files:
@@ -90,6 +103,7 @@ class ConsumeQueue:
         one by one so a torn unit is never taken for data.
         """
         files = self.mapped_files.files
+        self.room = 0
         if not files:
             return
         end = files[0].file_from_offset
@@ -151,7 +165,8 @@ class ConsumeQueue:
         if files:
             mf = files[-1]
             pos = mf.wrote_position
-            if mf.file_from_offset + pos == queue_offset * _UNIT and pos + _UNIT <= self.file_size:
+            # `reserved` <= the file size: the unit fits and its bytes have disk blocks.
+            if mf.file_from_offset + pos == queue_offset * _UNIT and pos + _UNIT <= mf.reserved:
                 _PACK_UNIT(mf.mm, pos, offset, size, tags_code)
                 mf.wrote_position = pos + _UNIT
                 self.max_physic_offset = offset + size
@@ -167,6 +182,7 @@ class ConsumeQueue:
         if expect != current:
             return False
         pos = mf.wrote_position
+        mf.reserve(pos + _UNIT)  # DiskFullError before anything is written
         CQ_UNIT_STRUCT.pack_into(mf.mm, pos, offset, size, tags_code)
         mf.wrote_position = pos + _UNIT
         self.max_physic_offset = offset + size
@@ -205,6 +221,7 @@ class ConsumeQueue:
             room = (self.file_size - mf.wrote_position) // _UNIT
             take = min(room, len(sizes) - done)
             pos = mf.wrote_position
+            mf.reserve(pos + take * _UNIT)  # a no-op after make_room
             mf.mm[pos : pos + take * _UNIT] = data[done * _UNIT : (done + take) * _UNIT]
             mf.wrote_position = pos + take * _UNIT
             done += take
@@ -216,7 +233,8 @@ class ConsumeQueue:
         last = queue.last
         if last is None:
             # fillPreBlank: a queue that starts at a non-zero offset.
-            mf = queue.last_for_append(expect)
+            start = expect - expect % self.file_size
+            mf = queue.last_for_append(expect, reserve=expect - start + _UNIT)
             blanks = (expect - mf.file_from_offset) // _UNIT
             if blanks:
                 mf.mm[: blanks * _UNIT] = _BLANK_UNIT_BYTES * blanks
@@ -226,10 +244,34 @@ class ConsumeQueue:
         if last.is_full:
             if expect < last.file_from_offset + self.file_size:
                 return last
-            return queue.last_for_append()
+            return queue.last_for_append(reserve=_UNIT)
         if expect < last.file_from_offset:
             return None
         return last
+
+    def make_room(self, first_queue_offset: int, count: int) -> None:
+        """Reserve the space of units [first, first + count) before anything of their put is written.
+
+        Files those units need are created and reserved ahead, unpublished (see
+        `MappedFileQueue.prepare_file`), so offsets and readers see nothing until the
+        units are written. Raises `DiskFullError`, leaving every offset as it was.
+        Called under the commit log's put lock when `room` says the units may not fit;
+        costs one `posix_fallocate` per chunk (`CQ_RESERVE_CHUNK`).
+        """
+        queue = self.mapped_files
+        offset, end = first_queue_offset * _UNIT, (first_queue_offset + count) * _UNIT
+        last = queue.last
+        while offset < end:
+            file_start = offset - offset % self.file_size
+            need = min(end - file_start, self.file_size)
+            mf = queue.find(file_start)
+            if mf is not None:
+                mf.reserve(need)
+            elif last is None or file_start > last.file_from_offset:  # below the first file: nothing is written
+                queue.prepare_file(file_start, need)
+            offset = file_start + self.file_size
+        last = queue.last
+        self.room = (last.file_from_offset + last.reserved) // _UNIT if last is not None else 0
 
     # -- read ---------------------------------------------------------------------------
     def read_units(self, start: int, max_count: int) -> bytes:
@@ -342,6 +384,7 @@ class ConsumeQueue:
         units are zeroed.
         """
         queue = self.mapped_files
+        self.room = 0
         while True:
             last = queue.last
             if last is None:
@@ -392,6 +435,7 @@ class ConsumeQueue:
 
     def destroy(self) -> None:
         """Delete the queue's files."""
+        self.room = 0
         self.mapped_files.destroy()
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import logging
 import mmap
 import os
@@ -51,6 +52,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .errors import ConfigError, IllegalStateError, StoreCorruptedError
+from .errors import disk_full_error
+from .mappedfile import reserve_ahead
 from .message import java_string_hash as _java_hash
 from .message import java_string_hash_array
 
@@ -76,6 +79,9 @@ _ENTRY_DTYPE = np.dtype(
 )
 assert _SLOT_DTYPE.itemsize == INDEX_SLOT.size and _ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
 
+#: Entry bytes reserved at a time (`posix_fallocate`) ahead of the newest entry: 52,428 entries.
+INDEX_RESERVE_CHUNK = 1 << 20
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _INT_MIN = -(2**31)
 _VECTOR_MIN = 16  # fewer keys than this go through put_key: numpy's set-up costs more
 _INT_MAX = 2**31 - 1
@@ -153,14 +159,29 @@ class IndexFile:
         self._map_lock = threading.Lock()
         self._hdr = [0, 0, 0, 0, 0, 1]
         self._raw_index_count = 1  # as stored, before "<= 0 reads as 1"
+        # Bytes from 0 known to have disk blocks: header and slots (written anywhere) and the
+        # entries up to here. Nothing is written through the map beyond it (a full disk would
+        # kill the process with SIGBUS there); a loaded file reserves on its first put.
+        self._reserved = 0
         created = False
-        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise disk_full_error(path, f"creating the index file {path}") from None
+            raise
         try:
             size = os.fstat(fd).st_size
             if size == 0 and not read_only:
                 # A new file, or one torn between create and truncate: nothing was written.
                 os.ftruncate(fd, self.file_size)
                 created = True
+                try:
+                    self._reserved = reserve_ahead(fd, 0, self._entries_at + 2 * INDEX_ENTRY.size,
+                                                   INDEX_RESERVE_CHUNK, self.file_size, path)
+                except BaseException:
+                    os.unlink(path)
+                    raise
             elif size != self.file_size:
                 raise StoreCorruptedError(
                     f"index file {path} is {size} bytes; hash_slot_num={hash_slot_num} and "
@@ -233,6 +254,18 @@ class IndexFile:
 
     # -- RocketMQ operations -------------------------------------------------------------
 
+    def _reserve(self, end: int) -> None:
+        """Give bytes [0, `end`) disk blocks before they are written (a chunk of entries ahead).
+
+        Raises `DiskFullError` with nothing written. Cost: one open and `posix_fallocate`
+        per `INDEX_RESERVE_CHUNK` of entries.
+        """
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            self._reserved = reserve_ahead(fd, self._reserved, end, INDEX_RESERVE_CHUNK, self.file_size, self.path)
+        finally:
+            os.close(fd)
+
     def is_write_full(self) -> bool:
         """True when no entry is left (``indexCount >= indexNum``). O(1)."""
         return self._header()[_INDEX_COUNT] >= self.index_num
@@ -250,6 +283,9 @@ class IndexFile:
         count = hdr[_INDEX_COUNT]
         if count >= self.index_num:
             return False
+        entry_at = self._entries_at + count * INDEX_ENTRY.size
+        if entry_at + INDEX_ENTRY.size > self._reserved:
+            self._reserve(entry_at + INDEX_ENTRY.size)
         if key_hash is None:
             key_hash = index_key_hash(key)
         slot_at = INDEX_HEADER.size + (key_hash % self.hash_slot_num) * INDEX_SLOT.size
@@ -264,7 +300,6 @@ class IndexFile:
             time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
         # Entry, then slot, then header: a concurrent reader that sees the new slot value
         # finds a complete entry behind it.
-        entry_at = self._entries_at + count * INDEX_ENTRY.size
         INDEX_ENTRY.pack_into(m, entry_at, key_hash, phy_offset, time_diff, slot_value)
         INDEX_SLOT.pack_into(m, slot_at, count)
         if count <= 1:
@@ -304,6 +339,9 @@ class IndexFile:
         n = min(total - done, self.index_num - count)
         if n <= 0:
             return done
+        end = self._entries_at + (count + n) * INDEX_ENTRY.size
+        if end > self._reserved:
+            self._reserve(end)  # DiskFullError before this batch writes anything
         hashes = key_hashes[done : done + n]
         offsets = phy_offsets[done : done + n]
         stamps = store_timestamps[done : done + n]
@@ -865,33 +903,45 @@ class IndexService:
         if not len(key_hashes):
             return
         full: list[IndexFile] = []
-        with self._lock:
-            self._check_open(writing=True)
-            f = self._writable_file(full)
-            # RocketMQ's rule: only offsets below the end are known to be indexed. A record
-            # at exactly the end may have had some of its keys cut off by a crash at a file
-            # boundary, so it is indexed again; query_offsets removes the duplicates.
-            skip_below = f.end_phy_offset
-            if len(key_hashes) < _VECTOR_MIN:
-                for key_hash, offset, timestamp in zip(key_hashes.tolist(), offsets.tolist(), stamps.tolist()):
-                    if offset < skip_below:
-                        continue
-                    while not f.put_key("", offset, timestamp, key_hash):
-                        f = self._writable_file(full)
-            else:
-                if skip_below > 0 and offsets[0] < skip_below:
-                    keep = offsets >= skip_below
-                    key_hashes, offsets, stamps = key_hashes[keep], offsets[keep], stamps[keep]
-                done = 0
-                while done < len(offsets):
-                    done += f.put_keys(key_hashes[done:], offsets[done:], stamps[done:])
-                    if done < len(offsets):
-                        f = self._writable_file(full)
-        # RocketMQ flushes a full file on a separate thread so lookups do not wait for msync.
-        for prev in full:
-            prev.flush()
-            if self._on_file_full is not None and prev.end_timestamp > 0:
-                self._on_file_full(prev.end_timestamp)
+        try:
+            with self._lock:
+                self._check_open(writing=True)
+                self._put_hashes(key_hashes, offsets, stamps, full)
+        finally:
+            # RocketMQ flushes a full file on a separate thread so lookups do not wait for msync.
+            for prev in full:
+                prev.flush()
+                if self._on_file_full is not None and prev.end_timestamp > 0:
+                    self._on_file_full(prev.end_timestamp)
+
+    def _put_hashes(self, key_hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray,
+                    full: list[IndexFile]) -> None:
+        """`build_index_hashes` under the lock; files that filled go to `full`.
+
+        A full disk raises `DiskFullError` from the file being written (nothing of the
+        entry or batch it refused is written) or from a new file; the entries before it
+        stay, and giving the same input again later indexes the rest (see the rule below).
+        """
+        f = self._writable_file(full)
+        # RocketMQ's rule: only offsets below the end are known to be indexed. A record
+        # at exactly the end may have had some of its keys cut off by a crash at a file
+        # boundary, so it is indexed again; query_offsets removes the duplicates.
+        skip_below = f.end_phy_offset
+        if len(key_hashes) < _VECTOR_MIN:
+            for key_hash, offset, timestamp in zip(key_hashes.tolist(), offsets.tolist(), stamps.tolist()):
+                if offset < skip_below:
+                    continue
+                while not f.put_key("", offset, timestamp, key_hash):
+                    f = self._writable_file(full)
+        else:
+            if skip_below > 0 and offsets[0] < skip_below:
+                keep = offsets >= skip_below
+                key_hashes, offsets, stamps = key_hashes[keep], offsets[keep], stamps[keep]
+            done = 0
+            while done < len(offsets):
+                done += f.put_keys(key_hashes[done:], offsets[done:], stamps[done:])
+                if done < len(offsets):
+                    f = self._writable_file(full)
 
     def _writable_file(self, full: list[IndexFile]) -> IndexFile:
         """The newest file if it has room, else a new one (the old one is added to *full*).

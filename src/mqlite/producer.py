@@ -32,7 +32,7 @@ from typing import Any, Protocol, Self, cast
 from .broker import Broker
 from .clock import SYSTEM_CLOCK
 from .commitlog import PutMessageStatus, PutResult
-from .errors import IllegalStateError, MQClientError
+from .errors import DiskFullError, IllegalStateError, MQClientError
 from .message import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -468,6 +468,8 @@ class Producer:
     def _send_quietly(self, msg: Message, mq: MessageQueue) -> None:
         try:
             self._send(msg, mq, "ONEWAY", queued=True)
+        except DiskFullError as exc:
+            log.error("oneway send to %s refused: %s", mq, exc)  # an expected fault: no traceback
         except Exception:
             log.exception("oneway send to %s failed", mq)
 
@@ -692,8 +694,14 @@ class TransactionProducer(Producer):
         if self._tracer is not None:  # as RocketMQ's endTransaction hook: every answer, UNKNOW too
             self._tracer.end_transaction(self.group, msg, sent.msg_id, state.name, from_check=False)
         if state is not LocalTransactionState.UNKNOW:
-            self.broker.end_transaction(half.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
-                                        self.group, transaction_id=sent.msg_id)
+            try:
+                self.broker.end_transaction(half.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
+                                            self.group, transaction_id=sent.msg_id)
+            except DiskFullError as exc:
+                # The local transaction ran; as RocketMQ's client, a failed end is logged and the
+                # broker's check-back settles the half once the disk has room.
+                log.warning("local transaction %s ended %s, but the broker could not record it (%s); "
+                            "the check-back will settle it", sent.msg_id, state.name, exc)
         return TransactionSendResult(sent, state)
 
     def check_transaction(self, msg: MessageExt) -> None:

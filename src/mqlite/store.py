@@ -29,8 +29,8 @@ import numpy as np
 from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
-from .config import StoreConfig, store_config_path, write_json_atomic
-from .errors import IllegalStateError, StoreLockedError
+from .config import StoreConfig, read_json, store_config_path, write_json_atomic
+from .errors import DiskFullError, IllegalStateError, StoreLockedError, disk_full_error
 from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
 from .recovery import RecoveryReport, recover_store, save_set_aside, walk_records
@@ -85,8 +85,18 @@ class _DirectoryLock:
                     raise
                 raise _locked(root, holder) from None
             self._held[self._key] = os.getpid()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+        pid = str(os.getpid()).encode()
+        try:
+            # Over the old pid, then cut: a file that had a block keeps it, so a full disk can
+            # still take the new pid (truncating first would free the block and need a new one).
+            os.pwrite(self._fd, pid, 0)
+            os.ftruncate(self._fd, len(pid))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                self.release()
+                raise
+            os.ftruncate(self._fd, 0)  # the lock holds without the pid; it only helps other processes
+            log.warning("no space on the disk of %s to write this process's pid into it", self.path)
 
     def release(self) -> None:
         if self._fd >= 0:
@@ -212,18 +222,30 @@ class MessageStore(StoreFiles):
                                                       self.checkpoint.physic_msg_timestamp,
                                                       self.checkpoint.logics_msg_timestamp)
             # Settings are recorded only once the files opened with them.
-            os.makedirs(os.path.dirname(store_config_path(root)), exist_ok=True)
-            write_json_atomic(store_config_path(root), config.to_json())
-        except BaseException:
+            _record_config(root, config)
+            _write_abort(self._abort_path)
+        except BaseException as exc:
             self.close_files()
             self._lock.release()
+            if isinstance(exc, DiskFullError):
+                raise DiskFullError(f"cannot open {root} for writing: {exc}; meanwhile it opens with read_only=True",
+                                    path=exc.path, used_ratio=exc.used_ratio) from exc
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+                raise disk_full_error(root, f"opening the store at {root}") from exc
             raise
-        with open(self._abort_path, "w") as f:
-            f.write(str(os.getpid()))
         self._dispatch_cv = threading.Condition()
         self._dispatched_count = 0
+        # Dispatch rounds begun and finished: a waiter gives up once a round begun after its call
+        # found the index stalled by a full disk.
+        self._dispatch_started = self._dispatch_rounds = 0
+        self._index_stalled = False  # the last attempt could not write the index: the disk is full
         self._flush_lock = threading.Lock()
         self._closed = False
+        # False while closed or while the disk is fuller than disk_space_warning_level_ratio
+        # (RocketMQ's runningFlags): the put path reads this one flag.
+        self._writable = True
+        self._disk_full = False
+        self._state_lock = threading.Lock()
         self._sync_flush = config.sync_flush
         self.commitlog.unit_queues = self.consume_queues
         self.commitlog.create_unit_queue = self._create_queue
@@ -232,6 +254,7 @@ class MessageStore(StoreFiles):
         self._reput = ReputService(self)
         self._flush = FlushService(self)
         self._clean = CleanService(self)
+        self.check_disk_space()  # a store opened on a full disk refuses writes from the start
         for service in (self._reput, self._flush, self._clean):
             service.start()
 
@@ -241,16 +264,17 @@ class MessageStore(StoreFiles):
             reconsume_times: int = 0, prepared_transaction_offset: int = 0) -> PutResult:
         """Append one message. Under SYNC_FLUSH, returns once it is on disk (or FLUSH_DISK_TIMEOUT).
 
-        Bad input raises `MQClientError` before anything is written.
+        Bad input raises `MQClientError` before anything is written; a full disk (or one fuller
+        than `disk_space_warning_level_ratio`) raises `DiskFullError`, with nothing written.
         """
-        if self._closed:
-            raise IllegalStateError(f"the store at {self.root} is closed")
+        if not self._writable:
+            self._check_writable()
         result = self.commitlog.append(topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
                                        born_host, reconsume_times, prepared_transaction_offset)
         # Index work is woken in batches (measured, bench/bench_producer.py: waking the
         # reput thread for every put cost ~3 us a send in GIL hand-offs); a key query
         # waits for it with wait_dispatched(), and the service's interval bounds the delay.
-        if self._reput.idle and len(self.commitlog.dispatch_queue) >= REPUT_BATCH:
+        if self._reput.idle and len(self.commitlog.dispatch_queue) >= REPUT_BATCH and not self._index_stalled:
             self._reput.wakeup()
         on_arrival = self.on_arrival
         if on_arrival is not None:
@@ -266,7 +290,7 @@ class MessageStore(StoreFiles):
                   properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
                   born_timestamp: int | None = None, flags: Sequence[int] | None = None) -> PutResult:
         """Append messages of one queue together (one lock, one segment, consecutive offsets)."""
-        self._check_open()
+        self._check_writable()
         return self._batch_stored(topic, queue_id, self.commitlog.append_batch(
             topic, queue_id, bodies, properties, flag=flag, born_timestamp=born_timestamp, flags=flags))
 
@@ -274,7 +298,7 @@ class MessageStore(StoreFiles):
                             key_hashes: Any = None, key_rows: Any = None) -> PutResult:
         """Append records built by `commitlog.encode_records` (`CommitLog.append_encoded_records`):
         the Spark commit's put, with no Python work per message."""
-        self._check_open()
+        self._check_writable()
         return self._batch_stored(topic, queue_id, self.commitlog.append_encoded_records(
             topic, queue_id, records, sizes, codes, key_hashes, key_rows))
 
@@ -284,7 +308,7 @@ class MessageStore(StoreFiles):
 
     def _batch_stored(self, topic: str, queue_id: int, result: PutResult) -> PutResult:
         """After a batch append: wake the reput thread and long polls; wait for the flush in SYNC_FLUSH."""
-        if self._reput.idle and self.commitlog.dispatch_queue:
+        if self._reput.idle and self.commitlog.dispatch_queue and not self._index_stalled:
             self._reput.wakeup()
         if self.on_arrival is not None:
             self._notify_arrival(topic, queue_id, result.queue_offset + result.msg_num)
@@ -300,6 +324,49 @@ class MessageStore(StoreFiles):
     def _check_open(self) -> None:
         if self._closed:
             raise IllegalStateError(f"the store at {self.root} is closed")
+
+    def _check_writable(self) -> None:
+        """Raise unless a put may go on: `IllegalStateError` when closed, `DiskFullError` while the
+        disk is fuller than `disk_space_warning_level_ratio`.
+
+        Off the hot path (puts read `_writable` only): a store marked full measures the disk
+        again here, so writes resume as soon as space returns, not at the next clean-up round.
+        """
+        if self._writable:
+            return
+        self._check_open()
+        ratio = self.check_disk_space()
+        if self._disk_full:
+            raise disk_full_error(self.commitlog.mapped_files.directory, "storing a message",
+                                  limit=self.config.disk_space_warning_level_ratio)
+        log.debug("disk holding %s is %.1f%% used again: writes resume", self.root, ratio * 100)
+
+    # -- disk space ------------------------------------------------------------------------------
+    def check_disk_space(self) -> float:
+        """Measure the disk holding the commit log; above `disk_space_warning_level_ratio` the store
+        refuses puts (`DiskFullError`) until a later check finds it below. Returns the used fraction.
+
+        RocketMQ's `CleanCommitLogService.isSpaceFull` with `runningFlags.getAndMakeDiskFull` /
+        `getAndMakeDiskOK`: the clean-up service calls this every `clean_resource_interval`,
+        and a refused put calls it again. One `statvfs`.
+        """
+        try:
+            ratio = self._clean.disk_used_ratio()
+        except OSError as exc:  # a file system that cannot say: writes are not held back for it
+            log.warning("cannot measure the disk holding %s: %s", self.root, exc)
+            ratio = 0.0
+        limit = self.config.disk_space_warning_level_ratio
+        full = ratio > limit
+        with self._state_lock:
+            if full and not self._disk_full:
+                log.error("the disk holding %s is %.1f%% used, above disk_space_warning_level_ratio %g: "
+                          "puts are refused until it is not", self.root, ratio * 100, limit)
+            elif self._disk_full and not full:
+                log.warning("the disk holding %s is %.1f%% used, below disk_space_warning_level_ratio %g "
+                            "again: puts accepted", self.root, ratio * 100, limit)
+            self._disk_full = full
+            self._writable = not (full or self._closed)
+        return ratio
 
     # -- consume-queue units, written under the put lock ---------------------------------------
     def _create_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -397,24 +464,51 @@ class MessageStore(StoreFiles):
         commit's) taken as they are, and all of it indexed in one
         `IndexService.build_index_hashes`, in log order.
         """
+        self._dispatch_started += 1
         queue = self.commitlog.dispatch_queue
         pop = queue.popleft
         requests = [pop() for _ in range(len(queue))]  # only this thread pops; puts may append meanwhile
         done = len(requests)
-        if self.config.message_index_enable:
-            self.index.build_index_hashes(*_index_columns(requests))
-        if done:
-            with self._dispatch_cv:
-                self._dispatched_count += done
-                self._dispatch_cv.notify_all()
+        stalled = False
+        if self.config.message_index_enable and requests:
+            try:
+                self.index.build_index_hashes(*_index_columns(requests))
+            except DiskFullError as exc:
+                # The index cannot grow: the requests go back to the front, to be indexed when a
+                # later round finds room (entries already written are skipped then).
+                queue.extendleft(reversed(requests))
+                done, stalled = 0, True
+                if not self._index_stalled:
+                    log.error("indexing stopped: %s; retrying every %.1f s", exc, self._reput.interval)
+        if stalled != self._index_stalled:
+            self._index_stalled = stalled
+            if not stalled:
+                log.warning("indexing resumed in %s: the disk has room again", self.root)
+        with self._dispatch_cv:
+            self._dispatched_count += done
+            self._dispatch_rounds += 1
+            self._dispatch_cv.notify_all()
         return done
 
+    @property
+    def index_stalled(self) -> bool:
+        """True while the index cannot take the records waiting for it (a full disk); retried every round."""
+        return self._index_stalled
+
     def wait_dispatched(self, timeout: float | None = 10.0) -> bool:
-        """Block until everything appended so far is readable; False on timeout."""
+        """Block until everything appended so far is readable (indexed); False on timeout, or when
+        the index cannot grow (a full disk: the round this call started failed)."""
         target = self.commitlog.appended_count
+        next_round = self._dispatch_started + 1  # the first round to begin after this call
         self._reput.wakeup()
+
+        def settled() -> bool:
+            # Done, or a round that began after this call found the index stalled.
+            return self._dispatched_count >= target or (self._index_stalled and self._dispatch_rounds >= next_round)
+
         with self._dispatch_cv:
-            return self._dispatch_cv.wait_for(lambda: self._dispatched_count >= target, timeout)
+            self._dispatch_cv.wait_for(settled, timeout)
+            return self._dispatched_count >= target
 
     # -- flushing ----------------------------------------------------------------------------------------
     def _flush_all_commitlog(self) -> int:
@@ -531,6 +625,8 @@ class MessageStore(StoreFiles):
             return
         self._closed = True
         self._clean.stop()
+        with self._state_lock:
+            self._writable = False
         self._reput.stop()
         self._flush.stop()
         if self.config.message_index_enable and self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
@@ -539,13 +635,34 @@ class MessageStore(StoreFiles):
             self.index.mark_indexed_to(self.commitlog.max_offset, self.commitlog.last_store_timestamp)
         self.flush()
         self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
+        unindexed = self._leave_unindexed_to_recovery()
         self.checkpoint.flush()
         self.close_files()
-        try:
-            os.unlink(self._abort_path)
-        except FileNotFoundError:
-            pass
+        if not unindexed:
+            try:
+                os.unlink(self._abort_path)
+            except FileNotFoundError:
+                pass
         self._lock.release()
+
+    def _leave_unindexed_to_recovery(self) -> bool:
+        """At close, when the index could not take every record (a full disk): keep `abort` and
+        set the checkpoint so the next open re-dispatches from before the first record the index
+        lacks (abnormal recovery skips what exists), keeping the index files. True when so."""
+        pending = self.commitlog.dispatch_queue
+        if not (self._index_stalled and pending and self.config.message_index_enable):
+            return False
+        first = pending[0]
+        first_ts = first.store_timestamp if isinstance(first, BatchDispatch) else first[5]
+        checkpoint = self.checkpoint
+        checkpoint.physic_msg_timestamp = min(checkpoint.physic_msg_timestamp, first_ts)
+        checkpoint.logics_msg_timestamp = min(checkpoint.logics_msg_timestamp, first_ts)
+        files = self.index.files
+        if files:
+            checkpoint.index_msg_timestamp = max(checkpoint.index_msg_timestamp, files[-1].end_timestamp)
+        log.error("closing %s with %d index entries the full disk could not take; the next open "
+                  "indexes them (as after a crash)", self.root, len(pending))
+        return True
 
     @property
     def closed(self) -> bool:
@@ -557,6 +674,34 @@ class MessageStore(StoreFiles):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _record_config(root: str, config: StoreConfig) -> None:
+    """Write `config/store.json` unless it already holds these settings (a reopen on a full disk
+    then writes nothing)."""
+    path = store_config_path(root)
+    document = config.to_json()
+    if read_json(path) == document:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json_atomic(path, document)
+
+
+def _write_abort(path: str) -> None:
+    """Create the `abort` marker with this process's pid; on a full disk the empty file is kept
+    (its presence is what recovery reads)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE:
+            raise
+        log.warning("no space on the disk of %s for the pid in it; the marker is kept empty", path)
+    finally:
+        os.close(fd)
 
 
 def _index_columns(requests: list[DispatchRequest | BatchDispatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

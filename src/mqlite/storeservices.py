@@ -8,13 +8,14 @@ flush, then the checkpoint).
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._service import Service
+from .errors import disk_used_ratio
 
 if TYPE_CHECKING:
     from .store import MessageStore
@@ -25,6 +26,8 @@ log = logging.getLogger("mqlite")
 
 #: Pending single-message dispatch entries that wake an idle reput thread (a batch put wakes it at once).
 REPUT_BATCH = 512
+REPUT_INTERVAL = 0.1
+REPUT_STALLED_INTERVAL = 1.0
 
 
 class ReputService(Service):
@@ -38,14 +41,16 @@ class ReputService(Service):
     """
 
     def __init__(self, store: MessageStore) -> None:
-        super().__init__("reput", interval=0.1)
+        super().__init__("reput", interval=REPUT_INTERVAL)
         self.store = store
 
     def run_once(self) -> None:
         self.store.dispatch_pending()
+        # While a full disk stops the index, retry once a second: each try hashes every pending key.
+        self.interval = REPUT_STALLED_INTERVAL if self.store.index_stalled else REPUT_INTERVAL
 
     def has_work(self) -> bool:
-        return len(self.store.commitlog.dispatch_queue) >= REPUT_BATCH
+        return len(self.store.commitlog.dispatch_queue) >= REPUT_BATCH and not self.store.index_stalled
 
     def wakeup(self) -> None:
         # Clear `idle` at once: until the woken thread gets the GIL (up to the 5 ms switch
@@ -162,14 +167,16 @@ class GroupCommit:
 
 
 class CleanService(Service):
-    """`CleanCommitLogService` + `CleanConsumeQueueService`: delete expired files.
+    """`CleanCommitLogService` + `CleanConsumeQueueService`: watch the disk, delete expired files.
 
-    Commit-log segments go when the hour is in `delete_when`, the disk is fuller
-    than `disk_max_used_space_ratio`, or a manual request is pending; a segment
-    is expired `file_reserved_time` hours after its last write (or at once when
-    the disk passes the forcible ratio). Never the active segment; at most
-    `delete_file_batch_max` per round; stops at the first live segment. Consume
-    queues and index files whose data is gone follow, and min offsets are corrected.
+    Each round first measures the disk (`MessageStore.check_disk_space`): fuller than
+    `disk_space_warning_level_ratio`, the store refuses puts until a later check finds
+    room (RocketMQ's `isSpaceFull` and running flags). Commit-log segments go when the
+    hour is in `delete_when`, the disk is fuller than `disk_max_used_space_ratio`, or a
+    manual request is pending; a segment is expired `file_reserved_time` hours after its
+    last write (or at once when the disk passes the forcible ratio). Never the active
+    segment; at most `delete_file_batch_max` per round; stops at the first live segment.
+    Consume queues and index files whose data is gone follow, and min offsets are corrected.
     """
 
     def __init__(self, store: MessageStore) -> None:
@@ -177,12 +184,13 @@ class CleanService(Service):
         self.store = store
 
     def run_once(self) -> None:
+        self.store.check_disk_space()
         self.store.delete_expired_files()
 
     def disk_used_ratio(self) -> float:
-        """Fraction of the store's disk in use."""
-        usage = shutil.disk_usage(self.store.root)
-        return usage.used / usage.total if usage.total else 0.0
+        """Fraction of the commit log's disk in use: used / (used + available), as `df` and RocketMQ count it."""
+        return disk_used_ratio(self.store.commitlog.mapped_files.directory
+                               if os.path.isdir(self.store.commitlog.mapped_files.directory) else self.store.root)
 
 
 def file_expired(mtime: float, now_ms: int, reserved_hours: float) -> bool:
