@@ -629,10 +629,16 @@ class MessageStore(StoreFiles):
             self._writable = False
         self._reput.stop()
         self._flush.stop()
-        if self.config.message_index_enable and self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
+        if (self.config.message_index_enable and not self._index_stalled
+                and self.commitlog.max_offset > max(self.commitlog.min_offset, 0)):
             # Everything is indexed (or had no keys): an index file must say so, or the next
             # open takes an empty index/ for a lost one and rebuilds it.
-            self.index.mark_indexed_to(self.commitlog.max_offset, self.commitlog.last_store_timestamp)
+            try:
+                self.index.mark_indexed_to(self.commitlog.max_offset, self.commitlog.last_store_timestamp)
+            except DiskFullError:
+                # No room for the marker file: the next open finds no index file and rebuilds the
+                # index from the log, which is slower but loses nothing.
+                log.warning("no room to mark the index complete in %s; the next open rebuilds it", self.root)
         self.flush()
         self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
         unindexed = self._leave_unindexed_to_recovery()
