@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import mmap
 import socket
 import struct
 from time import time_ns as _time_ns
@@ -66,7 +67,7 @@ __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
     "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code", "stored_body",
-    "encode_records", "topic_prefix",
+    "encode_records", "topic_prefix", "framed_at", "find_frame",
 ]
 
 log = logging.getLogger("mqlite")
@@ -430,6 +431,63 @@ def check_record(
         props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
     )
     return total, request
+
+
+#: PHYSICALOFFSET: where a record says it lies in the log (PREFIX's 7th field, byte 28).
+_PHYS_POS = 28
+_PHYS = struct.Struct(">q")
+_MAGIC_BYTES = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
+_SEARCH_CHUNK = 1 << 20
+
+
+def framed_at(buf: bytes | memoryview | object, pos: int, limit: int, position: int) -> bool:
+    """True when a whole record frame (size, magic code, every length) starts at `pos` and its
+    PHYSICALOFFSET field says `position`, its offset in the log.
+
+    The position check makes a record found by searching damaged bytes trustworthy: a
+    random match of the magic code, a sane size and the right 8-byte offset is practically
+    impossible. The body CRC is not checked here (`check_record` does).
+    """
+    if pos < 0 or limit - pos < _PHYS_POS + _PHYS.size:
+        return False
+    try:
+        if _PHYS.unpack_from(buf, pos + _PHYS_POS)[0] != position:  # type: ignore[arg-type]
+            return False
+    except struct.error:
+        return False
+    return check_record(buf, pos, limit, False, None, False)[0] > 0
+
+
+def find_frame(buf: mmap.mmap | bytes | bytearray, start: int, end: int, limit: int, base: int,
+               next_data: Callable[[int], int] | None = None) -> int:
+    """The first `pos` in [start, end) where `framed_at(buf, pos, limit, base + pos)`, or -1.
+
+    `buf` holds the log from offset `base` (a segment's map). Looks for the magic codes
+    with `find`, in 1 MiB chunks; `next_data` (`MappedFile.next_data`) skips the holes of
+    a sparse file, so the never-written rest of a segment costs nothing. Cost: one pass
+    over the data regions of [start, end).
+    """
+    find = buf.find
+    pos = max(start, 0)
+    while pos < end:
+        if next_data is not None:
+            data = next_data(pos)
+            pos = max(pos, data - 4)  # a frame's magic is 4 bytes in: its size may sit before the data
+            if pos >= end:
+                return -1
+        chunk_end = min(end, pos + _SEARCH_CHUNK)
+        # The magic code of a frame starting in [pos, chunk_end) lies in [pos + 4, chunk_end + 8).
+        hits = [hit for hit in (find(magic, pos + 4, chunk_end + 8) for magic in _MAGIC_BYTES) if hit >= 0]
+        while hits:
+            hit = min(hits)
+            candidate = hit - 4
+            if candidate >= chunk_end:
+                break
+            if framed_at(buf, candidate, limit, base + candidate):
+                return candidate
+            hits = [h for h in (find(magic, hit + 1, chunk_end + 8) for magic in _MAGIC_BYTES) if h >= 0]
+        pos = chunk_end
+    return -1
 
 
 def topic_prefix(topic: str) -> tuple[bytes, bool]:
