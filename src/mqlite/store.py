@@ -376,9 +376,7 @@ class MessageStore(StoreFiles):
         the lost records as after an expiry.
         """
         files = self.commitlog.mapped_files.files
-        if not files:
-            return
-        first = files[0].file_from_offset
+        first = files[0].file_from_offset if files else 0  # an empty log's first segment starts at 0
         recorded, lost, new = check_log_head(self.root, first)
         if new is not None:
             log.error("commit log of %s: segments holding offsets [%d, %d) are missing but never expired (the clean "
