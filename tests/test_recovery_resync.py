@@ -116,6 +116,20 @@ def test_damage_in_a_middle_segment_costs_only_its_records(tmp_path: Path, damag
         assert _reachable(store, results) == [i for i in range(N) if i not in destroyed]
 
 
+def test_queues_lost_with_the_damage_keep_their_offsets(tmp_path: Path) -> None:
+    # The queues never reached the disk: rebuilt from the log, they lack the destroyed records'
+    # units; placeholders keep the later records at their acknowledged queue offsets.
+    root = tmp_path / "store"
+    results = _fill(root)
+    _write(root, SEGMENT, bytes(SEGMENT))
+    shutil.rmtree(root / "consumequeue")
+    with _check(root, results, SEGMENT, 2 * SEGMENT) as store:
+        lost = _overlapping(results, SEGMENT, 2 * SEGMENT)
+        assert store.max_offset(TOPIC, 0) == N // 2 + 1 and store.max_offset(TOPIC, 1) == N // 2
+        assert len(store.recovery.lost_units) == len(lost)
+        assert all(SEGMENT <= offset < 2 * SEGMENT for offset, _ in store.recovery.lost_units)
+
+
 @pytest.mark.parametrize("abnormal", [True, False], ids=["crashed", "clean"])
 def test_zeros_inside_the_newest_segment_are_not_its_end(tmp_path: Path, abnormal: bool) -> None:
     # A zeroed page before intact records read as the clean end of the log and cut them.

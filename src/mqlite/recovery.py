@@ -106,7 +106,8 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     else:
         start = _abnormal_start(commitlog, checkpoint_min_timestamp)
     report.start_offset = start
-    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, dispatch, set_aside, report,
+    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok,
+                           _filling_gaps(dispatch, queues_now, report), set_aside, report,
                            lambda at: _resync(commitlog, queues_now(), at, check_crc))
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
@@ -338,6 +339,35 @@ def _next_record(commitlog: CommitLog, start: int, end: int, check_crc: bool) ->
                 return base + pos
             pos += 1
     return None
+
+
+def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
+                  queues_now: Callable[[], dict[tuple[str, int], ConsumeQueue]],
+                  report: RecoveryReport) -> Callable[[DispatchRequest], None]:
+    """`dispatch`, first filling the units a queue lacks for records a damaged range destroyed.
+
+    A queue that had not reached the disk when the log was damaged lacks the units of the
+    destroyed records, and the next record's queue offset lies past its end. Placeholders
+    keep queue offsets as acknowledged: the k-th points at `start + k` of the last damaged
+    range (distinct, rising, inside the range: a range holds fewer records than bytes), so
+    `_units_in` lists it in `lost_units` and reads skip it as set aside.
+    """
+    def dispatch_after_gap(request: DispatchRequest) -> None:
+        if report.damaged:
+            cq = queues_now().get((request.topic, request.queue_id))
+            start, end = report.damaged[-1]
+            if cq is not None and cq.max_physic_offset <= start < end <= request.commit_log_offset:
+                missing = request.queue_offset - cq.max_offset
+                if 0 < missing <= end - start:
+                    log.error("consume queue %s/%d: queue offsets [%d, %d) were in the damaged range [%d, %d); "
+                              "they stay (reads skip them)", request.topic, request.queue_id, cq.max_offset,
+                              request.queue_offset, start, end)
+                    # Ends rise to `end` at most: below the record dispatched next, or its put is skipped.
+                    size = end - start - missing + 1
+                    for k in range(missing):
+                        cq.put(start + k, size, 0, cq.max_offset)
+        dispatch(request)
+    return dispatch_after_gap
 
 
 def _units_in(cq: ConsumeQueue, start: int, end: int) -> list[tuple[int, int]]:
