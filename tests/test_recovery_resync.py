@@ -190,6 +190,21 @@ def test_a_record_image_inside_a_body_is_not_taken_for_a_record(tmp_path: Path) 
         assert [m.body for m in store.get_messages(TOPIC, 0, 0, 10).messages] == [_body(i) for i in range(4)]
 
 
+@pytest.mark.parametrize("at", [1, (1 << 20) - 6, (1 << 20) - 4, (1 << 20) - 1, (1 << 20) + 3])
+def test_the_frame_search_finds_a_record_anywhere_in_zeros(tmp_path: Path, at: int) -> None:
+    # The search reads 1 MiB windows and skips all-zero ones: a frame across a window's edge is found.
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        first = _put(store, 0)
+        image = bytearray(store.commitlog.read(first.commit_log_offset, first.wrote_bytes) or b"")
+    image[28:36] = (at + 7).to_bytes(8, "big")  # PHYSICALOFFSET: its position in a log starting at 7
+    buf = bytearray(3 << 20)
+    buf[at : at + len(image)] = image
+    assert find_frame(buf, 0, len(buf), len(buf), 7) == at
+    assert find_frame(buf, at + 1, len(buf), len(buf), 7) == -1
+    assert find_frame(buf, 0, len(buf), len(buf), 8) == -1  # the position field disagrees
+
+
 def test_the_index_rebuilt_after_damage_steps_over_it(tmp_path: Path) -> None:
     root = tmp_path / "store"
     results = _fill(root)

@@ -462,32 +462,38 @@ def find_frame(buf: mmap.mmap | bytes | bytearray, start: int, end: int, limit: 
                next_data: Callable[[int], int] | None = None) -> int:
     """The first `pos` in [start, end) where `framed_at(buf, pos, limit, base + pos)`, or -1.
 
-    `buf` holds the log from offset `base` (a segment's map). Looks for the magic codes
-    with `find`, in 1 MiB chunks; `next_data` (`MappedFile.next_data`) skips the holes of
-    a sparse file, so the never-written rest of a segment costs nothing. Cost: one pass
-    over the data regions of [start, end).
+    `buf` holds the log from offset `base` (a segment's map). Reads 1 MiB windows: an
+    all-zero window (the never-written rest of a preallocated segment) is skipped with
+    one comparison, others are searched for the magic codes; `next_data`
+    (`MappedFile.next_data`) skips the holes of a sparse file unread. Cost: one read of
+    the data regions of [start, end) (measured: ~0.4 s for a GiB of cached zeros).
     """
-    find = buf.find
     pos = max(start, 0)
     while pos < end:
         if next_data is not None:
-            data = next_data(pos)
-            pos = max(pos, data - 4)  # a frame's magic is 4 bytes in: its size may sit before the data
+            pos = max(pos, next_data(pos))
             if pos >= end:
                 return -1
         chunk_end = min(end, pos + _SEARCH_CHUNK)
-        # The magic code of a frame starting in [pos, chunk_end) lies in [pos + 4, chunk_end + 8).
-        hits = [hit for hit in (find(magic, pos + 4, chunk_end + 8) for magic in _MAGIC_BYTES) if hit >= 0]
-        while hits:
-            hit = min(hits)
-            candidate = hit - 4
-            if candidate >= chunk_end:
-                break
-            if framed_at(buf, candidate, limit, base + candidate):
-                return candidate
-            hits = [h for h in (find(magic, hit + 1, chunk_end + 8) for magic in _MAGIC_BYTES) if h >= 0]
+        # A frame starting in [pos, chunk_end) has its magic code in [pos + 4, chunk_end + 8).
+        window = buf[pos : chunk_end + 8]
+        if len(window) != len(_ZERO_WINDOW) or window != _ZERO_WINDOW:
+            hit = _first_magic(window, 4)
+            while 0 <= hit and pos + hit - 4 < chunk_end:
+                if framed_at(buf, pos + hit - 4, limit, base + pos + hit - 4):
+                    return pos + hit - 4
+                hit = _first_magic(window, hit + 1)
         pos = chunk_end
     return -1
+
+
+_ZERO_WINDOW = bytes(_SEARCH_CHUNK + 8)
+
+
+def _first_magic(window: bytes | bytearray, start: int) -> int:
+    """The first index >= `start` of a record magic code in `window`, or -1."""
+    hits = [hit for hit in (window.find(magic, start) for magic in _MAGIC_BYTES) if hit >= 0]
+    return min(hits) if hits else -1
 
 
 def topic_prefix(topic: str) -> tuple[bytes, bool]:
