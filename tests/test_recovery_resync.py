@@ -116,17 +116,24 @@ def test_damage_in_a_middle_segment_costs_only_its_records(tmp_path: Path, damag
         assert _reachable(store, results) == [i for i in range(N) if i not in destroyed]
 
 
-def test_queues_lost_with_the_damage_keep_their_offsets(tmp_path: Path) -> None:
-    # The queues never reached the disk: rebuilt from the log, they lack the destroyed records'
-    # units; placeholders keep the later records at their acknowledged queue offsets.
+@pytest.mark.parametrize("lost", ["all", "partly"])
+def test_queues_lost_with_the_damage_keep_their_offsets(tmp_path: Path, lost: str) -> None:
+    # The queues never (all) or only partly reached the disk: rebuilt from the log, they lack the
+    # destroyed records' units; placeholders keep the later records at their acknowledged queue offsets.
     root = tmp_path / "store"
     results = _fill(root)
     _write(root, SEGMENT, bytes(SEGMENT))
-    shutil.rmtree(root / "consumequeue")
+    if lost == "all":
+        shutil.rmtree(root / "consumequeue")
+    else:  # queue 0 keeps its first file: 100 units, the last ones pointing into the damaged segment
+        folder = root / "consumequeue" / TOPIC / "0"
+        for name in sorted(os.listdir(folder))[1:]:
+            os.unlink(folder / name)
+        assert results[198].commit_log_offset >= SEGMENT  # unit 99 of queue 0 is in the damage
     with _check(root, results, SEGMENT, 2 * SEGMENT) as store:
-        lost = _overlapping(results, SEGMENT, 2 * SEGMENT)
+        destroyed = _overlapping(results, SEGMENT, 2 * SEGMENT)
         assert store.max_offset(TOPIC, 0) == N // 2 + 1 and store.max_offset(TOPIC, 1) == N // 2
-        assert len(store.recovery.lost_units) == len(lost)
+        assert len(store.recovery.lost_units) == len(destroyed)
         assert all(SEGMENT <= offset < 2 * SEGMENT for offset, _ in store.recovery.lost_units)
 
 

@@ -356,16 +356,17 @@ def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
         if report.damaged:
             cq = queues_now().get((request.topic, request.queue_id))
             start, end = report.damaged[-1]
-            if cq is not None and cq.max_physic_offset <= start < end <= request.commit_log_offset:
-                missing = request.queue_offset - cq.max_offset
-                if 0 < missing <= end - start:
-                    log.error("consume queue %s/%d: queue offsets [%d, %d) were in the damaged range [%d, %d); "
-                              "they stay (reads skip them)", request.topic, request.queue_id, cq.max_offset,
-                              request.queue_offset, start, end)
-                    # Ends rise to `end` at most: below the record dispatched next, or its put is skipped.
-                    size = end - start - missing + 1
-                    for k in range(missing):
-                        cq.put(start + k, size, 0, cq.max_offset)
+            # Placeholders go after the queue's last unit (it may point into the range too).
+            low = max(start, cq.max_physic_offset) if cq is not None else end
+            missing = request.queue_offset - cq.max_offset if cq is not None else 0
+            if cq is not None and low < end <= request.commit_log_offset and 0 < missing <= end - low:
+                log.error("consume queue %s/%d: queue offsets [%d, %d) were in the damaged range [%d, %d); "
+                          "they stay (reads skip them)", request.topic, request.queue_id, cq.max_offset,
+                          request.queue_offset, start, end)
+                # Ends rise to `end` at most: below the record dispatched next, or its put is skipped.
+                size = end - low - missing + 1
+                for k in range(missing):
+                    cq.put(low + k, size, 0, cq.max_offset)
         dispatch(request)
     return dispatch_after_gap
 
