@@ -1079,8 +1079,8 @@ class CommitLog:
         if total != size or (magic != MAGIC_V1 and magic != MAGIC_V2):
             return None
         if self.set_aside and offset in self.set_aside:
-            log.warning("commit log: not reading the record at offset %d: recovery set it aside (wrong body CRC)",
-                        offset)
+            log.warning("commit log: not reading the record at offset %d: recovery set it aside (a wrong body CRC, "
+                        "or it lies in a damaged range)", offset)
             return None
         return raw
 
