@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 import mqlite
 import mqlite.recovery
 from mqlite.clock import ManualClock
-from mqlite.commitlog import PutResult, find_frame, framed_at
+from mqlite.commitlog import BLANK_MAGIC, PutResult, find_frame, framed_at
 from mqlite.errors import StoreCorruptedError
 from mqlite.mappedfile import offset_to_file_name
 from mqlite.store import MessageStore
@@ -147,6 +148,17 @@ def test_zeros_inside_the_newest_segment_are_not_its_end(tmp_path: Path, abnorma
     end = start + 4096
     _write(root, start, bytes(end - start))
     _check(root, results, start, end, abnormal=abnormal).close()
+
+
+def test_a_blank_in_the_middle_of_a_segment_is_damage(tmp_path: Path) -> None:
+    # A BLANK fills its segment to the end; one with another size must not skip the rest of the segment.
+    root = tmp_path / "store"
+    results = _fill(root)
+    victim = results[240]
+    assert SEGMENT < victim.commit_log_offset < 2 * SEGMENT - 5000
+    _write(root, victim.commit_log_offset, struct.pack(">ii", 400, BLANK_MAGIC))
+    with _check(root, results, victim.commit_log_offset, victim.commit_log_offset + 8) as store:
+        assert store.recovery.damaged == [(victim.commit_log_offset, victim.commit_log_offset + victim.wrote_bytes)]
 
 
 def test_a_destroyed_segment_end_resumes_at_the_next_segment(tmp_path: Path) -> None:

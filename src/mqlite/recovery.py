@@ -26,7 +26,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 
-from .commitlog import CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
+from .commitlog import BLANK, CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
 from .config import read_json, write_json_atomic
 from .consumequeue import ConsumeQueue
 from .mappedfile import MappedFile
@@ -205,7 +205,11 @@ def _classify(mm: object, pos: int, limit: int, check_crc: bool, fn: TagsCodeFn,
     if size > 0:
         return _RECORD, size, request
     if size == 0:
-        return _BLANK, 0, None
+        # A BLANK fills its segment to the end (RocketMQ and mqlite write the remaining size):
+        # one anywhere else is damage, never a reason to skip the rest of the segment.
+        if BLANK.unpack_from(mm, pos)[0] == limit - pos:  # type: ignore[arg-type]
+            return _BLANK, 0, None
+        return _INVALID, 0, None
     if not check_crc:
         return _INVALID, 0, None
     size, request = check_record(mm, pos, limit, False, fn, True)
