@@ -75,7 +75,11 @@ class RecoveryReport:
         return len(self.set_aside)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        def shown(value: object) -> str:
+            # A damaged range can have thousands of units: their count says enough.
+            return f"<{len(value)} items>" if isinstance(value, list) and len(value) > 8 else repr(value)
+
+        fields = ", ".join(f"{name}={shown(getattr(self, name))}" for name in self.__slots__)
         return f"RecoveryReport({fields})"
 
 
