@@ -3,10 +3,10 @@
 Invariants, whatever the damage:
 - the reader never crashes (no exception other than a documented `mqlite` error);
 - every valid record before the damage point stays readable, at its queue offset, intact;
-- the writer recovers RocketMQ's way (truncate the log at the first invalid record, drop
-  consume-queue units that point at or past it; but a whole record whose body CRC fails is
-  set aside, not cut) or refuses loudly with `StoreCorruptedError` when a file has the wrong
-  size; appends continue after a recovery.
+- the writer recovers (cut a torn tail, dropping consume-queue units that point at or past
+  it; but a whole record whose body CRC fails is set aside, and damage with valid records
+  after it is stepped over, not cut) or refuses loudly with `StoreCorruptedError` when a file
+  has the wrong size; appends continue after a recovery.
 
 The damage: a torn tail, a zeroed region, a flipped body byte (CRC mismatch: set aside), torn
 properties, a truncated file, garbage files and names, a garbage checkpoint, an empty
@@ -216,13 +216,23 @@ def test_torn_tail(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
 
 @ABNORMAL
 def test_zeroed_region_in_newest_segment(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
+    # Valid records follow the zeroed bytes: only the records they destroyed are lost (recovery
+    # resynchronises after the damage; RocketMQ would cut the log there).
     root, recs = store
     newest = _newest_segment_records(recs)
     victim = newest[len(newest) // 2]
-    _write_at(root, victim.offset + victim.size // 2, b"\0" * 1500)  # into the records after it too
+    start, end = victim.offset + victim.size // 2, victim.offset + victim.size // 2 + 1500
+    _write_at(root, start, b"\0" * (end - start))  # into the records after it too
     _abort(root, abnormal)
     _check_reader(root, recs, victim.offset)
-    _check_writer(root, recs, victim.offset)
+    survivors = [r for r in recs if not (r.offset < end and start < r.offset + r.size)]
+    with mqlite.open(str(root)) as broker:
+        store = broker.store
+        assert store.recovery.damaged and store.recovery.damaged[0][0] == victim.offset
+        assert store.commitlog.max_offset == recs[-1].offset + recs[-1].size
+        assert {k: v for k, v in _tolerant_read(store).items() if v is not None} == {
+            (r.qid, r.qoff): r.seq for r in survivors}
+        _append_and_read(store, [len([r for r in recs if r.qid == q]) for q in range(QUEUES)])
 
 
 @ABNORMAL
@@ -494,7 +504,8 @@ def test_records_after_a_cut_stay_cut(tmp_path: Path, abnormal: bool) -> None:
     root = tmp_path / "store"
     with mqlite.open(str(root), **SETTINGS) as broker:
         results = [broker.store.put("Ghost", 0, b"old-%04d" % i) for i in range(30)]
-    _write_at(root, results[20].commit_log_offset, b"\0" * 8)  # record 20 starts with zeros now
+    for r in results[20:]:  # records 20.. start with zeros now: nothing valid follows, a torn tail
+        _write_at(root, r.commit_log_offset, b"\0" * 8)
     _abort(root, abnormal)
     with mqlite.open(str(root)) as broker:
         assert broker.store.max_offset("Ghost", 0) == 20
@@ -504,28 +515,27 @@ def test_records_after_a_cut_stay_cut(tmp_path: Path, abnormal: bool) -> None:
     assert bodies == [b"old-%04d" % i for i in range(20)] + [b"new-0020"]
 
 
-def test_records_after_a_lost_page_stay_cut(tmp_path: Path) -> None:
+def test_records_after_a_lost_page_are_kept(tmp_path: Path) -> None:
     # A page that never reached the disk (ASYNC_FLUSH and a power cut) leaves a zero page with
-    # valid records behind it. Recovery cuts at the page; same-sized appends then end exactly
-    # on an old record boundary behind it, and a restart must not bring those records back.
+    # valid records behind it. Recovery resynchronises after the page: only the records on it
+    # are lost, appends go on at the end of the log, and a restart keeps it all that way.
     root = tmp_path / "store"
     with mqlite.open(str(root), **SETTINGS) as broker:
         results = [broker.store.put("Ghost", 0, b"old-%04d" % i) for i in range(200)]
     size = results[0].wrote_bytes
     page = 8192
-    assert all(r.wrote_bytes == size for r in results)
     _write_at(root, page, b"\0" * 4096)
-    first_cut = next(i for i, r in enumerate(results) if r.commit_log_offset + size > page)
+    kept = [i for i, r in enumerate(results) if not (r.commit_log_offset < page + 4096 and page < r.commit_log_offset + size)]
     with mqlite.open(str(root)) as broker:
-        assert broker.store.max_offset("Ghost", 0) == first_cut
-        new = range(first_cut, first_cut + 50)
+        assert broker.store.max_offset("Ghost", 0) == 200
+        new = range(200, 250)
         for i in new:
             last = broker.store.put("Ghost", 0, b"new-%04d" % i)
-        # Past the lost page, and old records still follow on disk.
-        assert page + 4096 < last.commit_log_offset + size < results[-1].commit_log_offset
-    with mqlite.open(str(root)) as broker:
-        bodies = [m.body for m in broker.store.get_messages("Ghost", 0, 0, 500).messages]
-    assert bodies == [b"old-%04d" % i for i in range(first_cut)] + [b"new-%04d" % i for i in new]
+        assert last.queue_offset == 249 and last.commit_log_offset > results[-1].commit_log_offset
+    for _ in range(2):
+        with mqlite.open(str(root)) as broker:
+            bodies = [m.body for m in broker.store.get_messages("Ghost", 0, 0, 500).messages]
+        assert bodies == [b"old-%04d" % i for i in kept] + [b"new-%04d" % i for i in new]
 
 
 def test_units_after_a_cut_stay_cut(tmp_path: Path) -> None:

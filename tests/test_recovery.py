@@ -69,6 +69,17 @@ def _damage(root: str | Path, offset: int, body_len: int, segment: int = SEGMENT
         f.write(bytes(16))
 
 
+def _tear(root: str | Path, result: PutResult, body_len: int, segment: int = SEGMENT) -> None:
+    """A torn tail from `result`'s record on: `_damage` it and zero the rest of its segment
+    (the later pages never reached the disk), so nothing valid follows it."""
+    _damage(root, result.commit_log_offset, body_len, segment)
+    path = Path(root) / "commitlog" / offset_to_file_name(result.commit_log_offset - result.commit_log_offset % segment)
+    start = result.commit_log_offset % segment + result.wrote_bytes
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(bytes(segment - start))
+
+
 def _bodies(store: MessageStore, topic: str = TOPIC, queue_id: int = 0) -> list[bytes]:
     out: list[bytes] = []
     offset = store.min_offset(topic, queue_id)
@@ -206,13 +217,18 @@ def test_damage_to_the_first_record_of_the_newest_segment(tmp_path: Path) -> Non
     first_of_last = next(r for r in results if r.commit_log_offset % SEGMENT == 0 and r.commit_log_offset > 0)
     count_before = results.index(first_of_last)
     _damage(root, first_of_last.commit_log_offset, len(_body(count_before)))
+    # Departure from RocketMQ (which truncates there): valid records follow the damaged one, so
+    # only the damaged record is lost; recovery resynchronises on the next record.
     with _open(root) as store:
-        assert store.commitlog.max_offset == first_of_last.commit_log_offset
-        assert store.max_offset(TOPIC, 0) == count_before
-        r = _put(store, count_before)
-        assert r.commit_log_offset == first_of_last.commit_log_offset
+        damaged_end = first_of_last.commit_log_offset + first_of_last.wrote_bytes
+        assert store.recovery.damaged == [(first_of_last.commit_log_offset, damaged_end)]
+        assert store.commitlog.max_offset == results[-1].commit_log_offset + results[-1].wrote_bytes
+        assert store.max_offset(TOPIC, 0) == 300
+        r = _put(store, 300)
+        assert r.queue_offset == 300 and r.commit_log_offset == store.commitlog.max_offset - r.wrote_bytes
         assert store.wait_dispatched()
-        assert _bodies(store) == [_body(i) for i in range(count_before + 1)]
+        assert _bodies(store) == [_body(i) for i in range(301) if i != count_before]
+        assert store.get_messages(TOPIC, 0, count_before, 1).status is GetMessageStatus.MESSAGE_WAS_REMOVING
 
 
 @pytest.mark.parametrize("check_crc", [True, False])
@@ -498,7 +514,7 @@ def test_records_appended_after_a_cut_are_indexed_at_once(tmp_path: Path, abnorm
     root = tmp_path / "store"
     with _open(root, _config()) as store:
         results = [_put(store, i) for i in range(30)]
-    _damage(root, results[20].commit_log_offset, len(_body(20)))  # records 20..29 go
+    _tear(root, results[20], len(_body(20)))  # records 20..29 go
     if abnormal:
         _create_abort(root)
     with mqlite.open(str(root)) as broker:
@@ -659,7 +675,7 @@ def test_a_later_cut_before_a_set_aside_record_forgets_it(tmp_path: Path) -> Non
     with _open(root) as store:
         assert store.recovery.set_aside == [(results[30].commit_log_offset, results[30].wrote_bytes)]
     assert mqlite.recovery.load_set_aside(str(root)) == {results[30].commit_log_offset: results[30].wrote_bytes}
-    _damage(root, results[20].commit_log_offset, len(_body(20)))
+    _tear(root, results[20], len(_body(20)))
     with _open(root) as store:
         assert store.commitlog.max_offset == results[20].commit_log_offset
         assert store.commitlog.set_aside == {}

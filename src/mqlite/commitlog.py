@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import mmap
 import socket
 import struct
 from time import time_ns as _time_ns
@@ -66,7 +67,7 @@ __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
     "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code", "stored_body",
-    "encode_records", "topic_prefix",
+    "encode_records", "topic_prefix", "framed_at", "find_frame",
 ]
 
 log = logging.getLogger("mqlite")
@@ -430,6 +431,69 @@ def check_record(
         props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
     )
     return total, request
+
+
+#: PHYSICALOFFSET: where a record says it lies in the log (PREFIX's 7th field, byte 28).
+_PHYS_POS = 28
+_PHYS = struct.Struct(">q")
+_MAGIC_BYTES = (struct.pack(">i", MAGIC_V1), struct.pack(">i", MAGIC_V2))
+_SEARCH_CHUNK = 1 << 20
+
+
+def framed_at(buf: bytes | memoryview | object, pos: int, limit: int, position: int) -> bool:
+    """True when a whole record frame (size, magic code, every length) starts at `pos` and its
+    PHYSICALOFFSET field says `position`, its offset in the log.
+
+    The position check makes a record found by searching damaged bytes trustworthy: a
+    random match of the magic code, a sane size and the right 8-byte offset is practically
+    impossible. The body CRC is not checked here (`check_record` does).
+    """
+    if pos < 0 or limit - pos < _PHYS_POS + _PHYS.size:
+        return False
+    try:
+        if _PHYS.unpack_from(buf, pos + _PHYS_POS)[0] != position:  # type: ignore[arg-type]
+            return False
+    except struct.error:
+        return False
+    return check_record(buf, pos, limit, False, None, False)[0] > 0
+
+
+def find_frame(buf: mmap.mmap | bytes | bytearray, start: int, end: int, limit: int, base: int,
+               next_data: Callable[[int], int] | None = None) -> int:
+    """The first `pos` in [start, end) where `framed_at(buf, pos, limit, base + pos)`, or -1.
+
+    `buf` holds the log from offset `base` (a segment's map). Reads 1 MiB windows: an
+    all-zero window (the never-written rest of a preallocated segment) is skipped with
+    one comparison, others are searched for the magic codes; `next_data`
+    (`MappedFile.next_data`) skips the holes of a sparse file unread. Cost: one read of
+    the data regions of [start, end) (measured: ~0.4 s for a GiB of cached zeros).
+    """
+    pos = max(start, 0)
+    while pos < end:
+        if next_data is not None:
+            pos = max(pos, next_data(pos))
+            if pos >= end:
+                return -1
+        chunk_end = min(end, pos + _SEARCH_CHUNK)
+        # A frame starting in [pos, chunk_end) has its magic code in [pos + 4, chunk_end + 8).
+        window = buf[pos : chunk_end + 8]
+        if len(window) != len(_ZERO_WINDOW) or window != _ZERO_WINDOW:
+            hit = _first_magic(window, 4)
+            while 0 <= hit and pos + hit - 4 < chunk_end:
+                if framed_at(buf, pos + hit - 4, limit, base + pos + hit - 4):
+                    return pos + hit - 4
+                hit = _first_magic(window, hit + 1)
+        pos = chunk_end
+    return -1
+
+
+_ZERO_WINDOW = bytes(_SEARCH_CHUNK + 8)
+
+
+def _first_magic(window: bytes | bytearray, start: int) -> int:
+    """The first index >= `start` of a record magic code in `window`, or -1."""
+    hits = [hit for hit in (window.find(magic, start) for magic in _MAGIC_BYTES) if hit >= 0]
+    return min(hits) if hits else -1
 
 
 def topic_prefix(topic: str) -> tuple[bytes, bool]:
@@ -1040,8 +1104,8 @@ class CommitLog:
         if total != size or (magic != MAGIC_V1 and magic != MAGIC_V2):
             return None
         if self.set_aside and offset in self.set_aside:
-            log.warning("commit log: not reading the record at offset %d: recovery set it aside (wrong body CRC)",
-                        offset)
+            log.warning("commit log: not reading the record at offset %d: recovery set it aside (a wrong body CRC, "
+                        "or it lies in a damaged range)", offset)
             return None
         return raw
 

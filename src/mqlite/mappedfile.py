@@ -539,10 +539,13 @@ class MappedFileQueue:
             files[-1].destroy()
             self.flushed_where = min(self.flushed_where, self.max_offset)
 
-    def delete_files(self, victims: Callable[[MappedFile], bool], batch_max: int) -> int:
+    def delete_files(self, victims: Callable[[MappedFile], bool], batch_max: int,
+                     before: Callable[[int], None] | None = None) -> int:
         """Delete leading files while `victims(file)` holds; never the last file.
 
         Stops at the first file that is not a victim (no holes), after `batch_max`.
+        `before(new_min_offset)` runs once the victims are chosen and before any goes
+        (the store records the commit log's new head there, see `recovery.save_log_head`).
         """
         files = self.files
         doomed: list[MappedFile] = []
@@ -552,6 +555,8 @@ class MappedFileQueue:
             doomed.append(mf)
         if not doomed:
             return 0
+        if before is not None:
+            before(files[len(doomed)].file_from_offset)
         with self._lock:
             self.files = files[len(doomed) :]
         for mf in doomed:

@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
-from .commitlog import CommitLog, DispatchRequest, TagsCodeFn, check_record
+from .commitlog import BLANK, CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
 from .config import read_json, write_json_atomic
 from .consumequeue import ConsumeQueue
 from .mappedfile import MappedFile
 
 __all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "walk_records",
-           "load_set_aside", "save_set_aside", "set_aside_path"]
+           "load_set_aside", "save_set_aside", "set_aside_path", "load_damaged",
+           "log_head_path", "load_log_head", "save_log_head", "check_log_head"]
 
 log = logging.getLogger("mqlite")
 
@@ -43,7 +44,8 @@ class RecoveryReport:
     """What recovery did (for logs, `storeInfo` and tests)."""
 
     __slots__ = ("abnormal", "start_offset", "process_offset", "records_scanned", "records_dispatched",
-                 "damaged_tail", "set_aside", "index_rebuilt_from", "checkpoint_damage")
+                 "damaged_tail", "set_aside", "damaged", "lost_units", "lost_segments", "index_rebuilt_from",
+                 "checkpoint_damage")
 
     def __init__(self, abnormal: bool) -> None:
         self.abnormal = abnormal
@@ -54,6 +56,14 @@ class RecoveryReport:
         self.damaged_tail = False  # the log ended in something other than zeros: a torn or damaged record
         #: (commit_log_offset, size) of records set aside: whole frame, body CRC wrong, valid records after.
         self.set_aside: list[tuple[int, int]] = []
+        #: [start, end) commit-log ranges of damaged bytes with valid records after them: the scan
+        #: resynchronised at `end`; records inside are lost (their units are in `lost_units`).
+        self.damaged: list[tuple[int, int]] = []
+        #: (commit_log_offset, size) of consume-queue units pointing into a `damaged` range: never read.
+        self.lost_units: list[tuple[int, int]] = []
+        #: [start, end) commit-log ranges of oldest segments that vanished without expiring (the store
+        #: recorded a smaller min offset when its clean service last deleted segments, `config/logHead.json`).
+        self.lost_segments: list[tuple[int, int]] = []
         #: The commit-log offset the key index was rebuilt from (it was missing or damaged), or None.
         self.index_rebuilt_from: int | None = None
         #: Why the checkpoint was not trusted (recovery then started at the first segment), or None.
@@ -65,7 +75,11 @@ class RecoveryReport:
         return len(self.set_aside)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        def shown(value: object) -> str:
+            # A damaged range can have thousands of units: their count says enough.
+            return f"<{len(value)} items>" if isinstance(value, list) and len(value) > 8 else repr(value)
+
+        fields = ", ".join(f"{name}={shown(getattr(self, name))}" for name in self.__slots__)
         return f"RecoveryReport({fields})"
 
 
@@ -96,9 +110,14 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     else:
         start = _abnormal_start(commitlog, checkpoint_min_timestamp)
     report.start_offset = start
-    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, dispatch, set_aside, report)
+    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok,
+                           _filling_gaps(dispatch, queues_now, report), set_aside, report,
+                           lambda at: _resync(commitlog, queues_now(), at, check_crc))
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
+    for damaged_start, damaged_end in report.damaged:
+        for cq in queues.values():
+            report.lost_units += _units_in(cq, damaged_start, damaged_end)
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
         for cq in queues.values():
             cq.truncate_dirty(process_offset)
@@ -138,6 +157,13 @@ def _normal_start(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQue
 
 
 def _first_unit_at_or_after(cq: ConsumeQueue, floor: int) -> int | None:
+    queue_offset = _first_unit_index(cq, floor)
+    unit = None if queue_offset is None else cq.unit_at(queue_offset)
+    return unit[0] if unit else None
+
+
+def _first_unit_index(cq: ConsumeQueue, floor: int) -> int | None:
+    """The queue offset of the first unit pointing at or after commit-log offset `floor`, or None."""
     low, high = cq.min_offset, cq.max_offset - 1
     if high < low:
         return None
@@ -151,8 +177,7 @@ def _first_unit_at_or_after(cq: ConsumeQueue, floor: int) -> int | None:
             low = mid + 1
         else:
             high = mid
-    unit = cq.unit_at(low)
-    return unit[0] if unit else None
+    return low
 
 
 def _abnormal_start(commitlog: CommitLog, safe_timestamp: int) -> int:
@@ -184,7 +209,11 @@ def _classify(mm: object, pos: int, limit: int, check_crc: bool, fn: TagsCodeFn,
     if size > 0:
         return _RECORD, size, request
     if size == 0:
-        return _BLANK, 0, None
+        # A BLANK fills its segment to the end (RocketMQ and mqlite write the remaining size):
+        # one anywhere else is damage, never a reason to skip the rest of the segment.
+        if BLANK.unpack_from(mm, pos)[0] == limit - pos:  # type: ignore[arg-type]
+            return _BLANK, 0, None
+        return _INVALID, 0, None
     if not check_crc:
         return _INVALID, 0, None
     size, request = check_record(mm, pos, limit, False, fn, True)
@@ -198,8 +227,12 @@ def _classify(mm: object, pos: int, limit: int, check_crc: bool, fn: TagsCodeFn,
 
 def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int, last_exit_ok: bool,
           dispatch: Callable[[DispatchRequest], None], set_aside: Callable[[DispatchRequest], None] | None,
-          report: RecoveryReport) -> int:
-    """Walk records from `start`; returns the offset just after the last valid one."""
+          report: RecoveryReport, resync: Callable[[int], int | None]) -> int:
+    """Walk records from `start`; returns the offset just after the last valid one.
+
+    At an invalid record, `resync(offset)` says where the log goes on (`_resync`): the
+    damaged range is reported and the walk resumes there; None means a torn tail.
+    """
     find = commitlog.mapped_files.find
     fn = commitlog.tags_code_fn
     offset = start
@@ -234,17 +267,140 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
                 return offset  # the blank closes the newest segment: appends continue before it
             offset = next_file
         else:
+            resume = resync(offset)
+            if resume is not None:
+                report.damaged.append((offset, resume))
+                log.error("commit log: bytes [%d, %d) are damaged and valid records follow them; the records "
+                          "in that range are lost, recovery goes on at %d", offset, resume, resume)
+                offset = resume
+                continue
             if any(mf.mm[pos : pos + 8]):
                 report.damaged_tail = True
                 log.warning("commit log: invalid record at offset %d; truncating the log there", offset)
             return offset
 
 
-def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool) -> Iterator[DispatchRequest]:
+def _resync(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], damaged_at: int,
+            check_crc: bool) -> int | None:
+    """Where the log goes on after the invalid record at `damaged_at`, or None when nothing
+    valid follows it (a torn tail, the only thing recovery may cut).
+
+    Evidence, cheapest first: the consume queues' units past `damaged_at` whose records
+    check out (units are record boundaries), which bound the search; then the first
+    valid record found by searching forward (`_next_record`), across later segments too,
+    so a segment whose head is destroyed resumes at its first valid record. Cost: one
+    pass over the data regions between `damaged_at` and the resume point (or the log's
+    end); paid only when recovery meets an invalid record.
+    """
+    bound = _unit_evidence(commitlog, queues, damaged_at, check_crc)
+    files = commitlog.mapped_files.files
+    end = files[-1].file_from_offset + files[-1].file_size if bound is None else bound
+    found = _next_record(commitlog, damaged_at + 1, end, check_crc)
+    return found if found is not None else bound
+
+
+#: Units tried per queue for resynchronising: their records may be damaged too.
+_UNITS_TRIED = 16
+
+
+def _unit_evidence(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], after: int,
+                   check_crc: bool) -> int | None:
+    """The smallest commit-log offset > `after` that a unit points at and whose record checks out."""
+    best: int | None = None
+    for cq in queues.values():
+        queue_offset = _first_unit_index(cq, after + 1)
+        if queue_offset is None:
+            continue
+        for qoff in range(queue_offset, min(queue_offset + _UNITS_TRIED, cq.max_offset)):
+            unit = cq.unit_at(qoff)
+            if unit is None or (best is not None and unit[0] >= best):
+                break
+            if unit[0] > after and _record_at(commitlog, unit[0], check_crc):
+                best = unit[0]
+                break
+    return best
+
+
+def _record_at(commitlog: CommitLog, offset: int, check_crc: bool) -> bool:
+    """True when a valid record (or one recovery sets aside) starts at `offset` and says it lies there."""
+    mf = commitlog.mapped_files.find(offset)
+    if mf is None:
+        return False
+    pos = offset - mf.file_from_offset
+    return (framed_at(mf.mm, pos, mf.file_size, offset)
+            and _classify(mf.mm, pos, mf.file_size, check_crc, commitlog.tags_code_fn, False)[0] in (_RECORD, _SET_ASIDE))
+
+
+def _next_record(commitlog: CommitLog, start: int, end: int, check_crc: bool) -> int | None:
+    """The first offset in [start, end) where `_record_at` holds, searching every segment there."""
+    for mf in commitlog.mapped_files.files:
+        base = mf.file_from_offset
+        if base + mf.file_size <= start or base >= end:
+            continue
+        pos = max(start - base, 0)
+        limit = min(end - base, mf.file_size)
+        while pos < limit:
+            pos = find_frame(mf.mm, pos, limit, mf.file_size, base, mf.next_data)
+            if pos < 0:
+                break
+            if _record_at(commitlog, base + pos, check_crc):
+                return base + pos
+            pos += 1
+    return None
+
+
+def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
+                  queues_now: Callable[[], dict[tuple[str, int], ConsumeQueue]],
+                  report: RecoveryReport) -> Callable[[DispatchRequest], None]:
+    """`dispatch`, first filling the units a queue lacks for records a damaged range destroyed.
+
+    A queue that had not reached the disk when the log was damaged lacks the units of the
+    destroyed records, and the next record's queue offset lies past its end. Placeholders
+    keep queue offsets as acknowledged: the k-th points at `start + k` of the last damaged
+    range (distinct, rising, inside the range: a range holds fewer records than bytes), so
+    `_units_in` lists it in `lost_units` and reads skip it as set aside.
+    """
+    def dispatch_after_gap(request: DispatchRequest) -> None:
+        if report.damaged:
+            cq = queues_now().get((request.topic, request.queue_id))
+            start, end = report.damaged[-1]
+            # Placeholders go after the queue's last unit (it may point into the range too).
+            low = max(start, cq.max_physic_offset) if cq is not None else end
+            missing = request.queue_offset - cq.max_offset if cq is not None else 0
+            if cq is not None and low < end <= request.commit_log_offset and 0 < missing <= end - low:
+                log.error("consume queue %s/%d: queue offsets [%d, %d) were in the damaged range [%d, %d); "
+                          "they stay (reads skip them)", request.topic, request.queue_id, cq.max_offset,
+                          request.queue_offset, start, end)
+                # Ends rise to `end` at most: below the record dispatched next, or its put is skipped.
+                size = end - low - missing + 1
+                for k in range(missing):
+                    cq.put(low + k, size, 0, cq.max_offset)
+        dispatch(request)
+    return dispatch_after_gap
+
+
+def _units_in(cq: ConsumeQueue, start: int, end: int) -> list[tuple[int, int]]:
+    """(commit_log_offset, size) of `cq`'s units pointing into [start, end)."""
+    units = []
+    queue_offset = _first_unit_index(cq, start)
+    while queue_offset is not None and queue_offset < cq.max_offset:
+        unit = cq.unit_at(queue_offset)
+        if unit is None or unit[0] >= end:
+            break
+        if unit[0] >= start:
+            units.append((unit[0], unit[1]))
+        queue_offset += 1
+    return units
+
+
+def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
+                 damaged: Mapping[int, int] | None = None) -> Iterator[DispatchRequest]:
     """The records from `start` (a record's offset) to `end`, described, in log order.
 
     For rebuilding the key index after recovery: records to set aside are skipped,
-    BLANKs move to the next segment, and the walk stops early at an invalid record.
+    BLANKs move to the next segment, a damaged range (`damaged`: {start: end}, what
+    recovery resynchronised over) is stepped over, and the walk stops early at any
+    other invalid record.
     """
     find = commitlog.mapped_files.find
     fn = commitlog.tags_code_fn
@@ -260,6 +416,9 @@ def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool) ->
             yield request
         elif kind == _BLANK:
             offset = mf.file_from_offset + mf.file_size
+            continue
+        elif kind == _INVALID and damaged and offset in damaged:
+            offset = damaged[offset]
             continue
         elif kind == _INVALID:
             log.warning("commit log: invalid record at offset %d; the index is rebuilt up to there", offset)
@@ -301,7 +460,64 @@ def load_set_aside(root: str) -> dict[int, int]:
         return {}
 
 
-def save_set_aside(root: str, records: dict[int, int]) -> None:
-    """Write the set-aside records (atomically, keeping `.bak`)."""
+def load_damaged(root: str) -> dict[int, int]:
+    """{start: end} of the damaged commit-log ranges recovery resynchronised over (`RecoveryReport.damaged`),
+    from `config/setAside.json` (empty when none, or when the file is unreadable: `load_set_aside` logs that).
+
+    Units pointing into them are listed as set aside too, so reads skip them; `verify` reports the ranges.
+    """
+    document = read_json(set_aside_path(root))
+    try:
+        return {int(start): int(end) for start, end in (document or {}).get("damaged", [])}
+    except (AttributeError, TypeError, ValueError):
+        return {}
+
+
+def save_set_aside(root: str, records: dict[int, int], damaged: Mapping[int, int] | None = None) -> None:
+    """Write the set-aside records and the damaged ranges (atomically, keeping `.bak`)."""
     os.makedirs(os.path.dirname(set_aside_path(root)), exist_ok=True)
-    write_json_atomic(set_aside_path(root), {"setAside": sorted(records.items())})
+    document: dict[str, object] = {"setAside": sorted(records.items())}
+    if damaged:
+        document["damaged"] = sorted(damaged.items())
+    write_json_atomic(set_aside_path(root), document)
+
+
+def log_head_path(root: str) -> str:
+    """`config/logHead.json` (mqlite only): the commit log's min offset as the clean service left it, and
+    the ranges of segments found lost since. RocketMQ has no such record; a store without it is not checked."""
+    return os.path.join(root, "config", "logHead.json")
+
+
+def load_log_head(root: str) -> tuple[int | None, list[tuple[int, int]]]:
+    """(recorded min offset or None when unknown, lost ranges [start, end)) from `config/logHead.json`."""
+    document = read_json(log_head_path(root))
+    try:
+        if document is None:
+            return None, []
+        return int(document["minOffset"]), [(int(a), int(b)) for a, b in document.get("lost", [])]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        log.warning("%s has an unexpected shape; lost oldest segments cannot be told from expired ones this once",
+                    log_head_path(root))
+        return None, []
+
+
+def save_log_head(root: str, min_offset: int, lost: list[tuple[int, int]]) -> None:
+    """Record the commit log's min offset (atomically, keeping `.bak`): the clean service calls this
+    before it deletes segments, with the offset of the first segment it keeps."""
+    os.makedirs(os.path.dirname(log_head_path(root)), exist_ok=True)
+    write_json_atomic(log_head_path(root), {"minOffset": min_offset, "lost": sorted(lost)})
+
+
+def check_log_head(root: str, first_offset: int) -> tuple[int | None, list[tuple[int, int]], tuple[int, int] | None]:
+    """Compare the first segment's offset with the recorded min offset.
+
+    Returns (recorded min offset, lost ranges recorded before, the newly lost range or None).
+    A first segment that starts after the recorded min offset means segments vanished
+    without expiring (deleted by hand, lost with a disk): `[recorded, first_offset)` is lost.
+    Only the clean service moves the head legitimately, and it records the new min offset
+    before it deletes. Reads only; `verify` can call it on a store it must not change.
+    """
+    recorded, lost = load_log_head(root)
+    if recorded is not None and first_offset > recorded:
+        return recorded, lost, (recorded, first_offset)
+    return recorded, lost, None

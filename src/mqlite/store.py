@@ -33,7 +33,16 @@ from .config import StoreConfig, read_json, store_config_path, write_json_atomic
 from .errors import DiskFullError, IllegalStateError, StoreLockedError, disk_full_error
 from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
-from .recovery import RecoveryReport, recover_store, save_set_aside, walk_records
+from .recovery import (
+    RecoveryReport,
+    check_log_head,
+    load_damaged,
+    load_log_head,
+    recover_store,
+    save_log_head,
+    save_set_aside,
+    walk_records,
+)
 from .storebase import StoreFiles, config_for
 from .storeservices import REPUT_BATCH, CleanService, FlushService, GroupCommit, ReputService, file_expired
 
@@ -217,6 +226,7 @@ class MessageStore(StoreFiles):
                 dispatch=self._put_unit if rebuild_index else self._dispatch_one,
                 set_aside=self._put_unit, report=report)
             self._after_recovery(rebuild_index)
+            self._check_log_head()
             # A clock behind the newest record must not make store times go backwards.
             self.commitlog.last_store_timestamp = max(self.commitlog.last_store_timestamp,
                                                       self.checkpoint.physic_msg_timestamp,
@@ -407,8 +417,14 @@ class MessageStore(StoreFiles):
         low = self.commitlog.min_offset
         set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if low <= offset < cut}
         set_aside.update(self.recovery.set_aside)
-        if set_aside != self.commitlog.set_aside:
-            save_set_aside(self.root, set_aside)
+        # Units into damaged ranges are read as set aside: the bytes they point at are not their records.
+        set_aside.update(self.recovery.lost_units)
+        known = load_damaged(self.root)
+        #: {start: end} of damaged commit-log ranges recovery stepped over (`RecoveryReport.damaged`), persisted.
+        self.damaged: dict[int, int] = {start: end for start, end in known.items() if low <= start < cut}
+        self.damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
+        if set_aside != self.commitlog.set_aside or self.damaged != known:
+            save_set_aside(self.root, set_aside, self.damaged)
             self.commitlog.set_aside = set_aside
         if not self.config.message_index_enable:
             return
@@ -418,13 +434,32 @@ class MessageStore(StoreFiles):
         if self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
             self.index.mark_indexed_to(cut, self.commitlog.last_store_timestamp)
 
+    def _check_log_head(self) -> None:
+        """Tell oldest segments that vanished from expired ones (`recovery.check_log_head`).
+
+        The loss is logged as an error and kept in `RecoveryReport.lost_segments` (and in
+        `config/logHead.json` until expiry passes it): open goes on, since refusing cannot
+        bring the data back and the rest of the log is intact; the queues' heads move past
+        the lost records as after an expiry.
+        """
+        files = self.commitlog.mapped_files.files
+        first = files[0].file_from_offset if files else 0  # an empty log's first segment starts at 0
+        recorded, lost, new = check_log_head(self.root, first)
+        if new is not None:
+            log.error("commit log of %s: segments holding offsets [%d, %d) are missing but never expired (the clean "
+                      "service recorded min offset %d); their records are lost", self.root, new[0], new[1], recorded)
+            lost.append(new)
+        self.recovery.lost_segments = lost
+        if recorded is None or new is not None:
+            save_log_head(self.root, first, lost)
+
     def _rebuild_index(self, start: int, end: int) -> None:
         """Index every record in [start, end) again (the index was missing or damaged)."""
         start = max(start, self.commitlog.min_offset)
         log.warning("rebuilding the key index of %s from commit-log offset %d", self.root, start)
         self.recovery.index_rebuilt_from = start
         chunk: list[DispatchRequest | BatchDispatch] = []
-        for request in walk_records(self.commitlog, start, end, self.config.check_crc_on_recover):
+        for request in walk_records(self.commitlog, start, end, self.config.check_crc_on_recover, self.damaged):
             if request.keys or request.uniq_key:
                 chunk.append(request)
             if len(chunk) >= _REBUILD_CHUNK:
@@ -586,10 +621,16 @@ class MessageStore(StoreFiles):
             return 0
         deleted = self.commitlog.mapped_files.delete_files(
             lambda mf: clean_immediately or file_expired(mf.last_modified(), now_ms, config.file_reserved_time),
-            config.delete_file_batch_max)
+            config.delete_file_batch_max, before=self._record_log_head)
         if deleted:
             self.correct_min_offsets()
         return deleted
+
+    def _record_log_head(self, min_offset: int) -> None:
+        """Before expired segments go: record the log's new head, so a later open can tell
+        segments lost without expiring (`_check_log_head`). Lost ranges it passes are forgotten."""
+        _, lost = load_log_head(self.root)
+        save_log_head(self.root, min_offset, [(start, end) for start, end in lost if end > min_offset])
 
     def correct_min_offsets(self) -> None:
         """After segments were deleted: drop queue and index files that point into them."""
