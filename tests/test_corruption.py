@@ -296,11 +296,9 @@ def test_truncated_consume_queue_file(store: tuple[Path, list[Rec]]) -> None:
     files = sorted((root / "consumequeue" / TOPIC / "0").iterdir())
     assert len(files) >= 2
     _truncate(files[-1], 30)  # not even a whole unit
-    with pytest.raises(mqlite.StoreCorruptedError) as info:
-        mqlite.open(str(root))
-    assert files[-1].name in str(info.value)
     units_before = int(files[-1].name) // 20
     _check_reader(root, [r for r in recs if r.qid != 0 or r.qoff < units_before], None)
+    _check_writer(root, recs, None)  # the writer rebuilds the queue from the commit log (test_cq_damage)
 
 
 def test_truncated_index_file(store: tuple[Path, list[Rec]]) -> None:

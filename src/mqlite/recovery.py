@@ -12,29 +12,73 @@ newest segment there; the tail is where a damaged record can be after a clean
 exit, and is where its recovery test damages one. Abnormal recovery follows
 RocketMQ: from the newest segment whose first record is older than the
 checkpoint's safe time, everything is re-dispatched (idempotently).
+
+Consume queues are checked against the log at every open, clean or not, cheaply
+(nothing is read in proportion to the store's size), and a damaged queue is
+rebuilt from the log instead of being trusted or cut back:
+
+- Before anything else, the files (`ConsumeQueue.load`, `unit_damage`): a file
+  missing from the sequence or of the wrong size; a file other than the last
+  whose first or last unit is invalid (every file but the last is full); a
+  non-last file among the last three that is not full; data behind the valid
+  prefix of the last file. `recover` would cut such a queue back at the damage.
+- During the scan (`_guard`): a record of a queue past the queue's end (a gap:
+  units lost from the end), or of a queue whose directory is gone while its
+  topic's directory is there. Such a record is not dispatched; the queue is rebuilt.
+- After the scan, on a clean open, the records of the re-checked tail (bounded,
+  see above) the scan did not need to describe: the same test, so a queue whose
+  last units were lost is found when its lost records are in that tail.
+- Then the tail of every queue: its last `TAIL_UNITS` units and the first and last
+  unit of each file point at records whose header names this topic, queue id
+  and queue offset and whose size is the unit's (units into aged-out segments
+  are skipped).
+
+What this does not see: a wrong unit in the middle of an old file, a lost
+first file when segments have been deleted, units lost from a queue none of
+whose lost records is in the re-checked tail, a topic's whole directory (that is
+`delete_topic`). Reads skip a unit that does not point at its own record (never
+stalling), and `mqlite verify` reports all of these; deleting the damaged file
+turns it into a gap this check finds.
+
+A damaged queue is rebuilt in one walk of the log for all damaged queues
+(`_rebuild_queues`): its files are deleted and its records re-dispatched. A
+queue whose first records aged out starts at its first record in the log
+(blank units before it, as RocketMQ's `fillPreBlank`); one with no record left
+continues where its files ended.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import struct
+from collections.abc import Callable, Iterator
 
 from .commitlog import CommitLog, DispatchRequest, check_record
-from .consumequeue import ConsumeQueue
+from .config import CQ_UNIT
+from .consumequeue import BLANK_UNIT, ConsumeQueue
 from .mappedfile import MappedFile
+from .message import SysFlag
 
-__all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES"]
+__all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "TAIL_UNITS"]
 
 log = logging.getLogger("mqlite")
 
 NORMAL_TAIL_BYTES = 1024 * 1024
+#: Units at the end of every queue checked against their records at open.
+TAIL_UNITS = 16
+Key = tuple[str, int]
+_NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+_QUEUE_ID = struct.Struct(">i")
+_QUEUE_ID_POS = 12  # QUEUEID in a record header
 
 
 class RecoveryReport:
     """What recovery did (for logs, `storeInfo` and tests)."""
 
     __slots__ = ("abnormal", "start_offset", "process_offset", "records_scanned", "records_dispatched",
-                 "damaged_tail")
+                 "damaged_tail",
+                 "queues_rebuilt")
 
     def __init__(self, abnormal: bool) -> None:
         self.abnormal = abnormal
@@ -43,6 +87,7 @@ class RecoveryReport:
         self.records_scanned = 0
         self.records_dispatched = 0
         self.damaged_tail = False  # the log ended in something other than zeros: a torn or damaged record
+        self.queues_rebuilt: dict[str, str] = {}  # consume queue ("consumequeue/T/0") -> what was wrong
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -58,8 +103,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     """
     report = RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
-    for cq in queues.values():
-        cq.recover()
+    damaged, ends = _recover_queues(queues)
     dispatched_to = max((cq.max_physic_offset for cq in queues.values()), default=-1)
     files = commitlog.mapped_files.files
     if not files:
@@ -72,7 +116,9 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     else:
         start = _abnormal_start(commitlog, checkpoint_min_timestamp)
     report.start_offset = start
-    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, dispatch, report)
+    cq_root = os.path.join(os.path.dirname(commitlog.mapped_files.directory), "consumequeue")
+    guarded = _guard(dispatch, queues_now, damaged, cq_root)
+    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, guarded, report)
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
@@ -83,8 +129,178 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     # segment was never written: only data regions are read).
     commitlog.mapped_files.truncate_dirty_files(process_offset, commitlog.config.commitlog_file_size)
     commitlog.mapped_files.flushed_where = process_offset
-    _rebuild_queue_table(commitlog, queues)
+    _check_queues(commitlog, queues_now, damaged, cq_root, start if last_exit_ok else process_offset,
+                  process_offset, check_crc)
+    if damaged:
+        _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset, check_crc, dispatch)
+        report.queues_rebuilt = {f"consumequeue/{topic}/{qid}": why for (topic, qid), why in damaged.items()}
+    _rebuild_queue_table(commitlog, queues_now())
     return report
+
+
+# -- consume queues against the log (see the module docstring) ------------------------------------------------
+def _recover_queues(queues: dict[Key, ConsumeQueue]) -> tuple[dict[Key, str], dict[Key, int]]:
+    """`recover` every sound queue; discard the damaged ones. Returns {key: why} and {key: old end}."""
+    damaged: dict[Key, str] = {}
+    ends: dict[Key, int] = {}
+    for key, cq in queues.items():
+        why = "; ".join(cq.damage) or cq.unit_damage()
+        if why:
+            damaged[key] = why
+            _discard(cq, ends)
+        else:
+            cq.recover()
+    return damaged, ends
+
+
+def _discard(cq: ConsumeQueue, ends: dict[Key, int]) -> None:
+    ends.setdefault((cq.topic, cq.queue_id), cq.apparent_end())
+    cq.discard()
+
+
+def _gap(cq: ConsumeQueue | None, topic: str, queue_offset: int, offset: int, cq_root: str) -> str | None:
+    """What is wrong when the log holds a record of (topic, queue) at `queue_offset`, or None."""
+    if cq is None:
+        if queue_offset > 0 and os.path.isdir(os.path.join(cq_root, topic)):
+            return (f"directory missing while the commit log holds its records (queue offset {queue_offset} "
+                    f"at commit-log offset {offset})")
+        return None  # a new queue, or a deleted topic (`delete_topic` removes the topic's directory)
+    if queue_offset > cq.max_offset:
+        return (f"ends at queue offset {cq.max_offset} but the commit log holds its record of queue offset "
+                f"{queue_offset} at {offset}: {queue_offset - cq.max_offset} units or more lost")
+    return None
+
+
+def _guard(dispatch: Callable[[DispatchRequest], None], queues_now: Callable[[], dict[Key, ConsumeQueue]],
+           damaged: dict[Key, str], cq_root: str) -> Callable[[DispatchRequest], None]:
+    """`dispatch`, except records of damaged queues, or of queues they show to be damaged (rebuilt later)."""
+
+    def guarded(request: DispatchRequest) -> None:
+        key = (request.topic, request.queue_id)
+        if key in damaged:
+            return
+        if request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
+            why = _gap(queues_now().get(key), request.topic, request.queue_offset, request.commit_log_offset,
+                       cq_root)
+            if why:
+                damaged[key] = why
+                return
+        dispatch(request)
+
+    return guarded
+
+
+def _records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
+             wanted: Callable[[int], bool] | None = None) -> Iterator[DispatchRequest]:
+    """Describe the records in [start, end) (those of a queue id `wanted` allows); a whole
+    frame whose body CRC fails is stepped over (set aside), a broken one ends the walk."""
+    find = commitlog.mapped_files.find
+    offset = start
+    while offset < end:
+        mf = find(offset)
+        if mf is None:
+            return
+        pos = offset - mf.file_from_offset
+        describe = wanted is None or (pos + _QUEUE_ID_POS + 4 <= mf.file_size
+                                      and wanted(_QUEUE_ID.unpack_from(mf.mm, pos + _QUEUE_ID_POS)[0]))
+        size, request = check_record(mf.mm, pos, mf.file_size, check_crc, commitlog.tags_code_fn, describe)
+        if size < 0 and check_crc:
+            size, request = check_record(mf.mm, pos, mf.file_size, False, None, False)
+        if size > 0:
+            if request is not None:
+                yield request
+            offset += size
+        elif size == 0:
+            offset = mf.file_from_offset + mf.file_size
+        else:
+            return
+
+
+def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
+                  damaged: dict[Key, str], cq_root: str, start: int, end: int, check_crc: bool) -> None:
+    """After the scan: queue ends against the log's records in [start, end), then every queue's tail units."""
+    last: dict[Key, DispatchRequest] = {}
+    for request in _records(commitlog, start, end, check_crc):
+        if request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
+            last[(request.topic, request.queue_id)] = request
+    queues = queues_now()
+    for key, request in last.items():
+        if key not in damaged:
+            why = _gap(queues.get(key), request.topic, request.queue_offset, request.commit_log_offset, cq_root)
+            if why:
+                damaged[key] = why
+    for key, cq in queues.items():
+        if key not in damaged:
+            why = _tail_damage(commitlog, cq, end)
+            if why:
+                damaged[key] = why
+
+
+def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue, end: int) -> str | None:
+    """The first of the queue's checked units that does not point at its own record, described; or None."""
+    low, high = cq.min_offset, cq.max_offset
+    if high <= low:
+        return None
+    checked = set(range(max(low, high - TAIL_UNITS), high))
+    for mf in cq.mapped_files.files:
+        first = max(low, mf.file_from_offset // CQ_UNIT)
+        last = min(high, (mf.file_from_offset + cq.file_size) // CQ_UNIT) - 1
+        if first <= last:
+            checked.update((first, last))
+    min_log = commitlog.min_offset
+    for qoff in sorted(checked):
+        unit = cq.unit_at(qoff)
+        if unit is None:
+            return f"queue offset {qoff}: invalid unit"
+        offset, size, _ = unit
+        if (offset, size) == BLANK_UNIT[:2] or offset < min_log:
+            continue  # a blank before the queue's first unit, or a record that aged out
+        what = _record_at(commitlog, offset, size, end)
+        if what != (cq.topic, cq.queue_id, qoff, size):
+            return f"queue offset {qoff}: unit ({offset}, {size}) points at {_describe(what)}"
+    return None
+
+
+def _record_at(commitlog: CommitLog, offset: int, size: int, end: int) -> tuple[str, int, int, int] | str:
+    """(topic, queue id, queue offset, size) of the record at `offset`, or why there is none."""
+    if offset + size > end:
+        return f"past the end of the log ({end})"
+    mf = commitlog.mapped_files.find(offset)
+    if mf is None:
+        return "no segment"
+    found, request = check_record(mf.mm, offset - mf.file_from_offset, mf.file_size, False)
+    if found <= 0 or request is None:
+        return "no record"
+    return request.topic, request.queue_id, request.queue_offset, found
+
+
+def _describe(what: tuple[str, int, int, int] | str) -> str:
+    if isinstance(what, str):
+        return what
+    topic, queue_id, queue_offset, size = what
+    return f"a record of {topic}/{queue_id} queue offset {queue_offset}, {size} bytes"
+
+
+def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
+                    damaged: dict[Key, str], ends: dict[Key, int], end: int, check_crc: bool,
+                    dispatch: Callable[[DispatchRequest], None]) -> None:
+    """Rebuild the damaged queues from the log in one walk (see the module docstring)."""
+    queues = queues_now()
+    for key, why in sorted(damaged.items()):
+        cq = queues.get(key)
+        name = cq.name if cq is not None else f"consumequeue/{key[0]}/{key[1]}"
+        log.warning("%s: %s; rebuilding the queue from the commit log", name, why)
+        if cq is not None and cq.mapped_files.files:
+            _discard(cq, ends)
+    queue_ids = {queue_id for _, queue_id in damaged}
+    for request in _records(commitlog, commitlog.min_offset, end, check_crc, queue_ids.__contains__):
+        if (request.topic, request.queue_id) in damaged:
+            dispatch(request)
+    queues = queues_now()
+    for key, old_end in ends.items():
+        cq = queues.get(key)
+        if cq is not None and cq.max_offset == 0 and old_end > 0:
+            cq.start_at(old_end)  # every record aged out: continue where the queue ended
 
 
 def _first_record(commitlog: CommitLog, mf: MappedFile) -> DispatchRequest | None:
