@@ -108,24 +108,26 @@ class ConsumeQueue:
             self.min_logic_offset = max(self.min_logic_offset, files[0].file_from_offset)
 
     def recover(self) -> None:
-        """`ConsumeQueue.recover`: find the last valid unit from the third-to-last file on.
+        """`ConsumeQueue.recover`: find the last valid unit, in the last three files.
 
         Units are written in order, so validity is a prefix of each file: a
         binary search finds its end, and the units just before it are checked
-        one by one so a torn unit is never taken for data.
+        one by one so a torn unit is never taken for data. The end is in the
+        newest file holding a valid unit: a writer recovers only queues whose
+        other files are full (`unit_damage`); a reader of a damaged queue so
+        still sees the files behind a damaged one (its reads skip bad units).
         """
         files = self.mapped_files.files
         if not files:
             return
         end = files[0].file_from_offset
-        for mf in files[max(0, len(files) - 3) :]:
+        for mf in reversed(files[max(0, len(files) - 3) :]):
             count = _valid_prefix(mf)
             end = mf.file_from_offset + count * _UNIT
             if count:
                 offset, size, _ = CQ_UNIT_STRUCT.unpack_from(mf.mm, (count - 1) * _UNIT)
                 if size != BLANK_UNIT[1] or offset != 0:
                     self.max_physic_offset = offset + size
-            if count < self.units_per_file:
                 break
         if not self.read_only:
             self.mapped_files.truncate_dirty_files(end, self.file_size)

@@ -103,7 +103,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     """
     report = RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
-    damaged, ends = _recover_queues(queues)
+    damaged, ends = _recover_queues(commitlog, queues)
     dispatched_to = max((cq.max_physic_offset for cq in queues.values()), default=-1)
     files = commitlog.mapped_files.files
     if not files:
@@ -139,18 +139,34 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
 
 
 # -- consume queues against the log (see the module docstring) ------------------------------------------------
-def _recover_queues(queues: dict[Key, ConsumeQueue]) -> tuple[dict[Key, str], dict[Key, int]]:
-    """`recover` every sound queue; discard the damaged ones. Returns {key: why} and {key: old end}."""
+def _recover_queues(commitlog: CommitLog, queues: dict[Key, ConsumeQueue]) -> tuple[dict[Key, str], dict[Key, int]]:
+    """`recover` every sound queue, then check its tail units; discard the damaged ones.
+
+    Before the scan, because the scan starts from the queues' ends: one unit pointing far
+    past the log would move that start past every record. Returns {key: why} and {key: old end}.
+    """
     damaged: dict[Key, str] = {}
     ends: dict[Key, int] = {}
+    min_log = commitlog.min_offset
     for key, cq in queues.items():
-        why = "; ".join(cq.damage) or cq.unit_damage()
+        why = "; ".join(cq.damage) or cq.unit_damage() or _lost_first_file(cq, min_log)
+        if not why:
+            cq.recover()
+            why = _tail_damage(commitlog, cq)
         if why:
             damaged[key] = why
             _discard(cq, ends)
-        else:
-            cq.recover()
     return damaged, ends
+
+
+def _lost_first_file(cq: ConsumeQueue, min_log: int) -> str | None:
+    """A queue's leading files go only once their records aged out; while the log still starts
+    at offset 0 no record has, so every queue's files start at 0."""
+    first = cq.mapped_files.files[0].file_from_offset if cq.mapped_files.files else 0
+    if min_log == 0 and first > 0:
+        return (f"{cq.name}: files before {os.path.basename(cq.mapped_files.files[0].path)} missing while the "
+                f"commit log still holds every record")
+    return None
 
 
 def _discard(cq: ConsumeQueue, ends: dict[Key, int]) -> None:
@@ -218,7 +234,7 @@ def _records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
 
 def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
                   damaged: dict[Key, str], cq_root: str, start: int, end: int, check_crc: bool) -> None:
-    """After the scan: queue ends against the log's records in [start, end), then every queue's tail units."""
+    """After the scan: queue ends against the log's records in [start, end)."""
     last: dict[Key, DispatchRequest] = {}
     for request in _records(commitlog, start, end, check_crc):
         if request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
@@ -229,14 +245,9 @@ def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, Consu
             why = _gap(queues.get(key), request.topic, request.queue_offset, request.commit_log_offset, cq_root)
             if why:
                 damaged[key] = why
-    for key, cq in queues.items():
-        if key not in damaged:
-            why = _tail_damage(commitlog, cq, end)
-            if why:
-                damaged[key] = why
 
 
-def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue, end: int) -> str | None:
+def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue) -> str | None:
     """The first of the queue's checked units that does not point at its own record, described; or None."""
     low, high = cq.min_offset, cq.max_offset
     if high <= low:
@@ -255,19 +266,17 @@ def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue, end: int) -> str | None
         offset, size, _ = unit
         if (offset, size) == BLANK_UNIT[:2] or offset < min_log:
             continue  # a blank before the queue's first unit, or a record that aged out
-        what = _record_at(commitlog, offset, size, end)
+        what = _record_at(commitlog, offset, size)
         if what != (cq.topic, cq.queue_id, qoff, size):
             return f"queue offset {qoff}: unit ({offset}, {size}) points at {_describe(what)}"
     return None
 
 
-def _record_at(commitlog: CommitLog, offset: int, size: int, end: int) -> tuple[str, int, int, int] | str:
+def _record_at(commitlog: CommitLog, offset: int, size: int) -> tuple[str, int, int, int] | str:
     """(topic, queue id, queue offset, size) of the record at `offset`, or why there is none."""
-    if offset + size > end:
-        return f"past the end of the log ({end})"
     mf = commitlog.mapped_files.find(offset)
     if mf is None:
-        return "no segment"
+        return "no commit-log segment"
     found, request = check_record(mf.mm, offset - mf.file_from_offset, mf.file_size, False)
     if found <= 0 or request is None:
         return "no record"
