@@ -123,8 +123,8 @@ def _check_every_message(root: Path, *, abnormal: bool) -> None:
         store = broker.store
         assert store.recovery.abnormal == abnormal
         # A crashed store's recovery re-dispatches the newest records anyway: a queue that only lost
-        # units among them is mended by that, not rebuilt.
-        assert abnormal or f"consumequeue/{TOPIC}/0" in store.recovery.queues_rebuilt
+        # units among them is mended by that silently.
+        assert abnormal or f"consumequeue/{TOPIC}/0" in store.recovery.queues_repaired
         for qid in range(QUEUES):
             got = _read_all(store, qid)
             assert [m.body for m in got] == [_body(qid, i) for i in range(PER_QUEUE)], f"queue {qid}"
@@ -246,7 +246,7 @@ def test_a_rebuilt_queue_keeps_its_min_offset_after_segments_aged_out(tmp_path: 
     last = sorted(_queue_dir(root).iterdir())[-1]
     os.truncate(last, 100)  # the newest file of the queue, short: the queue is rebuilt from what the log holds
     with MessageStore(str(root), clock=clock) as store:
-        assert "consumequeue/T/0" in store.recovery.queues_rebuilt
+        assert "consumequeue/T/0" in store.recovery.queues_repaired
         assert store.min_offset(TOPIC, 0) == low
         assert [m.body for m in _read_all(store, 0)] == [_body(0, i) for i in range(low, 100)]
 
@@ -255,8 +255,8 @@ def test_a_clean_store_is_not_rebuilt(template: Path, tmp_path: Path) -> None:
     root = tmp_path / "store"
     shutil.copytree(template, root)
     with mqlite.open(str(root)) as broker:
-        assert broker.store.recovery.queues_rebuilt == {}
+        assert broker.store.recovery.queues_repaired == {}
         assert broker.store.recovery.records_dispatched == 0
     (root / "abort").write_text("12345")
     with mqlite.open(str(root)) as broker:
-        assert broker.store.recovery.queues_rebuilt == {}
+        assert broker.store.recovery.queues_repaired == {}

@@ -203,6 +203,12 @@ class ConsumeQueue:
         self.min_logic_offset = 0
         self.max_physic_offset = -1
 
+    def cut(self, queue_offset: int) -> None:
+        """Writer, at recovery: drop the units from `queue_offset` on (zeroed in their file, later files deleted)."""
+        self.mapped_files.truncate_dirty_files(queue_offset * _UNIT, self.file_size)
+        unit = self.unit_at(queue_offset - 1) if queue_offset > self.min_offset else None
+        self.max_physic_offset = unit[0] + unit[1] if unit and unit[1] != BLANK_UNIT[1] else -1
+
     def start_at(self, queue_offset: int) -> None:
         """Make an empty queue continue at `queue_offset` (blank units before it, as `fillPreBlank`)."""
         if self.mapped_files.files or queue_offset <= 0:

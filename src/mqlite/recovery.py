@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterator
 from .commitlog import CommitLog, DispatchRequest, check_record
 from .config import CQ_UNIT
 from .consumequeue import BLANK_UNIT, ConsumeQueue
-from .mappedfile import MappedFile
+from .mappedfile import MappedFile, offset_to_file_name
 from .message import SysFlag
 
 __all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "TAIL_UNITS"]
@@ -78,7 +78,7 @@ class RecoveryReport:
 
     __slots__ = ("abnormal", "start_offset", "process_offset", "records_scanned", "records_dispatched",
                  "damaged_tail",
-                 "queues_rebuilt")
+                 "queues_repaired")
 
     def __init__(self, abnormal: bool) -> None:
         self.abnormal = abnormal
@@ -87,7 +87,7 @@ class RecoveryReport:
         self.records_scanned = 0
         self.records_dispatched = 0
         self.damaged_tail = False  # the log ended in something other than zeros: a torn or damaged record
-        self.queues_rebuilt: dict[str, str] = {}  # consume queue ("consumequeue/T/0") -> what was wrong
+        self.queues_repaired: dict[str, str] = {}  # consume queue ("consumequeue/T/0") -> what was wrong
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
@@ -129,11 +129,17 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     # segment was never written: only data regions are read).
     commitlog.mapped_files.truncate_dirty_files(process_offset, commitlog.config.commitlog_file_size)
     commitlog.mapped_files.flushed_where = process_offset
-    _check_queues(commitlog, queues_now, damaged, cq_root, start if last_exit_ok else process_offset,
+    mended: dict[Key, int] = {}
+    _check_queues(commitlog, queues_now, damaged, mended, cq_root, start if last_exit_ok else process_offset,
                   process_offset, check_crc)
+    for (topic, qid), count in mended.items():
+        why = f"{count} units missing at its end; put back from the commit log"
+        log.warning("consumequeue/%s/%d: %s", topic, qid, why)
+        report.queues_repaired[f"consumequeue/{topic}/{qid}"] = why
     if damaged:
         _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset, check_crc, dispatch)
-        report.queues_rebuilt = {f"consumequeue/{topic}/{qid}": why for (topic, qid), why in damaged.items()}
+        report.queues_repaired.update(
+            {f"consumequeue/{topic}/{qid}": f"{why}; rebuilt" for (topic, qid), why in damaged.items()})
     _rebuild_queue_table(commitlog, queues_now())
     return report
 
@@ -233,22 +239,38 @@ def _records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
 
 
 def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
-                  damaged: dict[Key, str], cq_root: str, start: int, end: int, check_crc: bool) -> None:
-    """After the scan: queue ends against the log's records in [start, end)."""
-    last: dict[Key, DispatchRequest] = {}
-    for request in _records(commitlog, start, end, check_crc):
-        if request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
-            last[(request.topic, request.queue_id)] = request
+                  damaged: dict[Key, str], mended: dict[Key, int], cq_root: str, start: int, end: int,
+                  check_crc: bool) -> None:
+    """After a clean open's scan: queue ends against the records in [start, end) it did not describe.
+
+    A queue's next record is put back (`mended`: units lost from its end, records in this
+    tail); a record further on is a gap, and the queue is rebuilt.
+    """
     queues = queues_now()
-    for key, request in last.items():
-        if key not in damaged:
-            why = _gap(queues.get(key), request.topic, request.queue_offset, request.commit_log_offset, cq_root)
-            if why:
-                damaged[key] = why
+    for request in _records(commitlog, start, end, check_crc):
+        key = (request.topic, request.queue_id)
+        if key in damaged or request.sys_flag & SysFlag.TRANSACTION_MASK in _NOT_IN_QUEUE:
+            continue
+        cq = queues.get(key)
+        why = _gap(cq, request.topic, request.queue_offset, request.commit_log_offset, cq_root)
+        if why:
+            damaged[key] = why
+        elif cq is not None and request.queue_offset == cq.max_offset:
+            cq.put(request.commit_log_offset, request.size, request.tags_code, request.queue_offset)
+            mended[key] = mended.get(key, 0) + 1
+
+
+def _file_of(cq: ConsumeQueue, queue_offset: int) -> str:
+    start = queue_offset * CQ_UNIT // cq.file_size * cq.file_size
+    return f"{cq.name}/{offset_to_file_name(start)}"
 
 
 def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue) -> str | None:
-    """The first of the queue's checked units that does not point at its own record, described; or None."""
+    """The first of the queue's checked units that does not point at its own record, described; or None.
+
+    Units at the very end pointing at no record are what a torn log tail leaves (the scan
+    cuts the log there): they are cut now, so the scan starts from the units that hold.
+    """
     low, high = cq.min_offset, cq.max_offset
     if high <= low:
         return None
@@ -259,16 +281,24 @@ def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue) -> str | None:
         if first <= last:
             checked.update((first, last))
     min_log = commitlog.min_offset
+    found: list[tuple[int, tuple[int, int], tuple[str, int, int, int] | str]] = []
     for qoff in sorted(checked):
         unit = cq.unit_at(qoff)
         if unit is None:
-            return f"queue offset {qoff}: invalid unit"
+            return f"{_file_of(cq, qoff)}: queue offset {qoff}: invalid unit"
         offset, size, _ = unit
         if (offset, size) == BLANK_UNIT[:2] or offset < min_log:
             continue  # a blank before the queue's first unit, or a record that aged out
-        what = _record_at(commitlog, offset, size)
+        found.append((qoff, (offset, size), _record_at(commitlog, offset, size)))
+    cut = high
+    while found and isinstance(found[-1][2], str) and found[-1][0] == cut - 1 and cut > high - TAIL_UNITS:
+        cut = found.pop()[0]
+    if cut < high:
+        log.info("%s: units from queue offset %d point past the log's records; cut", cq.name, cut)
+        cq.cut(cut)
+    for qoff, (offset, size), what in found:
         if what != (cq.topic, cq.queue_id, qoff, size):
-            return f"queue offset {qoff}: unit ({offset}, {size}) points at {_describe(what)}"
+            return f"{_file_of(cq, qoff)}: queue offset {qoff}: unit ({offset}, {size}) points at {_describe(what)}"
     return None
 
 
