@@ -260,3 +260,20 @@ def test_a_clean_store_is_not_rebuilt(template: Path, tmp_path: Path) -> None:
     (root / "abort").write_text("12345")
     with mqlite.open(str(root)) as broker:
         assert broker.store.recovery.queues_repaired == {}
+
+
+def test_a_light_message_queue_is_read_and_kept(store: Path) -> None:
+    # A RocketMQ broker's multi-dispatch writes a light message queue's units pointing at records of
+    # other topics and queues: such units are not damage (a copy of T/1's units stands in for it).
+    light = store / "consumequeue" / "%LMQ%orders" / "0"
+    shutil.copytree(_queue_dir(store, 1), light)
+    assert verify_store(str(store)).ok
+    with mqlite.open(str(store)) as broker:
+        assert broker.store.recovery.queues_repaired == {}
+        got = _read_all_of(broker.store, "%LMQ%orders")
+        assert [m.body for m in got] == [_body(1, i) for i in range(PER_QUEUE)]
+
+
+def _read_all_of(store: StoreFiles, topic: str) -> list[MessageExt]:
+    with deadline(10):
+        return store.get_messages(topic, 0, 0, 1000).messages

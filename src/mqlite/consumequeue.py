@@ -37,8 +37,8 @@ import numpy as np
 from .config import CQ_UNIT
 from .mappedfile import FILE_NAME_DIGITS, MappedFile, MappedFileQueue, offset_to_file_name
 
-__all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER", "file_problems",
-           "queue_files"]
+__all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER", "LMQ_PREFIX",
+           "file_problems", "queue_files"]
 
 CQ_UNIT_STRUCT = struct.Struct(">qiq")
 CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
@@ -46,6 +46,9 @@ assert CQ_UNIT_STRUCT.size == CQ_DTYPE.itemsize == CQ_UNIT == 20
 BLANK_UNIT = (0, 2**31 - 1, 0)
 _BLANK_UNIT_BYTES = CQ_UNIT_STRUCT.pack(*BLANK_UNIT)
 LOWER, UPPER = "LOWER", "UPPER"  # BoundaryType of getOffsetInQueueByTime
+#: RocketMQ's light message queues (`MixAll.LMQ_PREFIX`): a broker's multi-dispatch writes their units
+#: pointing at records of other topics and queues, so their units cannot be checked against record headers.
+LMQ_PREFIX = "%LMQ%"
 _UNIT = CQ_UNIT_STRUCT.size
 _PACK_UNIT = CQ_UNIT_STRUCT.pack_into
 
@@ -70,6 +73,7 @@ class ConsumeQueue:
         self.max_physic_offset = -1
         self.last_store_timestamp = 0  # store time of the newest unit appended in this process
         self.damage: list[str] = []  # what `load` found wrong with the files (a writer rebuilds such a queue)
+        self.is_light = topic.startswith(LMQ_PREFIX)  # units point at other queues' records (see LMQ_PREFIX)
 
     # -- offsets ----------------------------------------------------------------------
     @property
@@ -545,7 +549,7 @@ def _first_data(mf: MappedFile, start: int) -> int | None:
         pos = mf.next_data(pos)
         if pos >= mf.file_size:
             return None
-        end = min(mf.file_size, pos + _CHUNK)
+        end = min(mf.file_size, (pos // _CHUNK + 1) * _CHUNK)  # aligned: then skip the holes after it
         chunk = mm[pos:end]
         rest = chunk.lstrip(b"\0")
         if rest:
@@ -554,7 +558,7 @@ def _first_data(mf: MappedFile, start: int) -> int | None:
     return None
 
 
-_CHUNK = 1 << 20
+_CHUNK = 64 * 1024
 
 
 def _valid_prefix(mf: MappedFile, start: int = 0) -> int:

@@ -155,6 +155,9 @@ def _recover_queues(commitlog: CommitLog, queues: dict[Key, ConsumeQueue]) -> tu
     ends: dict[Key, int] = {}
     min_log = commitlog.min_offset
     for key, cq in queues.items():
+        if cq.is_light:
+            cq.recover()  # its units cannot be checked against the log, nor rebuilt from it
+            continue
         why = "; ".join(cq.damage) or cq.unit_damage() or _lost_first_file(cq, min_log)
         if not why:
             cq.recover()

@@ -276,6 +276,7 @@ class StoreFiles:
         unpack_key = _RECORD_KEY.unpack_from
         key_size = _RECORD_KEY.size
         queue_id = cq.queue_id
+        own = not cq.is_light  # a light message queue's units point at other queues' records
         min_log = self.commitlog.min_offset
         qoff = offset
         removed = 0
@@ -301,7 +302,8 @@ class StoreFiles:
                 # so anything else is damage, or a record retention deleted): skip it, never stall.
                 if len(raw) == size >= key_size:
                     total, magic, record_qid, record_qoff = unpack_key(raw)
-                    good = total == size and record_qoff == qoff and record_qid == queue_id and magic in _MAGICS
+                    good = total == size and magic in _MAGICS and (
+                        (record_qoff == qoff and record_qid == queue_id) or not own)
                 else:
                     good = False
                 if not good:
@@ -353,8 +355,8 @@ class StoreFiles:
                 if phys >= 0 and size > 0 and not message_filter.is_matched_by_consume_queue(code):
                     continue
                 raw = read(phys, size) if phys >= 0 and size > 0 else None
-                if raw is None or len(raw) < _RECORD_KEY.size or \
-                        _RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1):
+                if raw is None or len(raw) < _RECORD_KEY.size or (
+                        _RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1) and not cq.is_light):
                     if raw is not None or phys >= min_log or size <= 0:
                         bad.append(qoff - 1)  # skipped like a filtered-out message: never stall on it
                     continue

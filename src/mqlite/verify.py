@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .commitlog import check_record, default_tags_code
-from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, file_problems, queue_files
+from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, LMQ_PREFIX, file_problems, queue_files
 from .mappedfile import offset_to_file_name
 from .message import SysFlag
 from .reader import StoreReader
@@ -230,6 +230,7 @@ class _QueueCheck:
         self.live = live
         self.topic, self.queue_id = key
         self.name = f"consumequeue/{self.topic}/{self.queue_id}"
+        self.light = self.topic.startswith(LMQ_PREFIX)
         self.expected = expected
         self.file_size = reader.config.consumequeue_file_size
         self.min_log = reader.commitlog.min_offset
@@ -306,6 +307,8 @@ class _QueueCheck:
                 kinds.setdefault("invalid", []).append(queue_offset)
                 continue
             if record is None:
+                if self.light and offset in walk.records:
+                    continue  # a light message queue's unit: another queue's record
                 if offset < self.min_log or offset in walk.set_aside:
                     continue  # aged out of the log, or a record set aside (reported once, as such)
                 if self.live and offset >= self.report.log_end:
