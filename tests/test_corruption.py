@@ -4,8 +4,9 @@ Invariants, whatever the damage:
 - the reader never crashes (no exception other than a documented `mqlite` error);
 - every valid record before the damage point stays readable, at its queue offset, intact;
 - the writer recovers RocketMQ's way (truncate the log at the first invalid record, drop
-  consume-queue units that point at or past it) or refuses loudly with
-  `StoreCorruptedError` when a file has the wrong size; appends continue after a recovery.
+  consume-queue units that point at or past it), rebuilds a damaged consume queue from the
+  log (tests/test_cq_damage.py), or refuses loudly with `StoreCorruptedError` when a
+  commit-log or index file has the wrong size; appends continue after a recovery.
 
 The damage: a torn tail, a zeroed region, a flipped body byte (CRC mismatch), torn
 properties, a truncated file, garbage files and names, a garbage checkpoint, an empty

@@ -24,6 +24,8 @@ import pytest
 import mqlite
 from mqlite.clock import ManualClock
 from mqlite.config import StoreConfig
+from mqlite.consumer.litepull import LitePullConsumer
+from mqlite.consumer.types import ConsumeFromWhere
 from mqlite.message import MessageExt
 from mqlite.reader import StoreReader
 from mqlite.store import MessageStore
@@ -181,14 +183,20 @@ def _check_missing_queue_reopen(root: Path) -> None:
         assert [m.body for m in _read_all(broker.store, 1)] == [_body(1, i) for i in range(PER_QUEUE)]
 
 
-def test_a_wrong_unit_in_an_old_file_is_skipped_and_reported(store: Path,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
-    # Open checks only the first and last unit of an old file: a wrong unit between them is
+@pytest.mark.parametrize("damage", ["flipped", "zeroed"])
+def test_a_bad_unit_in_an_old_file_is_skipped_and_reported(store: Path, damage: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    # Open checks only the first and last unit of an old file: a bad unit between them is
     # found by verify; reads skip it with an error instead of stalling, filtered or not.
-    _flip(_file(store, 1), 4 * 20 + 7)  # the offset of queue offset 14
+    if damage == "flipped":
+        _flip(_file(store, 1), 4 * 20 + 7)  # the offset of queue offset 14
+        what = "pointing at no record of this queue offset"
+    else:
+        _zero(_file(store, 1), 4 * 20, 5 * 20)
+        what = "zeroed"
     report = verify_store(str(store))
-    assert report.problems == [f"consumequeue/{TOPIC}/0/{CQ_FILE:020d}: unit at queue offset 14 pointing at no "
-                               f"record of this queue offset; 1 messages of {TOPIC}/0 unreachable"]
+    assert report.problems == [f"consumequeue/{TOPIC}/0/{CQ_FILE:020d}: unit at queue offset 14 {what}; "
+                               f"1 messages of {TOPIC}/0 unreachable"]
     with mqlite.open(str(store)) as broker:
         with caplog.at_level(logging.ERROR, logger="mqlite"):
             got = _read_all(broker.store, 0)
@@ -197,6 +205,18 @@ def test_a_wrong_unit_in_an_old_file_is_skipped_and_reported(store: Path,
         with deadline(10):
             result = broker.store.get_messages(TOPIC, 0, 14, 3, _Everything())
         assert [m.queue_offset for m in result.messages] == [15, 16, 17]
+        # A consumer reading the queue goes past the bad unit (it would poll forever at 14).
+        consumer = LitePullConsumer(broker, "cg", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.assign([mqlite.MessageQueue(TOPIC, broker.broker_name, 0)])
+        consumer.start()
+        try:
+            polled: list[MessageExt] = []
+            with deadline(20):
+                while len(polled) < PER_QUEUE - 1:
+                    polled += consumer.poll(1.0)
+            assert sorted(m.queue_offset for m in polled) == [i for i in range(PER_QUEUE) if i != 14]
+        finally:
+            consumer.shutdown()
     # The remedy the error names: delete the damaged file; the next open rebuilds the queue.
     _file(store, 1).unlink()
     with mqlite.open(str(store)) as broker:
@@ -212,13 +232,17 @@ class _Everything:
         return True
 
 
-def test_a_zeroed_unit_does_not_stall_a_pull(store: Path) -> None:
-    # The zeroed unit in the middle of the last file is found at open (data behind it) and rebuilt;
-    # a reader of the damaged files skips it.
-    _zero(_file(store, 5), 3 * 20, 4 * 20)
+@pytest.mark.parametrize("index", [4, 5], ids=["second-to-last-file", "last-file"])
+def test_a_zeroed_unit_in_the_newest_files(store: Path, index: int) -> None:
+    # Open finds it (a file before the last is not full; data behind the last file's prefix) and
+    # rebuilds the queue. A reader of the damaged files reads past it to the end of the queue, but
+    # in the last file, where it cannot tell damage from a unit a live writer is writing, it stops.
+    _zero(_file(store, index), 3 * 20, 4 * 20)
+    bad = index * UNITS_PER_FILE + 3
     with StoreReader(str(store)) as reader:
         got = _read_all(reader, 0)
-    assert 53 not in [m.queue_offset for m in got]
+    end = PER_QUEUE if index < 5 else bad
+    assert [m.queue_offset for m in got] == [i for i in range(end) if i != bad]
     with mqlite.open(str(store)) as broker:
         assert [m.queue_offset for m in _read_all(broker.store, 0)] == list(range(PER_QUEUE))
 
