@@ -13,38 +13,42 @@ exit, and is where its recovery test damages one. Abnormal recovery follows
 RocketMQ: from the newest segment whose first record is older than the
 checkpoint's safe time, everything is re-dispatched (idempotently).
 
-Consume queues are checked against the log at every open, clean or not, cheaply
-(nothing is read in proportion to the store's size), and a damaged queue is
-rebuilt from the log instead of being trusted or cut back:
+Consume queues are checked against the log at every open, clean or not, at a
+cost independent of the store's size (a few units per file, a few records per
+queue, the bounded tail above), and a damaged queue is rebuilt from the log
+instead of being trusted or cut back at the damage:
 
-- Before anything else, the files (`ConsumeQueue.load`, `unit_damage`): a file
-  missing from the sequence or of the wrong size; a file other than the last
-  whose first or last unit is invalid (every file but the last is full); a
-  non-last file among the last three that is not full; data behind the valid
-  prefix of the last file. `recover` would cut such a queue back at the damage.
-- During the scan (`_guard`): a record of a queue past the queue's end (a gap:
-  units lost from the end), or of a queue whose directory is gone while its
-  topic's directory is there. Such a record is not dispatched; the queue is rebuilt.
-- After the scan, on a clean open, the records of the re-checked tail (bounded,
-  see above) the scan did not need to describe: the same test, so a queue whose
-  last units were lost is found when its lost records are in that tail.
-- Then the tail of every queue: its last `TAIL_UNITS` units and the first and last
-  unit of each file point at records whose header names this topic, queue id
-  and queue offset and whose size is the unit's (units into aged-out segments
-  are skipped).
+- Its files, before `recover` could cut the queue back (`ConsumeQueue.load`,
+  `unit_damage`): a file missing from the sequence, of the wrong size or
+  misnamed; a file other than the last whose first or last unit is invalid
+  (every file but the last is full); a non-last file among the last three that
+  is not full; data behind the valid prefix of the last file (a crash tears at
+  most the one unit it was writing); a queue whose files start after offset 0
+  while the log still starts at 0 (files go only once their records aged out).
+- Its tail, before the scan (which starts from the queues' ends, so one unit
+  pointing far past the log would move it past every record): the last
+  `TAIL_UNITS` units and the first and last unit of each file point at records
+  whose header names this topic, queue id and queue offset and whose size is the
+  unit's (units into aged-out segments are skipped). Units at the very end that
+  point at no record are what a torn log tail leaves: cut, as the scan cuts the log.
+- Its end, during the scan (`_guard`) and, on a clean open, over the re-checked
+  tail the scan did not need to describe (`_check_queues`): a record of the queue
+  at its end is put back (units lost from the end); one past it is a gap, and so
+  is a record of a queue whose directory is gone while its topic's is there.
 
 What this does not see: a wrong unit in the middle of an old file, a lost
-first file when segments have been deleted, units lost from a queue none of
-whose lost records is in the re-checked tail, a topic's whole directory (that is
-`delete_topic`). Reads skip a unit that does not point at its own record (never
-stalling), and `mqlite verify` reports all of these; deleting the damaged file
-turns it into a gap this check finds.
+leading file once segments were deleted, units lost from a queue none of whose
+lost records is in the re-checked tail, a topic's whole directory (that is what
+`delete_topic` leaves). Reads skip a unit that does not point at its own record
+(never stalling), `mqlite verify` reports all of these, and deleting the damaged
+file turns the damage into a gap this check finds.
 
-A damaged queue is rebuilt in one walk of the log for all damaged queues
-(`_rebuild_queues`): its files are deleted and its records re-dispatched. A
-queue whose first records aged out starts at its first record in the log
-(blank units before it, as RocketMQ's `fillPreBlank`); one with no record left
-continues where its files ended.
+All damaged queues are rebuilt in one walk of the log (`_rebuild_queues`):
+their files deleted, their records re-dispatched. A queue whose first records
+aged out starts at its first record in the log (blank units before it, as
+RocketMQ's `fillPreBlank`); one with no record left continues where its files
+ended. `RecoveryReport.queues_repaired` and a warning name each queue and what
+was wrong.
 """
 
 from __future__ import annotations
@@ -131,13 +135,13 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     commitlog.mapped_files.flushed_where = process_offset
     mended: dict[Key, int] = {}
     _check_queues(commitlog, queues_now, damaged, mended, cq_root, start if last_exit_ok else process_offset,
-                  process_offset, check_crc)
+                  process_offset)
     for (topic, qid), count in mended.items():
         why = f"{count} units missing at its end; put back from the commit log"
         log.warning("consumequeue/%s/%d: %s", topic, qid, why)
         report.queues_repaired[f"consumequeue/{topic}/{qid}"] = why
     if damaged:
-        _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset, check_crc, dispatch)
+        _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset, dispatch)
         report.queues_repaired.update(
             {f"consumequeue/{topic}/{qid}": f"{why}; rebuilt" for (topic, qid), why in damaged.items()})
     _rebuild_queue_table(commitlog, queues_now())
@@ -215,10 +219,13 @@ def _guard(dispatch: Callable[[DispatchRequest], None], queues_now: Callable[[],
     return guarded
 
 
-def _records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
+def _records(commitlog: CommitLog, start: int, end: int,
              wanted: Callable[[int], bool] | None = None) -> Iterator[DispatchRequest]:
-    """Describe the records in [start, end) (those of a queue id `wanted` allows); a whole
-    frame whose body CRC fails is stepped over (set aside), a broken one ends the walk."""
+    """Describe the records in [start, end) (those of a queue id `wanted` allows); a broken one ends the walk.
+
+    The body CRC is not checked: a record set aside for a CRC mismatch keeps its queue
+    offset's place (its unit exists; without it the queue's later units could not follow).
+    """
     find = commitlog.mapped_files.find
     offset = start
     while offset < end:
@@ -228,9 +235,7 @@ def _records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
         pos = offset - mf.file_from_offset
         describe = wanted is None or (pos + _QUEUE_ID_POS + 4 <= mf.file_size
                                       and wanted(_QUEUE_ID.unpack_from(mf.mm, pos + _QUEUE_ID_POS)[0]))
-        size, request = check_record(mf.mm, pos, mf.file_size, check_crc, commitlog.tags_code_fn, describe)
-        if size < 0 and check_crc:
-            size, request = check_record(mf.mm, pos, mf.file_size, False, None, False)
+        size, request = check_record(mf.mm, pos, mf.file_size, False, commitlog.tags_code_fn, describe)
         if size > 0:
             if request is not None:
                 yield request
@@ -242,15 +247,14 @@ def _records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
 
 
 def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
-                  damaged: dict[Key, str], mended: dict[Key, int], cq_root: str, start: int, end: int,
-                  check_crc: bool) -> None:
+                  damaged: dict[Key, str], mended: dict[Key, int], cq_root: str, start: int, end: int) -> None:
     """After a clean open's scan: queue ends against the records in [start, end) it did not describe.
 
     A queue's next record is put back (`mended`: units lost from its end, records in this
     tail); a record further on is a gap, and the queue is rebuilt.
     """
     queues = queues_now()
-    for request in _records(commitlog, start, end, check_crc):
+    for request in _records(commitlog, start, end):
         key = (request.topic, request.queue_id)
         if key in damaged or request.sys_flag & SysFlag.TRANSACTION_MASK in _NOT_IN_QUEUE:
             continue
@@ -324,7 +328,7 @@ def _describe(what: tuple[str, int, int, int] | str) -> str:
 
 
 def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
-                    damaged: dict[Key, str], ends: dict[Key, int], end: int, check_crc: bool,
+                    damaged: dict[Key, str], ends: dict[Key, int], end: int,
                     dispatch: Callable[[DispatchRequest], None]) -> None:
     """Rebuild the damaged queues from the log in one walk (see the module docstring)."""
     queues = queues_now()
@@ -335,7 +339,7 @@ def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, Con
         if cq is not None and cq.mapped_files.files:
             _discard(cq, ends)
     queue_ids = {queue_id for _, queue_id in damaged}
-    for request in _records(commitlog, commitlog.min_offset, end, check_crc, queue_ids.__contains__):
+    for request in _records(commitlog, commitlog.min_offset, end, queue_ids.__contains__):
         if (request.topic, request.queue_id) in damaged:
             dispatch(request)
     queues = queues_now()
