@@ -315,3 +315,15 @@ def test_a_rebuild_keeps_the_place_of_a_record_with_a_bad_body_crc(store: Path) 
     with StoreReader(str(store)) as reader:
         walked = list(mqlite.recovery._records(reader.commitlog, 0, SEGMENT, {0}.__contains__))
     assert [(r.queue_id, r.queue_offset) for r in walked if r.topic == TOPIC] == [(0, i) for i in range(PER_QUEUE)]
+
+
+def test_a_reader_of_a_full_last_file_maps_it_once_and_sees_the_next(store: Path) -> None:
+    # Every read of such a queue once mapped all of its files again (leaking the old maps).
+    with StoreReader(str(store)) as reader:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            assert len(reader.get_messages(TOPIC, 0, 0, 5).messages) == 5
+        assert len(os.listdir("/proc/self/fd")) == before
+        with MessageStore(str(store)) as writer:  # the writer rolls to a new file
+            writer.put(TOPIC, 0, b"rolled")
+            assert [m.body for m in reader.get_messages(TOPIC, 0, PER_QUEUE, 5).messages] == [b"rolled"]

@@ -230,8 +230,13 @@ class ConsumeQueue:
         last = self.mapped_files.last
         assert last is not None
         if last.wrote_position >= self.file_size:
-            self.load()  # the writer rolled a new file
-            self.recover()
+            # The writer may have rolled: map the files after this one (mapping them all
+            # again would leak the old maps, once per read of a queue whose last file is full).
+            if self.mapped_files.find(last.file_from_offset + self.file_size) is None:
+                return
+            for mf in self.mapped_files.files:
+                if mf.file_from_offset > last.file_from_offset:
+                    mf.wrote_position = _valid_prefix(mf) * _UNIT
             return
         count = _valid_prefix(last, start=last.wrote_position // _UNIT)
         last.wrote_position = count * _UNIT
