@@ -18,7 +18,7 @@ import pytest
 from support import deadline as _deadline
 from mqlite.clock import ManualClock
 from mqlite.config import StoreConfig
-from mqlite.consumequeue import BLANK_UNIT, CQ_DTYPE, CQ_UNIT_STRUCT, LOWER, UPPER, ConsumeQueue
+from mqlite.consumequeue import BLANK_UNIT, CQ_DTYPE, CQ_UNIT_STRUCT, LOWER, UPPER, ConsumeQueue, file_problems
 from mqlite.mappedfile import offset_to_file_name
 from mqlite.message import MessageExt, java_string_hash
 from mqlite.storebase import GetMessageStatus
@@ -269,19 +269,47 @@ def test_recover_stops_at_damage_in_the_middle_of_the_last_file(cq: ConsumeQueue
         again.close()
 
 
-def test_recover_drops_later_files_after_damage(cq: ConsumeQueue, tmp_path: Path) -> None:
+def test_a_bad_unit_in_a_full_file_is_damage_not_the_end(cq: ConsumeQueue, tmp_path: Path) -> None:
+    # Once recover cut the queue at such a unit and deleted the later files, losing their units;
+    # now unit_damage names it (the store rebuilds the queue from the commit log) and recover
+    # ends in the newest file holding units, so a reader still sees the files behind it.
     _fill(cq, 22)
     cq.close()
     path = _queue_file(tmp_path, SMALL)
     raw = bytearray(path.read_bytes())
     raw[3 * 20 : 4 * 20] = bytes(20)  # unit 11 of the second file
     path.write_bytes(bytes(raw))
-    again = _reopen(tmp_path)
+    again = ConsumeQueue(str(tmp_path / "consumequeue"), "TopicTest", 0, SMALL)
+    again.load()
     try:
-        assert again.max_offset == 11
-        assert not _queue_file(tmp_path, 2 * SMALL).exists()
+        damage = again.unit_damage()
+        assert damage is not None and f"{SMALL:020d}: queue offset 11: invalid unit (zeroed)" in damage
+        again.recover()
+        assert again.max_offset == 22
+        assert _queue_file(tmp_path, 2 * SMALL).exists()
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("damage", ["gap", "short", "long", "misnamed"])
+def test_file_problems_name_the_file(cq: ConsumeQueue, tmp_path: Path, damage: str) -> None:
+    _fill(cq, 30)
+    cq.close()
+    directory = _queue_file(tmp_path, 0).parent
+    if damage == "gap":
+        _queue_file(tmp_path, SMALL).unlink()
+        expected = (offset_to_file_name(SMALL), f"missing; {UNITS_PER_FILE} units lost")
+    elif damage == "short":
+        os.truncate(_queue_file(tmp_path, SMALL), 50)
+        expected = (offset_to_file_name(SMALL), f"{SMALL - 50} bytes short ({UNITS_PER_FILE - 2} units missing)")
+    elif damage == "long":
+        os.truncate(_queue_file(tmp_path, SMALL), SMALL + 3)
+        expected = (offset_to_file_name(SMALL), "3 bytes too long (files here are 160 bytes)")
+    else:
+        _queue_file(tmp_path, SMALL).rename(directory / offset_to_file_name(SMALL + 20))
+        expected = (offset_to_file_name(SMALL + 20), "its name is not a multiple of the file size 160")
+    assert expected in file_problems(str(directory), SMALL)
+    assert file_problems(str(_queue_file(tmp_path, 0).parent.parent / "1"), SMALL) == []
 
 
 def test_recover_of_an_exactly_full_last_file(cq: ConsumeQueue, tmp_path: Path) -> None:

@@ -17,10 +17,21 @@ A queue whose first file starts mid-way is pre-filled with blank units
 Units are written through the map only where space is reserved (`MappedFile.reserve`,
 in `CQ_RESERVE_CHUNK`s): `make_room` reserves it before the commit log writes the
 record the unit points to, so a full disk refuses the put before anything is written.
+
+Damage checks (run by the writer at open, before `recover`, see `recovery.py`):
+`file_problems` finds what the file set shows without reading a unit (a file
+missing from the sequence, a file of the wrong size, a misnamed file), and
+`unit_damage` what a few units show: every file but the last must be full, so
+its first and last units are valid; the files `recover` inspects (the last
+three) must be valid prefixes, full but for the last; and behind the last
+file's valid prefix (and the torn unit a crash can leave there) there are only
+zeros. Anything else means units were lost or overwritten, and the queue is
+rebuilt from the commit log (`discard`, then re-dispatch), not cut back.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -28,9 +39,10 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from .config import CQ_UNIT
-from .mappedfile import MappedFile, MappedFileQueue
+from .mappedfile import FILE_NAME_DIGITS, MappedFile, MappedFileQueue, offset_to_file_name
 
-__all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER", "CQ_RESERVE_CHUNK"]
+__all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER", "CQ_RESERVE_CHUNK",
+           "LMQ_PREFIX", "file_problems", "queue_files"]
 
 #: Bytes reserved at a time in a consume-queue file (6,553 units): small, as a store may have
 #: thousands of queues, and one `posix_fallocate` per 6,553 messages of a queue costs nothing measurable.
@@ -42,6 +54,9 @@ assert CQ_UNIT_STRUCT.size == CQ_DTYPE.itemsize == CQ_UNIT == 20
 BLANK_UNIT = (0, 2**31 - 1, 0)
 _BLANK_UNIT_BYTES = CQ_UNIT_STRUCT.pack(*BLANK_UNIT)
 LOWER, UPPER = "LOWER", "UPPER"  # BoundaryType of getOffsetInQueueByTime
+#: RocketMQ's light message queues (`MixAll.LMQ_PREFIX`): a broker's multi-dispatch writes their units
+#: pointing at records of other topics and queues, so their units cannot be checked against record headers.
+LMQ_PREFIX = "%LMQ%"
 _UNIT = CQ_UNIT_STRUCT.size
 _PACK_UNIT = CQ_UNIT_STRUCT.pack_into
 
@@ -69,6 +84,8 @@ class ConsumeQueue:
         #: Queue offsets below this can be written without allocating (`make_room`). A hint for
         #: the put path: reset to 0 whenever files are cut or reloaded, and `put` checks `reserved` anyway.
         self.room = 0
+        self.damage: list[str] = []  # what `load` found wrong with the files (a writer rebuilds such a queue)
+        self.is_light = topic.startswith(LMQ_PREFIX)  # units point at other queues' records (see LMQ_PREFIX)
 
     # -- offsets ----------------------------------------------------------------------
     @property
@@ -87,34 +104,48 @@ class ConsumeQueue:
         return self.file_size // _UNIT
 
     # -- load and recovery ---------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The queue's directory relative to the store, as messages name it: `consumequeue/T/0`."""
+        return f"consumequeue/{self.topic}/{self.queue_id}"
+
     def load(self) -> None:
-        """Map the queue's files (a reader skips odd files instead of refusing)."""
+        """Map the queue's files.
+
+        A writer notes what is wrong with the file set in `damage` (recovery rebuilds such a
+        queue from the commit log) and maps the files in front of the first bad one; a
+        reader skips odd files instead of refusing.
+        """
         self.room = 0
-        self.mapped_files.load(strict=not self.read_only)
+        if not self.read_only:
+            self.damage = [f"{self.name}/{name}: {what}" for name, what in file_problems(self.directory, self.file_size)]
+        self.mapped_files.load(strict=not self.read_only and not self.damage)
         files = self.mapped_files.files
         if files:
             self.min_logic_offset = max(self.min_logic_offset, files[0].file_from_offset)
 
     def recover(self) -> None:
-        """`ConsumeQueue.recover`: find the last valid unit from the third-to-last file on.
+        """`ConsumeQueue.recover`: find the last valid unit, in the last three files.
 
         Units are written in order, so validity is a prefix of each file: a
         binary search finds its end, and the units just before it are checked
-        one by one so a torn unit is never taken for data.
+        one by one so a torn unit is never taken for data. The end is in the
+        newest file holding a valid unit: a writer recovers only queues whose
+        other files are full (`unit_damage`); a reader of a damaged queue so
+        still sees the files behind a damaged one (its reads skip bad units).
         """
         files = self.mapped_files.files
         self.room = 0
         if not files:
             return
         end = files[0].file_from_offset
-        for mf in files[max(0, len(files) - 3) :]:
+        for mf in reversed(files[max(0, len(files) - 3) :]):
             count = _valid_prefix(mf)
             end = mf.file_from_offset + count * _UNIT
             if count:
                 offset, size, _ = CQ_UNIT_STRUCT.unpack_from(mf.mm, (count - 1) * _UNIT)
                 if size != BLANK_UNIT[1] or offset != 0:
                     self.max_physic_offset = offset + size
-            if count < self.units_per_file:
                 break
         if not self.read_only:
             self.mapped_files.truncate_dirty_files(end, self.file_size)
@@ -132,6 +163,76 @@ class ConsumeQueue:
             elif mf.file_from_offset >= end:
                 mf.wrote_position = 0
 
+    def unit_damage(self) -> str | None:
+        """What the units show to be wrong before `recover` (see the module docstring), or None.
+
+        Cost: two units per file, the valid prefix of the last three files (as `recover`),
+        and a look for data behind the last file's prefix (only regions the file system
+        holds data for are read).
+        """
+        files = self.mapped_files.files
+        unpack = CQ_UNIT_STRUCT.unpack_from
+        for mf in files[:-1]:
+            for pos in (0, self.file_size - _UNIT):
+                offset, size, _ = unpack(mf.mm, pos)
+                if offset < 0 or size <= 0:
+                    return self._where(mf, pos, "invalid unit in a file that is not the queue's last "
+                                       f"({_describe_unit(mf.mm, pos)})")
+        for mf in files[max(0, len(files) - 3) : -1]:
+            count = _valid_prefix(mf)
+            if count < self.units_per_file:
+                return self._where(mf, count * _UNIT, f"invalid unit ({_describe_unit(mf.mm, count * _UNIT)}) "
+                                   "in a file that is not the queue's last")
+        if files:
+            last = files[-1]
+            count = _valid_prefix(last)
+            # A crash can tear the last unit it wrote; data past that unit is damage.
+            behind = _first_data(last, (count + 1) * _UNIT)
+            if behind is not None:
+                return self._where(last, count * _UNIT, f"invalid unit ({_describe_unit(last.mm, count * _UNIT)}) "
+                                   f"with units behind it (at byte {behind})")
+        return None
+
+    def _where(self, mf: MappedFile, pos: int, what: str) -> str:
+        qoff = (mf.file_from_offset + pos) // _UNIT
+        return f"{self.name}/{os.path.basename(mf.path)}: queue offset {qoff}: {what}"
+
+    def apparent_end(self) -> int:
+        """The queue offset the files suggest the queue ended at (for a damaged queue whose
+        records all aged out of the log: its rebuilt self starts there). Errs high."""
+        end = 0
+        last = self.mapped_files.last
+        if last is not None:
+            end = last.file_from_offset + _valid_prefix(last) * _UNIT
+        for start, size in queue_files(self.directory):
+            if last is None or start > last.file_from_offset:
+                end = max(end, start + min(size, self.file_size) // _UNIT * _UNIT)
+        return end // _UNIT
+
+    def discard(self) -> None:
+        """Delete every file of the queue (a damaged one, about to be rebuilt) and start empty."""
+        self.mapped_files.destroy()
+        for start, _ in queue_files(self.directory):
+            try:
+                os.unlink(os.path.join(self.directory, offset_to_file_name(start)))
+            except OSError:
+                pass
+        self.damage = []
+        self.min_logic_offset = 0
+        self.max_physic_offset = -1
+
+    def cut(self, queue_offset: int) -> None:
+        """Writer, at recovery: drop the units from `queue_offset` on (zeroed in their file, later files deleted)."""
+        self.mapped_files.truncate_dirty_files(queue_offset * _UNIT, self.file_size)
+        unit = self.unit_at(queue_offset - 1) if queue_offset > self.min_offset else None
+        self.max_physic_offset = unit[0] + unit[1] if unit and unit[1] != BLANK_UNIT[1] else -1
+
+    def start_at(self, queue_offset: int) -> None:
+        """Make an empty queue continue at `queue_offset` (blank units before it, as `fillPreBlank`)."""
+        if self.mapped_files.files or queue_offset <= 0:
+            return
+        self._file_for(queue_offset * _UNIT)
+
     def refresh(self) -> None:
         """Read-only: pick up units a live writer appended since the last look."""
         if not self.read_only:
@@ -143,8 +244,13 @@ class ConsumeQueue:
         last = self.mapped_files.last
         assert last is not None
         if last.wrote_position >= self.file_size:
-            self.load()  # the writer rolled a new file
-            self.recover()
+            # The writer may have rolled: map the files after this one (mapping them all
+            # again would leak the old maps, once per read of a queue whose last file is full).
+            if self.mapped_files.find(last.file_from_offset + self.file_size) is None:
+                return
+            for mf in self.mapped_files.files:
+                if mf.file_from_offset > last.file_from_offset:
+                    mf.wrote_position = _valid_prefix(mf) * _UNIT
             return
         count = _valid_prefix(last, start=last.wrote_position // _UNIT)
         last.wrote_position = count * _UNIT
@@ -437,6 +543,71 @@ class ConsumeQueue:
         """Delete the queue's files."""
         self.room = 0
         self.mapped_files.destroy()
+
+
+def queue_files(directory: str) -> list[tuple[int, int]]:
+    """`(start offset, size in bytes)` of the files named by 20 digits in `directory`, in order."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if len(n) == FILE_NAME_DIGITS and n.isdigit())
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            found.append((int(name), os.path.getsize(os.path.join(directory, name))))
+        except OSError:
+            continue
+    return found
+
+
+def file_problems(directory: str, file_size: int) -> list[tuple[str, str]]:
+    """`(file name, what is wrong)` for a queue's file set: sizes, names and gaps, no unit read.
+
+    An empty last file is no problem (a crash while creating it; loading deletes it).
+    """
+    files = queue_files(directory)
+    problems: list[tuple[str, str]] = []
+    units = file_size // _UNIT
+    for index, (start, size) in enumerate(files):
+        name = offset_to_file_name(start)
+        if start % file_size:
+            problems.append((name, f"its name is not a multiple of the file size {file_size}"))
+        elif index and start > files[index - 1][0] + file_size:
+            gap_start = files[index - 1][0] + file_size
+            count = (start - gap_start) // file_size
+            first = offset_to_file_name(gap_start)
+            problems.append((first, "missing" + (f" ({count} files from here missing)" if count > 1 else "")
+                             + f"; {count * units} units lost"))
+        if size < file_size and not (size == 0 and index == len(files) - 1):
+            problems.append((name, f"{file_size - size} bytes short ({units - size // _UNIT} units missing)"))
+        elif size > file_size:
+            problems.append((name, f"{size - file_size} bytes too long (files here are {file_size} bytes)"))
+    return problems
+
+
+def _describe_unit(mm: mmap.mmap, pos: int) -> str:
+    offset, size, _ = CQ_UNIT_STRUCT.unpack_from(mm, pos)
+    return "zeroed" if (offset, size) == (0, 0) else f"offset {offset}, size {size}"
+
+
+def _first_data(mf: MappedFile, start: int) -> int | None:
+    """The first position >= `start` holding a non-zero byte, or None (reads only data regions)."""
+    mm = mf.mm
+    pos = start
+    while pos < mf.file_size:
+        pos = mf.next_data(pos)
+        if pos >= mf.file_size:
+            return None
+        end = min(mf.file_size, (pos // _CHUNK + 1) * _CHUNK)  # aligned: then skip the holes after it
+        chunk = mm[pos:end]
+        rest = chunk.lstrip(b"\0")
+        if rest:
+            return pos + len(chunk) - len(rest)
+        pos = end
+    return None
+
+
+_CHUNK = 64 * 1024
 
 
 def _valid_prefix(mf: MappedFile, start: int = 0) -> int:

@@ -18,26 +18,71 @@ but whose body CRC fails, with a framed record (or a BLANK, or the segment's
 end) after it, is set aside (`_classify`): its unit is kept so queue offsets
 stay as acknowledged, it gets no index entry, `RecoveryReport.set_aside` and
 `config/setAside.json` list it, reads skip it, and the scan goes on after it.
+
+Consume queues are checked against the log at every open, clean or not, at a
+cost independent of the store's size (a few units per file, a few records per
+queue, the bounded tail above), and a damaged queue is rebuilt from the log
+instead of being trusted or cut back at the damage:
+
+- Its files, before `recover` could cut the queue back (`ConsumeQueue.load`,
+  `unit_damage`): a file missing from the sequence, of the wrong size or
+  misnamed; a file other than the last whose first or last unit is invalid
+  (every file but the last is full); a non-last file among the last three that
+  is not full; data behind the valid prefix of the last file (a crash tears at
+  most the one unit it was writing); a queue whose files start after offset 0
+  while the log still starts at 0 (files go only once their records aged out).
+- Its tail, before the scan (which starts from the queues' ends, so one unit
+  pointing far past the log would move it past every record): the last
+  `TAIL_UNITS` units and the first and last unit of each file point at records
+  whose header names this topic, queue id and queue offset and whose size is the
+  unit's (units into aged-out segments are skipped). Units at the very end that
+  point at no record are what a torn log tail leaves: cut, as the scan cuts the log.
+- Its end, during the scan (`_guard`) and, on a clean open, over the re-checked
+  tail the scan did not need to describe (`_check_queues`): a record of the queue
+  at its end is put back (units lost from the end); one past it is a gap, and so
+  is a record of a queue whose directory is gone while its topic's is there.
+
+What this does not see: a wrong unit in the middle of an old file, a lost
+leading file once segments were deleted, units lost from a queue none of whose
+lost records is in the re-checked tail, a topic's whole directory (that is what
+`delete_topic` leaves). Reads skip a unit that does not point at its own record
+(never stalling), `mqlite verify` reports all of these, and deleting the damaged
+file turns the damage into a gap this check finds.
+
+All damaged queues are rebuilt in one walk of the log (`_rebuild_queues`):
+their files deleted, their records re-dispatched. A queue whose first records
+aged out starts at its first record in the log (blank units before it, as
+RocketMQ's `fillPreBlank`); one with no record left continues where its files
+ended. `RecoveryReport.queues_repaired` and a warning name each queue and what
+was wrong.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Callable, Iterator, Mapping
 
 from .commitlog import BLANK, CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
-from .config import read_json, write_json_atomic
-from .consumequeue import ConsumeQueue
-from .mappedfile import MappedFile
+from .config import CQ_UNIT, read_json, write_json_atomic
+from .consumequeue import BLANK_UNIT, ConsumeQueue
+from .mappedfile import MappedFile, offset_to_file_name
+from .message import SysFlag
 
-__all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "walk_records",
+__all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "TAIL_UNITS", "walk_records",
            "load_set_aside", "save_set_aside", "set_aside_path", "load_damaged",
            "log_head_path", "load_log_head", "save_log_head", "check_log_head"]
 
 log = logging.getLogger("mqlite")
 
 NORMAL_TAIL_BYTES = 1024 * 1024
+#: Units at the end of every queue checked against their records at open.
+TAIL_UNITS = 16
+Key = tuple[str, int]
+_NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+_QUEUE_ID = struct.Struct(">i")
+_QUEUE_ID_POS = 12  # QUEUEID in a record header
 
 
 class RecoveryReport:
@@ -45,7 +90,7 @@ class RecoveryReport:
 
     __slots__ = ("abnormal", "start_offset", "process_offset", "records_scanned", "records_dispatched",
                  "damaged_tail", "set_aside", "damaged", "lost_units", "lost_segments", "index_rebuilt_from",
-                 "checkpoint_damage")
+                 "checkpoint_damage", "queues_repaired")
 
     def __init__(self, abnormal: bool) -> None:
         self.abnormal = abnormal
@@ -68,6 +113,7 @@ class RecoveryReport:
         self.index_rebuilt_from: int | None = None
         #: Why the checkpoint was not trusted (recovery then started at the first segment), or None.
         self.checkpoint_damage: str | None = None
+        self.queues_repaired: dict[str, str] = {}  # consume queue ("consumequeue/T/0") -> what was wrong
 
     @property
     def records_set_aside(self) -> int:
@@ -96,8 +142,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     """
     report = report or RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
-    for cq in queues.values():
-        cq.recover()
+    damaged, ends = _recover_queues(commitlog, queues)
     dispatched_to = max((cq.max_physic_offset for cq in queues.values()), default=-1)
     files = commitlog.mapped_files.files
     if not files:
@@ -110,8 +155,10 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     else:
         start = _abnormal_start(commitlog, checkpoint_min_timestamp)
     report.start_offset = start
-    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok,
-                           _filling_gaps(dispatch, queues_now, report), set_aside, report,
+    cq_root = os.path.join(os.path.dirname(commitlog.mapped_files.directory), "consumequeue")
+    # Placeholders for records a damaged range destroyed go in first, so the guard sees no gap there.
+    guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root), queues_now, report)
+    process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, guarded, set_aside, report,
                            lambda at: _resync(commitlog, queues_now(), at, check_crc))
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
@@ -126,8 +173,225 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     # segment was never written: only data regions are read).
     commitlog.mapped_files.truncate_dirty_files(process_offset, commitlog.config.commitlog_file_size)
     commitlog.mapped_files.flushed_where = process_offset
-    _rebuild_queue_table(commitlog, queues)
+    mended: dict[Key, int] = {}
+    _check_queues(commitlog, queues_now, damaged, mended, cq_root, start if last_exit_ok else process_offset,
+                  process_offset, report)
+    for (topic, qid), count in mended.items():
+        why = f"{count} units missing at its end; put back from the commit log"
+        log.warning("consumequeue/%s/%d: %s", topic, qid, why)
+        report.queues_repaired[f"consumequeue/{topic}/{qid}"] = why
+    if damaged:
+        _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset,
+                        _filling_gaps(dispatch, queues_now, report), dict(report.damaged))
+        report.queues_repaired.update(
+            {f"consumequeue/{topic}/{qid}": f"{why}; rebuilt" for (topic, qid), why in damaged.items()})
+    _rebuild_queue_table(commitlog, queues_now())
     return report
+
+
+# -- consume queues against the log (see the module docstring) ------------------------------------------------
+def _recover_queues(commitlog: CommitLog, queues: dict[Key, ConsumeQueue]) -> tuple[dict[Key, str], dict[Key, int]]:
+    """`recover` every sound queue, then check its tail units; discard the damaged ones.
+
+    Before the scan, because the scan starts from the queues' ends: one unit pointing far
+    past the log would move that start past every record. Returns {key: why} and {key: old end}.
+    """
+    damaged: dict[Key, str] = {}
+    ends: dict[Key, int] = {}
+    min_log = commitlog.min_offset
+    for key, cq in queues.items():
+        if cq.is_light:
+            cq.recover()  # its units cannot be checked against the log, nor rebuilt from it
+            continue
+        why = "; ".join(cq.damage) or cq.unit_damage() or _lost_first_file(cq, min_log)
+        if not why:
+            cq.recover()
+            why = _tail_damage(commitlog, cq)
+        if why:
+            damaged[key] = why
+            _discard(cq, ends)
+    return damaged, ends
+
+
+def _lost_first_file(cq: ConsumeQueue, min_log: int) -> str | None:
+    """A queue's leading files go only once their records aged out; while the log still starts
+    at offset 0 no record has, so every queue's files start at 0."""
+    first = cq.mapped_files.files[0].file_from_offset if cq.mapped_files.files else 0
+    if min_log == 0 and first > 0:
+        return (f"{cq.name}: files before {os.path.basename(cq.mapped_files.files[0].path)} missing while the "
+                f"commit log still holds every record")
+    return None
+
+
+def _discard(cq: ConsumeQueue, ends: dict[Key, int]) -> None:
+    ends.setdefault((cq.topic, cq.queue_id), cq.apparent_end())
+    cq.discard()
+
+
+def _gap(cq: ConsumeQueue | None, topic: str, queue_offset: int, offset: int, cq_root: str) -> str | None:
+    """What is wrong when the log holds a record of (topic, queue) at `queue_offset`, or None."""
+    if cq is None:
+        if queue_offset > 0 and os.path.isdir(os.path.join(cq_root, topic)):
+            return (f"directory missing while the commit log holds its records (queue offset {queue_offset} "
+                    f"at commit-log offset {offset})")
+        return None  # a new queue, or a deleted topic (`delete_topic` removes the topic's directory)
+    if queue_offset > cq.max_offset:
+        return (f"ends at queue offset {cq.max_offset} but the commit log holds its record of queue offset "
+                f"{queue_offset} at {offset}: {queue_offset - cq.max_offset} units or more lost")
+    return None
+
+
+def _guard(dispatch: Callable[[DispatchRequest], None], queues_now: Callable[[], dict[Key, ConsumeQueue]],
+           damaged: dict[Key, str], cq_root: str) -> Callable[[DispatchRequest], None]:
+    """`dispatch`, except records of damaged queues, or of queues they show to be damaged (rebuilt later)."""
+
+    def guarded(request: DispatchRequest) -> None:
+        key = (request.topic, request.queue_id)
+        if key in damaged:
+            return
+        if request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
+            why = _gap(queues_now().get(key), request.topic, request.queue_offset, request.commit_log_offset,
+                       cq_root)
+            if why:
+                damaged[key] = why
+                return
+        dispatch(request)
+
+    return guarded
+
+
+def _records(commitlog: CommitLog, start: int, end: int, wanted: Callable[[int], bool] | None = None,
+             damaged: Mapping[int, int] | None = None) -> Iterator[DispatchRequest]:
+    """Describe the records in [start, end) (those of a queue id `wanted` allows); a broken one ends the walk,
+    except at the start of a range the scan resynchronised over (`damaged`: {start: end}), which is stepped over.
+
+    The body CRC is not checked: a record set aside for a CRC mismatch keeps its queue
+    offset's place (its unit exists; without it the queue's later units could not follow).
+    """
+    find = commitlog.mapped_files.find
+    offset = start
+    while offset < end:
+        mf = find(offset)
+        if mf is None:
+            return
+        pos = offset - mf.file_from_offset
+        describe = wanted is None or (pos + _QUEUE_ID_POS + 4 <= mf.file_size
+                                      and wanted(_QUEUE_ID.unpack_from(mf.mm, pos + _QUEUE_ID_POS)[0]))
+        size, request = check_record(mf.mm, pos, mf.file_size, False, commitlog.tags_code_fn, describe)
+        if size > 0:
+            if request is not None:
+                yield request
+            offset += size
+        elif size == 0:
+            offset = mf.file_from_offset + mf.file_size
+        elif damaged and offset in damaged:
+            offset = damaged[offset]
+        else:
+            return
+
+
+def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
+                  damaged: dict[Key, str], mended: dict[Key, int], cq_root: str, start: int, end: int,
+                  report: RecoveryReport) -> None:
+    """After a clean open's scan: queue ends against the records in [start, end) it did not describe.
+
+    A queue's next record is put back (`mended`: units lost from its end, records in this
+    tail); a record further on is a gap, and the queue is rebuilt.
+    """
+    queues = queues_now()
+    for request in _records(commitlog, start, end, damaged=dict(report.damaged)):
+        key = (request.topic, request.queue_id)
+        if key in damaged or request.sys_flag & SysFlag.TRANSACTION_MASK in _NOT_IN_QUEUE:
+            continue
+        cq = queues.get(key)
+        why = _gap(cq, request.topic, request.queue_offset, request.commit_log_offset, cq_root)
+        if why:
+            damaged[key] = why
+        elif cq is not None and request.queue_offset == cq.max_offset:
+            cq.put(request.commit_log_offset, request.size, request.tags_code, request.queue_offset)
+            mended[key] = mended.get(key, 0) + 1
+
+
+def _file_of(cq: ConsumeQueue, queue_offset: int) -> str:
+    start = queue_offset * CQ_UNIT // cq.file_size * cq.file_size
+    return f"{cq.name}/{offset_to_file_name(start)}"
+
+
+def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue) -> str | None:
+    """The first of the queue's checked units that does not point at its own record, described; or None.
+
+    Units at the very end pointing at no record are what a torn log tail leaves (the scan
+    cuts the log there): they are cut now, so the scan starts from the units that hold.
+    """
+    low, high = cq.min_offset, cq.max_offset
+    if high <= low:
+        return None
+    checked = set(range(max(low, high - TAIL_UNITS), high))
+    for mf in cq.mapped_files.files:
+        first = max(low, mf.file_from_offset // CQ_UNIT)
+        last = min(high, (mf.file_from_offset + cq.file_size) // CQ_UNIT) - 1
+        if first <= last:
+            checked.update((first, last))
+    min_log = commitlog.min_offset
+    found: list[tuple[int, tuple[int, int], tuple[str, int, int, int] | str]] = []
+    for qoff in sorted(checked):
+        unit = cq.unit_at(qoff)
+        if unit is None:
+            return f"{_file_of(cq, qoff)}: queue offset {qoff}: invalid unit"
+        offset, size, _ = unit
+        if (offset, size) == BLANK_UNIT[:2] or offset < min_log:
+            continue  # a blank before the queue's first unit, or a record that aged out
+        found.append((qoff, (offset, size), _record_at(commitlog, offset, size)))
+    cut = high
+    while found and isinstance(found[-1][2], str) and found[-1][0] == cut - 1 and cut > high - TAIL_UNITS:
+        cut = found.pop()[0]
+    if cut < high:
+        log.info("%s: units from queue offset %d point past the log's records; cut", cq.name, cut)
+        cq.cut(cut)
+    for qoff, (offset, size), what in found:
+        if what != (cq.topic, cq.queue_id, qoff, size):
+            return f"{_file_of(cq, qoff)}: queue offset {qoff}: unit ({offset}, {size}) points at {_describe(what)}"
+    return None
+
+
+def _record_at(commitlog: CommitLog, offset: int, size: int) -> tuple[str, int, int, int] | str:
+    """(topic, queue id, queue offset, size) of the record at `offset`, or why there is none."""
+    mf = commitlog.mapped_files.find(offset)
+    if mf is None:
+        return "no commit-log segment"
+    found, request = check_record(mf.mm, offset - mf.file_from_offset, mf.file_size, False)
+    if found <= 0 or request is None:
+        return "no record"
+    return request.topic, request.queue_id, request.queue_offset, found
+
+
+def _describe(what: tuple[str, int, int, int] | str) -> str:
+    if isinstance(what, str):
+        return what
+    topic, queue_id, queue_offset, size = what
+    return f"a record of {topic}/{queue_id} queue offset {queue_offset}, {size} bytes"
+
+
+def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
+                    damaged: dict[Key, str], ends: dict[Key, int], end: int,
+                    dispatch: Callable[[DispatchRequest], None], damaged_ranges: Mapping[int, int]) -> None:
+    """Rebuild the damaged queues from the log in one walk (see the module docstring)."""
+    queues = queues_now()
+    for key, why in sorted(damaged.items()):
+        cq = queues.get(key)
+        name = cq.name if cq is not None else f"consumequeue/{key[0]}/{key[1]}"
+        log.warning("%s: %s; rebuilding the queue from the commit log", name, why)
+        if cq is not None and cq.mapped_files.files:
+            _discard(cq, ends)
+    queue_ids = {queue_id for _, queue_id in damaged}
+    for request in _records(commitlog, commitlog.min_offset, end, queue_ids.__contains__, damaged_ranges):
+        if (request.topic, request.queue_id) in damaged:
+            dispatch(request)
+    queues = queues_now()
+    for key, old_end in ends.items():
+        cq = queues.get(key)
+        if cq is not None and cq.max_offset == 0 and old_end > 0:
+            cq.start_at(old_end)  # every record aged out: continue where the queue ended
 
 
 def _first_record(commitlog: CommitLog, mf: MappedFile) -> DispatchRequest | None:
@@ -315,13 +579,13 @@ def _unit_evidence(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQu
             unit = cq.unit_at(qoff)
             if unit is None or (best is not None and unit[0] >= best):
                 break
-            if unit[0] > after and _record_at(commitlog, unit[0], check_crc):
+            if unit[0] > after and _record_starts_at(commitlog, unit[0], check_crc):
                 best = unit[0]
                 break
     return best
 
 
-def _record_at(commitlog: CommitLog, offset: int, check_crc: bool) -> bool:
+def _record_starts_at(commitlog: CommitLog, offset: int, check_crc: bool) -> bool:
     """True when a valid record (or one recovery sets aside) starts at `offset` and says it lies there."""
     mf = commitlog.mapped_files.find(offset)
     if mf is None:
@@ -332,7 +596,7 @@ def _record_at(commitlog: CommitLog, offset: int, check_crc: bool) -> bool:
 
 
 def _next_record(commitlog: CommitLog, start: int, end: int, check_crc: bool) -> int | None:
-    """The first offset in [start, end) where `_record_at` holds, searching every segment there."""
+    """The first offset in [start, end) where `_record_starts_at` holds, searching every segment there."""
     for mf in commitlog.mapped_files.files:
         base = mf.file_from_offset
         if base + mf.file_size <= start or base >= end:
@@ -343,7 +607,7 @@ def _next_record(commitlog: CommitLog, start: int, end: int, check_crc: bool) ->
             pos = find_frame(mf.mm, pos, limit, mf.file_size, base, mf.next_data)
             if pos < 0:
                 break
-            if _record_at(commitlog, base + pos, check_crc):
+            if _record_starts_at(commitlog, base + pos, check_crc):
                 return base + pos
             pos += 1
     return None
@@ -356,14 +620,16 @@ def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
 
     A queue that had not reached the disk when the log was damaged lacks the units of the
     destroyed records, and the next record's queue offset lies past its end. Placeholders
-    keep queue offsets as acknowledged: the k-th points at `start + k` of the last damaged
-    range (distinct, rising, inside the range: a range holds fewer records than bytes), so
+    keep queue offsets as acknowledged: the k-th points at `start + k` of the newest damaged
+    range before the record (distinct, rising, inside the range: a range holds fewer records than bytes), so
     `_units_in` lists it in `lost_units` and reads skip it as set aside.
     """
     def dispatch_after_gap(request: DispatchRequest) -> None:
-        if report.damaged:
+        # The newest damaged range before this record (a queue rebuilt later walks past several).
+        before = [span for span in report.damaged if span[1] <= request.commit_log_offset]
+        if before:
             cq = queues_now().get((request.topic, request.queue_id))
-            start, end = report.damaged[-1]
+            start, end = before[-1]
             # Placeholders go after the queue's last unit (it may point into the range too).
             low = max(start, cq.max_physic_offset) if cq is not None else end
             missing = request.queue_offset - cq.max_offset if cq is not None else 0

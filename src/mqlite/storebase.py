@@ -32,13 +32,16 @@ __all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter"
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024  # DefaultMessageStore: a batch never exceeds this
 _FILTER_SCAN_BYTES = 16000
 _MAGICS = (BLANK.pack(0, MAGIC_V1)[4:], BLANK.pack(0, MAGIC_V2)[4:])
+# TOTALSIZE, MAGICCODE, (BODYCRC), QUEUEID, (FLAG), QUEUEOFFSET: what ties a record to its unit.
+_RECORD_KEY = struct.Struct(">i4s4xi4xq")
 _BODY_LEN = struct.Struct(">i")
 _BODY_LEN_POS = HEADER.size - _BODY_LEN.size  # 84 with IPv4 hosts
 _BODY_POS = HEADER.size
 _SYSFLAG_LOW = 39  # last byte of the big-endian SYSFLAG int at 36
 _SLOW_BODY_FLAGS = SysFlag.COMPRESSED | SysFlag.BORNHOST_V6 | SysFlag.STOREHOSTADDRESS_V6
-log = logging.getLogger("mqlite")
 _new_object = object.__new__  # maxFilterMessageSize: CQ bytes scanned per filtered pull
+
+log = logging.getLogger("mqlite")
 
 
 class GetMessageStatus(Enum):
@@ -272,8 +275,15 @@ class StoreFiles:
         cls = StoredMessage
         find = self.commitlog.mapped_files.find
         unpack_len = _BODY_LEN.unpack_from
+        unpack_key = _RECORD_KEY.unpack_from
+        key_size = _RECORD_KEY.size
+        queue_id = cq.queue_id
+        own = not cq.is_light  # a light message queue's units point at other queues' records
+        min_log = self.commitlog.min_offset
         qoff = offset
         removed = 0
+        bad: list[int] = []
+        aside: list[int] = []
         total_bytes = 0
         mf = None
         mm = None
@@ -285,20 +295,26 @@ class StoreFiles:
             if not data:
                 break
             for phys, size, _ in CQ_UNIT_STRUCT.iter_unpack(data):
-                if phys < 0 or size <= 0:
-                    stop = qoff  # a reader ran into units not yet written
-                    break
                 if not start <= phys < end:
-                    mf = find(phys)
+                    mf = find(phys) if phys >= 0 else None
                     if mf is None:
                         mm, start, end = None, 0, 0
                     else:
                         mm, start, end = mf.mm, mf.file_from_offset, mf.file_from_offset + mf.file_size
-                raw = mm[phys - start : phys - start + size] if mm is not None else b""
-                if len(raw) != size or raw[4:8] not in _MAGICS or (set_aside and phys in set_aside):
-                    if set_aside and phys in set_aside:
-                        log.warning("%s/%d: skipping queue offset %d; recovery set its record (commit-log offset "
-                                    "%d) aside for a wrong body CRC", cq.topic, cq.queue_id, qoff, phys)
+                raw = mm[phys - start : phys - start + size] if mm is not None and size > 0 else b""
+                # The unit must point at its own record (units below max offset are all written,
+                # so anything else is damage, or a record retention deleted): skip it, never stall.
+                if len(raw) == size >= key_size:
+                    total, magic, record_qid, record_qoff = unpack_key(raw)
+                    good = total == size and magic in _MAGICS and (
+                        (record_qoff == qoff and record_qid == queue_id) or not own)
+                else:
+                    good = False
+                if not good or (set_aside and phys in set_aside):
+                    if good:
+                        aside.append(qoff)
+                    elif mm is not None or phys >= min_log or size <= 0:
+                        bad.append(qoff)
                     qoff += 1
                     removed += 1
                     continue
@@ -316,6 +332,10 @@ class StoreFiles:
                 if total_bytes >= MAX_PULL_MSG_SIZE:
                     stop = qoff
                     break
+        if bad:
+            _log_bad_units(cq, bad)
+        if aside:
+            _log_set_aside_units(cq, aside)
         if messages:
             status = GetMessageStatus.FOUND
         elif removed:
@@ -329,17 +349,36 @@ class StoreFiles:
         messages: list[MessageExt] = []
         scan_limit = max(_FILTER_SCAN_BYTES // CQ_UNIT, max_count)
         qoff = offset
-        read = self.commitlog.read_message
-        for qoff_, phys, size, code in cq.iter_units(offset, min(high, offset + scan_limit)):
-            qoff = qoff_ + 1
-            if not message_filter.is_matched_by_consume_queue(code):
-                continue
-            msg = read(phys, size, self.broker_name)
-            if msg is None or not message_filter.is_matched_by_commit_log(msg):
-                continue
-            messages.append(msg)
-            if len(messages) >= max_count:
+        read = self.commitlog.read
+        min_log = self.commitlog.min_offset
+        bad: list[int] = []
+        stop = min(high, offset + scan_limit)
+        while qoff < stop:
+            data = cq.read_units(qoff, stop - qoff)
+            if not data:
                 break
+            done = False
+            for phys, size, code in CQ_UNIT_STRUCT.iter_unpack(data):
+                qoff += 1
+                if phys >= 0 and size > 0 and not message_filter.is_matched_by_consume_queue(code):
+                    continue
+                raw = read(phys, size) if phys >= 0 and size > 0 else None
+                if raw is None or len(raw) < _RECORD_KEY.size or (
+                        _RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1) and not cq.is_light):
+                    if raw is not None or phys >= min_log or size <= 0:
+                        bad.append(qoff - 1)  # skipped like a filtered-out message: never stall on it
+                    continue
+                msg = StoredMessage(raw, self.broker_name)
+                if not message_filter.is_matched_by_commit_log(msg):
+                    continue
+                messages.append(msg)
+                if len(messages) >= max_count:
+                    done = True
+                    break
+            if done:
+                break
+        if bad:
+            _log_bad_units(cq, bad)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, qoff, low, high, messages)
 
@@ -388,6 +427,20 @@ class StoreFiles:
             cq.close()
         self.index.close()
         self.checkpoint.close()
+
+
+def _log_bad_units(cq: ConsumeQueue, bad: list[int]) -> None:
+    """One error line per read for the damaged units it skipped (`mqlite verify` names the cause)."""
+    log.error("%s: %d unit(s) from queue offset %d do not point at their records (damaged consume queue); "
+              "skipped them. Run `mqlite verify` on the store; reopening it rebuilds a queue whose damage "
+              "open detects (deleting the damaged file makes it so)", cq.name, len(bad), bad[0])
+
+
+def _log_set_aside_units(cq: ConsumeQueue, aside: list[int]) -> None:
+    """One warning per read for the units whose records recovery set aside (a wrong body CRC, or
+    bytes a damaged range destroyed: `config/setAside.json`); consumers never get those bodies."""
+    log.warning("%s: skipped %d message(s) from queue offset %d whose records recovery set aside "
+                "(damaged; `mqlite verify` names them)", cq.name, len(aside), aside[0])
 
 
 def config_for(root: str, settings: Mapping[str, Any]) -> StoreConfig:

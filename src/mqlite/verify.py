@@ -2,12 +2,19 @@
 
 Checks, in order: every commit-log record (size, magic, body CRC, stored
 physical offset = its position, BLANK records closing segments); every
-consume-queue unit against the record it points to (size, topic, queue id,
-queue offset, tags code); every index file's header and hash chains. Reads
-through a `StoreReader`, so it is safe beside a live writer: units the writer
-added after the walk of the log passed their place are counted as not yet
-checked (`unchecked`), never as damaged, and the index file it is filling is
-left out (`index_skipped`).
+consume queue against the records of its queue in the log (its files: gaps,
+sizes, names; each unit: the record of its queue offset, size, tags code);
+every index file's header and hash chains. Reads through a `StoreReader`, so
+it is safe beside a live writer: units the writer added after the walk of the
+log passed their place are counted as not yet checked (`unchecked`), never as
+damaged, and the index file it is filling is left out (`index_skipped`).
+
+Findings name the root cause once and count its consequences, never one line
+per unit: `consumequeue/T/0/00000000000000000000: 2000 bytes short (100 units
+missing); 100 messages of T/0 unreachable`. A record whose frame is whole but
+whose body CRC fails is one finding (recovery sets such a record aside and
+keeps the records after it); a broken record ends the walk of its segment, and
+units pointing past it are counted in that finding.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .commitlog import check_record, default_tags_code
+from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, LMQ_PREFIX, file_problems, queue_files
+from .mappedfile import offset_to_file_name
+from .message import SysFlag
 from .reader import StoreReader
 from .store import writer_alive
 
@@ -25,6 +35,11 @@ __all__ = ["verify_store", "VerifyReport"]
 _MAX_EXAMPLES = 20
 #: Topics whose units hold due times instead of tag hashes (the broker's delay topics).
 _DUE_TIME_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"})
+#: Records that get no consume-queue unit (RocketMQ's CommitLogDispatcherBuildConsumeQueue).
+_NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
+_UNIT = CQ_UNIT_STRUCT.size
+#: {commit-log offset: (size, topic, queue id, queue offset, tags code, sys flag)}
+Records = dict[int, tuple[int, str, int, int, int, int]]
 
 
 @dataclass
@@ -93,8 +108,10 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
         return report
     live = writer_alive(path)
     with reader:
-        records = _verify_commitlog(reader, report, progress, live)
-        _verify_queues(reader, report, records, live)
+        walk = _verify_commitlog(reader, report, progress, live)
+        _verify_queues(reader, report, walk, live)
+        for damage in walk.damages:
+            report.add(damage.finding())
         files = reader.index.files
         for index_file in files:
             report.index_files += 1
@@ -108,17 +125,42 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
     return report
 
 
+@dataclass
+class _LogDamage:
+    """A broken record: the walk of its segment stopped there; units pointing past it are its consequence."""
+
+    text: str
+    start: int
+    end: int
+    units: int = 0
+
+    def finding(self) -> str:
+        if not self.units:
+            return self.text
+        return f"{self.text}; {self.units} consume-queue units point past it (their messages unreachable)"
+
+
+@dataclass
+class _LogWalk:
+    records: Records = field(default_factory=dict)
+    set_aside: set[int] = field(default_factory=set)
+    damages: list[_LogDamage] = field(default_factory=list)
+
+    def damage_at(self, offset: int) -> _LogDamage | None:
+        return next((d for d in self.damages if d.start <= offset < d.end), None)
+
+
 def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Callable[[int, int], None] | None,
-                      live: bool) -> dict[int, tuple[int, str, int, int, int]]:
-    """Walk the log; returns {offset: (size, topic, queue_id, queue_offset, tags_code)}.
+                      live: bool) -> _LogWalk:
+    """Walk the log: its records, the records set aside for a body CRC mismatch, the broken ones.
 
     Beside a live writer the walk stops where the consume queues confirmed records when the
     reader opened (`StoreReader` marks it): past it, a record may be half copied.
     """
     files = reader.commitlog.mapped_files.files
-    records: dict[int, tuple[int, str, int, int, int]] = {}
+    walk = _LogWalk()
     if not files:
-        return records
+        return walk
     total = files[-1].file_from_offset + files[-1].file_size - files[0].file_from_offset
     for index, mf in enumerate(files):
         pos = 0
@@ -129,49 +171,182 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
             if size > 0 and request is not None:
                 if request.commit_log_offset != offset:
                     report.add(f"commit log: record at {offset} says its offset is {request.commit_log_offset}")
-                records[offset] = (size, request.topic, request.queue_id, request.queue_offset, request.tags_code)
+                walk.records[offset] = (size, request.topic, request.queue_id, request.queue_offset,
+                                        request.tags_code, request.sys_flag)
                 report.records += 1
                 pos += size
                 report.log_end = offset + size
                 continue
             if size == 0:
                 report.blanks += 1
-                if index == len(files) - 1:
-                    break
                 break  # the blank closes this segment
+            whole, _ = check_record(mf.mm, pos, limit, False, None, False)
+            if whole > 0:
+                # The frame is whole, the body is not what was written: recovery sets it aside.
+                report.add(f"record at commit-log offset {offset}: body CRC mismatch; set aside")
+                walk.set_aside.add(offset)
+                report.records += 1
+                pos += whole
+                report.log_end = offset + whole
+                continue
+            end = mf.file_from_offset + mf.file_size
             if any(mf.mm[pos : pos + 8]):
-                report.add(f"commit log: damaged record at offset {offset} (segment {os.path.basename(mf.path)})")
+                walk.damages.append(_LogDamage(
+                    f"commit log: damaged record at offset {offset} (segment {os.path.basename(mf.path)})",
+                    offset, end))
             elif any(any(later.mm[:8]) for later in files[index + 1 :]):
                 # Zeros are the end of the log only if no later segment holds data (a broker
                 # pre-allocates the next, empty segment).
-                report.add(f"commit log: segment {os.path.basename(mf.path)} ends at {offset} without a BLANK record")
+                walk.damages.append(_LogDamage(
+                    f"commit log: segment {os.path.basename(mf.path)} ends at {offset} without a BLANK record",
+                    offset, end))
             break
         if progress:
             progress(mf.file_from_offset + mf.file_size - files[0].file_from_offset, total)
-    return records
+    return walk
 
 
-def _verify_queues(reader: StoreReader, report: VerifyReport,
-                   records: dict[int, tuple[int, str, int, int, int]], writer_alive: bool) -> None:
-    min_log = reader.commitlog.min_offset
-    for (topic, queue_id), cq in sorted(reader.consume_queues.items()):
+def _verify_queues(reader: StoreReader, report: VerifyReport, walk: _LogWalk, live: bool) -> None:
+    """Every queue on disk or in the log against the log's records of it (see the module docstring)."""
+    expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
+    for offset, (size, topic, queue_id, queue_offset, code, sys_flag) in walk.records.items():
+        if sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
+            expected.setdefault((topic, queue_id), {})[queue_offset] = (offset, size, code)
+    root = os.path.join(reader.root, "consumequeue")
+    on_disk = {(topic, int(qid)) for topic in _listdir(root) for qid in _listdir(os.path.join(root, topic))
+               if qid.isdigit() and os.path.isdir(os.path.join(root, topic, qid))}
+    for key in sorted(on_disk | expected.keys()):
         report.queues += 1
-        for qoff, offset, size, code in cq.iter_units(cq.min_offset, cq.max_offset):
-            report.units += 1
-            if size == 2**31 - 1 and offset == 0:
-                continue  # pre-filled blank unit
-            where = f"consume queue {topic}/{queue_id} offset {qoff}"
-            record = records.get(offset)
-            if record is None:
-                if writer_alive and offset >= report.log_end:
-                    report.unchecked += 1  # the writer stored it after the walk passed
-                    continue
-                if offset >= min_log:
-                    report.add(f"{where}: points to {offset}, where no record starts")
+        _QueueCheck(reader, report, walk, live, key, expected.get(key, {})).run(os.path.join(root, key[0], str(key[1])))
+
+
+class _QueueCheck:
+    """One queue's files and units against the log; adds one finding per damaged file."""
+
+    def __init__(self, reader: StoreReader, report: VerifyReport, walk: _LogWalk, live: bool, key: tuple[str, int],
+                 expected: dict[int, tuple[int, int, int]]) -> None:
+        self.report = report
+        self.walk = walk
+        self.live = live
+        self.topic, self.queue_id = key
+        self.name = f"consumequeue/{self.topic}/{self.queue_id}"
+        self.light = self.topic.startswith(LMQ_PREFIX)
+        self.expected = expected
+        self.file_size = reader.config.consumequeue_file_size
+        self.min_log = reader.commitlog.min_offset
+        self.matched: set[int] = set()  # queue offsets whose unit points at their record
+        self.kinds: dict[int, dict[str, list[int]]] = {}  # file start -> kind -> queue offsets
+
+    def run(self, directory: str) -> None:
+        if not os.path.isdir(directory):
+            self._add(None, ["missing"], len(self.expected))
+            return
+        files = queue_files(directory)
+        problems: dict[str, list[str]] = {}
+        for name, what in file_problems(directory, self.file_size):
+            problems.setdefault(name, []).append(what)
+        for start, size in files:
+            if start % self.file_size == 0:
+                self._check_file(directory, start, min(size, self.file_size))
+        # Messages whose unit is not right, attributed to the file their unit belongs in.
+        lost: dict[int, int] = {}
+        for queue_offset in self.expected.keys() - self.matched:
+            file_start = queue_offset * _UNIT // self.file_size * self.file_size
+            lost[file_start] = lost.get(file_start, 0) + 1
+        existing = {start for start, _ in files}
+        last_end = max(existing) + self.file_size if existing else 0
+        past_end = sum(n for start, n in lost.items() if start >= last_end)
+        gap_of = self._gaps(sorted(existing))
+        findings: dict[str, tuple[list[str], int]] = {}
+        for start in sorted(existing | set(lost) | set(self.kinds)):
+            if start >= last_end:
                 continue
-            r_size, r_topic, r_qid, r_qoff, r_code = record
-            if (r_size, r_topic, r_qid, r_qoff) != (size, topic, queue_id, qoff):
-                report.add(f"{where}: unit ({offset}, {size}) does not match the record "
-                           f"({r_topic}/{r_qid} offset {r_qoff}, {r_size} bytes)")
-            elif r_code != code and topic not in _DUE_TIME_TOPICS:
-                report.add(f"{where}: tags code {code} but the record's TAGS hash to {r_code}")
+            name = offset_to_file_name(gap_of.get(start, start))
+            parts, count = findings[name] if name in findings else (problems.pop(name, []), 0)
+            findings[name] = (parts + self._describe(start), count + lost.get(start, 0))
+        for name, (parts, count) in findings.items():
+            if parts or count:
+                self._add(name, parts or ["units missing"], count)
+        for name, parts in problems.items():
+            self._add(name, parts, 0)
+        if past_end:
+            first = min(q for q in self.expected.keys() - self.matched if q * _UNIT >= last_end)
+            self._add(offset_to_file_name(last_end), [f"missing (the commit log holds records of queue offsets "
+                                                      f"{first} to {max(self.expected)})"], past_end)
+
+    def _gaps(self, existing: list[int]) -> dict[int, int]:
+        """{missing file start: first start of its gap}, so a gap of several files is one finding."""
+        gap_of: dict[int, int] = {}
+        for before, after in zip(existing, existing[1:]):
+            for start in range(before + self.file_size, after, self.file_size):
+                gap_of[start] = before + self.file_size
+        return gap_of
+
+    def _check_file(self, directory: str, start: int, size: int) -> None:
+        with open(os.path.join(directory, offset_to_file_name(start)), "rb") as f:
+            data = f.read(size - size % _UNIT)
+        kinds: dict[str, list[int]] = {}
+        expected, matched, walk = self.expected, self.matched, self.walk
+        first = start // _UNIT
+        for i, (offset, size_, code) in enumerate(CQ_UNIT_STRUCT.iter_unpack(data)):
+            queue_offset = first + i
+            record = expected.get(queue_offset)
+            if offset == 0 and size_ == 0 and code == 0:
+                if record is not None:
+                    kinds.setdefault("zeroed", []).append(queue_offset)
+                continue  # zeros past the end: not written yet
+            self.report.units += 1
+            if record is not None and (offset, size_) == record[:2]:
+                matched.add(queue_offset)
+                if code != record[2] and self.topic not in _DUE_TIME_TOPICS:
+                    kinds.setdefault("tags", []).append(queue_offset)
+                continue
+            if (offset, size_) == BLANK_UNIT[:2] and record is None:
+                continue  # a blank before the queue's first unit
+            if offset < 0 or size_ <= 0:
+                kinds.setdefault("invalid", []).append(queue_offset)
+                continue
+            if record is None:
+                if self.light and offset in walk.records:
+                    continue  # a light message queue's unit: another queue's record
+                if offset < self.min_log or offset in walk.set_aside:
+                    continue  # aged out of the log, or a record set aside (reported once, as such)
+                if self.live and offset >= self.report.log_end:
+                    self.report.unchecked += 1  # the writer stored it after the walk passed
+                    continue
+                damage = walk.damage_at(offset)
+                if damage is not None:
+                    damage.units += 1
+                    continue
+            kinds.setdefault("wrong", []).append(queue_offset)
+        if kinds:
+            self.kinds[start] = kinds
+
+    def _describe(self, start: int) -> list[str]:
+        texts = {"zeroed": "zeroed", "invalid": "invalid (negative offset or size)",
+                 "wrong": "pointing at no record of this queue offset",
+                 "tags": "with a tags code the record's TAGS do not hash to"}
+        return [f"{_span(offsets)} {texts[kind]}" for kind, offsets in self.kinds.get(start, {}).items()]
+
+    def _add(self, file_name: str | None, parts: list[str], unreachable: int) -> None:
+        where = self.name if file_name is None else f"{self.name}/{file_name}"
+        text = f"{where}: {'; '.join(parts)}"
+        if unreachable:
+            text += f"; {unreachable} messages of {self.topic}/{self.queue_id} unreachable"
+        self.report.add(text)
+
+
+def _span(offsets: list[int]) -> str:
+    """`unit at queue offset 5`, `units at queue offsets 100-199`, `12 units from queue offset 17`."""
+    if len(offsets) == 1:
+        return f"unit at queue offset {offsets[0]}"
+    if offsets[-1] - offsets[0] == len(offsets) - 1:
+        return f"units at queue offsets {offsets[0]}-{offsets[-1]}"
+    return f"{len(offsets)} units from queue offset {offsets[0]}"
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
