@@ -62,7 +62,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 
 from .commitlog import BLANK, CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
 from .config import CQ_UNIT, read_json, write_json_atomic
@@ -157,14 +157,11 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     report.start_offset = start
     cq_root = os.path.join(os.path.dirname(commitlog.mapped_files.directory), "consumequeue")
     # Placeholders for records a damaged range destroyed go in first, so the guard sees no gap there.
-    guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root), queues_now, report)
+    guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root), queues_now, report, skip=damaged)
     process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, guarded, set_aside, report,
                            lambda at: _resync(commitlog, queues_now(), at, check_crc))
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
-    for damaged_start, damaged_end in report.damaged:
-        for cq in queues.values():
-            report.lost_units += _units_in(cq, damaged_start, damaged_end)
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
         for cq in queues.values():
             cq.truncate_dirty(process_offset)
@@ -185,6 +182,10 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
                         _filling_gaps(dispatch, queues_now, report), dict(report.damaged))
         report.queues_repaired.update(
             {f"consumequeue/{topic}/{qid}": f"{why}; rebuilt" for (topic, qid), why in damaged.items()})
+    # After the rebuild: a rebuilt queue's placeholders for destroyed records are lost units too.
+    for damaged_start, damaged_end in report.damaged:
+        for cq in queues_now().values():
+            report.lost_units += _units_in(cq, damaged_start, damaged_end)
     _rebuild_queue_table(commitlog, queues_now())
     return report
 
@@ -333,14 +334,15 @@ def _tail_damage(commitlog: CommitLog, cq: ConsumeQueue) -> str | None:
         if first <= last:
             checked.update((first, last))
     min_log = commitlog.min_offset
+    known_lost = commitlog.set_aside  # units an earlier recovery set aside (reads skip them): not new damage
     found: list[tuple[int, tuple[int, int], tuple[str, int, int, int] | str]] = []
     for qoff in sorted(checked):
         unit = cq.unit_at(qoff)
         if unit is None:
             return f"{_file_of(cq, qoff)}: queue offset {qoff}: invalid unit"
         offset, size, _ = unit
-        if (offset, size) == BLANK_UNIT[:2] or offset < min_log:
-            continue  # a blank before the queue's first unit, or a record that aged out
+        if (offset, size) == BLANK_UNIT[:2] or offset < min_log or offset in known_lost:
+            continue  # a blank before the queue's first unit, a record that aged out, or one set aside
         found.append((qoff, (offset, size), _record_at(commitlog, offset, size)))
     cut = high
     while found and isinstance(found[-1][2], str) and found[-1][0] == cut - 1 and cut > high - TAIL_UNITS:
@@ -615,7 +617,7 @@ def _next_record(commitlog: CommitLog, start: int, end: int, check_crc: bool) ->
 
 def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
                   queues_now: Callable[[], dict[tuple[str, int], ConsumeQueue]],
-                  report: RecoveryReport) -> Callable[[DispatchRequest], None]:
+                  report: RecoveryReport, skip: Container[Key] = ()) -> Callable[[DispatchRequest], None]:
     """`dispatch`, first filling the units a queue lacks for records a damaged range destroyed.
 
     A queue that had not reached the disk when the log was damaged lacks the units of the
@@ -625,6 +627,9 @@ def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
     `_units_in` lists it in `lost_units` and reads skip it as set aside.
     """
     def dispatch_after_gap(request: DispatchRequest) -> None:
+        if (request.topic, request.queue_id) in skip:  # a queue to be rebuilt: its walk fills its gaps
+            dispatch(request)
+            return
         # The newest damaged range before this record (a queue rebuilt later walks past several).
         before = [span for span in report.damaged if span[1] <= request.commit_log_offset]
         if before:

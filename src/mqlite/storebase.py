@@ -311,8 +311,8 @@ class StoreFiles:
                 else:
                     good = False
                 if not good or (set_aside and phys in set_aside):
-                    if good:
-                        aside.append(qoff)
+                    if set_aside and phys in set_aside:
+                        aside.append(qoff)  # recovery set it aside: known, reported, never handed out
                     elif mm is not None or phys >= min_log or size <= 0:
                         bad.append(qoff)
                     qoff += 1
