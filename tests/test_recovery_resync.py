@@ -20,6 +20,7 @@ import pytest
 
 import mqlite
 import mqlite.recovery
+import mqlite.verify
 from mqlite.clock import ManualClock
 from mqlite.commitlog import BLANK_MAGIC, PutResult, find_frame, framed_at
 from mqlite.errors import StoreCorruptedError
@@ -305,3 +306,30 @@ def test_a_store_without_a_recorded_head_keeps_rocketmqs_behaviour(tmp_path: Pat
     with _open(root) as store:
         assert store.recovery.lost_segments == []
     assert mqlite.recovery.load_log_head(str(root)) == (SEGMENT, [])  # recorded from now on
+
+
+def test_verify_names_a_lost_oldest_segment_before_and_after_the_open(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _fill(root)
+    (root / "commitlog" / offset_to_file_name(0)).unlink()
+    before = mqlite.verify.verify_store(str(root))
+    assert any(f"[0, {SEGMENT}) are missing but never expired" in p for p in before.problems), before.problems
+    with _open(root):
+        pass
+    after = mqlite.verify.verify_store(str(root))  # the loss is recorded: still reported
+    assert any(f"[0, {SEGMENT}) are missing but never expired" in p for p in after.problems), after.problems
+
+
+def test_verify_reports_a_damaged_range_once_with_its_lost_units(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    results = _fill(root)
+    _write(root, SEGMENT, bytes(SEGMENT))  # the whole second segment zeroed
+    _create_abort(root)
+    with _open(root) as store:
+        assert store.recovery.damaged == [(SEGMENT, 2 * SEGMENT)]
+    report = mqlite.verify.verify_store(str(root))
+    ranges = [p for p in report.problems if f"bytes [{SEGMENT}, {2 * SEGMENT}) are damaged" in p]
+    destroyed = len(_overlapping(results, SEGMENT, 2 * SEGMENT))
+    assert len(ranges) == 1 and f"{destroyed} consume-queue units point past it" in ranges[0], report.problems
+    # The records after the range were walked: the log's end is the real end, not the damage.
+    assert report.log_end == results[-1].commit_log_offset + results[-1].wrote_bytes

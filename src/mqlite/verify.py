@@ -27,7 +27,9 @@ from .commitlog import check_record, default_tags_code
 from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, LMQ_PREFIX, file_problems, queue_files
 from .mappedfile import offset_to_file_name
 from .message import SysFlag
+from .errors import MQLiteError
 from .reader import StoreReader
+from .recovery import check_log_head, load_damaged
 from .store import writer_alive
 
 __all__ = ["verify_store", "VerifyReport"]
@@ -108,6 +110,7 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
         return report
     live = writer_alive(path)
     with reader:
+        _verify_log_head(reader, report)
         walk = _verify_commitlog(reader, report, progress, live)
         _verify_queues(reader, report, walk, live)
         for damage in walk.damages:
@@ -123,6 +126,19 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
             for problem in index_file.verify():
                 report.add(f"index {index_file.file_name}: {problem}")
     return report
+
+
+def _verify_log_head(reader: StoreReader, report: VerifyReport) -> None:
+    """Oldest segments that vanished without expiring (`recovery.check_log_head`; reads only)."""
+    files = reader.commitlog.mapped_files.files
+    try:
+        _, lost, new = check_log_head(reader.root, files[0].file_from_offset if files else 0)
+    except MQLiteError as exc:
+        report.add(f"config/logHead.json: {exc}")
+        return
+    for start, end in lost + ([new] if new is not None else []):
+        report.add(f"commit log: the segments holding offsets [{start}, {end}) are missing but never expired; "
+                   f"their records are lost")
 
 
 @dataclass
@@ -162,8 +178,16 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
     if not files:
         return walk
     total = files[-1].file_from_offset + files[-1].file_size - files[0].file_from_offset
+    try:
+        known = load_damaged(reader.root)  # ranges recovery resynchronised over: {start: end}
+    except MQLiteError as exc:
+        report.add(f"config/setAside.json: {exc}")
+        known = {}
+    resume = files[0].file_from_offset
     for index, mf in enumerate(files):
-        pos = 0
+        if resume >= mf.file_from_offset + mf.file_size:
+            continue  # inside a known damaged range
+        pos = max(0, resume - mf.file_from_offset)
         limit = mf.wrote_position if live and index == len(files) - 1 else mf.file_size
         while pos < limit:
             offset = mf.file_from_offset + pos
@@ -190,6 +214,15 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
                 report.log_end = offset + whole
                 continue
             end = mf.file_from_offset + mf.file_size
+            if offset in known:
+                walk.damages.append(_LogDamage(
+                    f"commit log: bytes [{offset}, {known[offset]}) are damaged; recovery stepped over them "
+                    f"and the records there are lost", offset, known[offset]))
+                resume = known[offset]
+                if resume < end:
+                    pos = resume - mf.file_from_offset
+                    continue
+                break
             if any(mf.mm[pos : pos + 8]):
                 walk.damages.append(_LogDamage(
                     f"commit log: damaged record at offset {offset} (segment {os.path.basename(mf.path)})",
