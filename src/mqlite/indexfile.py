@@ -796,6 +796,19 @@ class IndexService:
                 self._files.clear()
                 raise
 
+    def drop_from(self, position: int, why: str) -> None:
+        """Delete the loaded files from `position` on and ask for a rebuild from the end of the one
+        before (``rebuild_from``): the store found records they should cover missing (`why`). Writable mode."""
+        with self._lock:
+            self._check_open(writing=True)
+            doomed = self._files[position:]
+            del self._files[position:]
+            _log.warning("index of %s: %s; deleting %d file(s) from there, the index is rebuilt from the "
+                         "commit log", self.index_dir, why, len(doomed))
+            for f in doomed:
+                f.destroy()
+            self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
+
     def _drop_damaged(self, paths: list[str]) -> None:
         """Delete a damaged index file (``paths[0]``) and the newer ones; the index is rebuilt
         from the end of the last good file. Called by ``load`` with the lock held."""

@@ -62,17 +62,18 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 
 from .commitlog import BLANK, CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
 from .config import CQ_UNIT, read_json, write_json_atomic
 from .consumequeue import BLANK_UNIT, ConsumeQueue
+from .indexfile import IndexFile
 from .mappedfile import MappedFile, offset_to_file_name
 from .message import SysFlag
 
 __all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "TAIL_UNITS", "walk_records",
            "load_set_aside", "save_set_aside", "set_aside_path", "load_damaged",
-           "log_head_path", "load_log_head", "save_log_head", "check_log_head"]
+           "log_head_path", "load_log_head", "save_log_head", "check_log_head", "index_coverage_gap"]
 
 log = logging.getLogger("mqlite")
 
@@ -133,12 +134,15 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
                   last_exit_ok: bool, checkpoint_min_timestamp: int, check_crc: bool,
                   dispatch: Callable[[DispatchRequest], None],
                   set_aside: Callable[[DispatchRequest], None] | None = None,
-                  report: RecoveryReport | None = None) -> RecoveryReport:
+                  report: RecoveryReport | None = None,
+                  index: Callable[[DispatchRequest], None] | None = None) -> RecoveryReport:
     """Recover the log and the queues in place; `dispatch` indexes a record the queues lack.
 
     `queues_now()` returns the current queue table: dispatching may create queues.
     `set_aside` receives each record set aside (its unit keeps the queue's offsets
     contiguous; it gets no index entry); without it such records are skipped.
+    `index` indexes a record without writing its unit: the records of a queue that is
+    rebuilt after the scan are indexed in log order during it, as the index demands.
     """
     report = report or RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
@@ -157,7 +161,8 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     report.start_offset = start
     cq_root = os.path.join(os.path.dirname(commitlog.mapped_files.directory), "consumequeue")
     # Placeholders for records a damaged range destroyed go in first, so the guard sees no gap there.
-    guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root), queues_now, report, skip=damaged)
+    guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root, index), queues_now, report,
+                            skip=damaged)
     process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, guarded, set_aside, report,
                            lambda at: _resync(commitlog, queues_now(), at, check_crc))
     report.process_offset = process_offset
@@ -179,7 +184,8 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
         report.queues_repaired[f"consumequeue/{topic}/{qid}"] = why
     if damaged:
         _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset,
-                        _filling_gaps(dispatch, queues_now, report), dict(report.damaged))
+                        _filling_gaps(dispatch, queues_now, report), dict(report.damaged),
+                        lambda at: _resync_noted(commitlog, queues_now(), at, check_crc, report))
         report.queues_repaired.update(
             {f"consumequeue/{topic}/{qid}": f"{why}; rebuilt" for (topic, qid), why in damaged.items()})
     # After the rebuild: a rebuilt queue's placeholders for destroyed records are lost units too.
@@ -243,18 +249,24 @@ def _gap(cq: ConsumeQueue | None, topic: str, queue_offset: int, offset: int, cq
 
 
 def _guard(dispatch: Callable[[DispatchRequest], None], queues_now: Callable[[], dict[Key, ConsumeQueue]],
-           damaged: dict[Key, str], cq_root: str) -> Callable[[DispatchRequest], None]:
-    """`dispatch`, except records of damaged queues, or of queues they show to be damaged (rebuilt later)."""
+           damaged: dict[Key, str], cq_root: str,
+           index: Callable[[DispatchRequest], None] | None = None) -> Callable[[DispatchRequest], None]:
+    """`dispatch`, except records of damaged queues, or of queues they show to be damaged (rebuilt later):
+    those get only `index` (their units come with the rebuild)."""
 
     def guarded(request: DispatchRequest) -> None:
         key = (request.topic, request.queue_id)
         if key in damaged:
+            if index is not None:
+                index(request)
             return
         if request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE:
             why = _gap(queues_now().get(key), request.topic, request.queue_offset, request.commit_log_offset,
                        cq_root)
             if why:
                 damaged[key] = why
+                if index is not None:
+                    index(request)
                 return
         dispatch(request)
 
@@ -262,12 +274,14 @@ def _guard(dispatch: Callable[[DispatchRequest], None], queues_now: Callable[[],
 
 
 def _records(commitlog: CommitLog, start: int, end: int, wanted: Callable[[int], bool] | None = None,
-             damaged: Mapping[int, int] | None = None) -> Iterator[DispatchRequest]:
+             damaged: Mapping[int, int] | None = None,
+             resync: Callable[[int], int | None] | None = None) -> Iterator[DispatchRequest]:
     """Describe the records in [start, end) (those of a queue id `wanted` allows); a broken one ends the walk,
     except at the start of a range the scan resynchronised over (`damaged`: {start: end}), which is stepped over.
 
     The body CRC is not checked: a record set aside for a CRC mismatch keeps its queue
     offset's place (its unit exists; without it the queue's later units could not follow).
+    `resync(offset)` says where the log goes on after other damage (None: it ends there).
     """
     find = commitlog.mapped_files.find
     offset = start
@@ -288,7 +302,10 @@ def _records(commitlog: CommitLog, start: int, end: int, wanted: Callable[[int],
         elif damaged and offset in damaged:
             offset = damaged[offset]
         else:
-            return
+            resume = resync(offset) if resync is not None else None
+            if resume is None:
+                return
+            offset = resume
 
 
 def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
@@ -376,8 +393,10 @@ def _describe(what: tuple[str, int, int, int] | str) -> str:
 
 def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
                     damaged: dict[Key, str], ends: dict[Key, int], end: int,
-                    dispatch: Callable[[DispatchRequest], None], damaged_ranges: Mapping[int, int]) -> None:
-    """Rebuild the damaged queues from the log in one walk (see the module docstring)."""
+                    dispatch: Callable[[DispatchRequest], None], damaged_ranges: Mapping[int, int],
+                    resync: Callable[[int], int | None]) -> None:
+    """Rebuild the damaged queues from the log in one walk (see the module docstring); damage the
+    walk meets in older segments (a clean open re-checks only the tail) is stepped over (`resync`)."""
     queues = queues_now()
     for key, why in sorted(damaged.items()):
         cq = queues.get(key)
@@ -386,7 +405,7 @@ def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, Con
         if cq is not None and cq.mapped_files.files:
             _discard(cq, ends)
     queue_ids = {queue_id for _, queue_id in damaged}
-    for request in _records(commitlog, commitlog.min_offset, end, queue_ids.__contains__, damaged_ranges):
+    for request in _records(commitlog, commitlog.min_offset, end, queue_ids.__contains__, damaged_ranges, resync):
         if (request.topic, request.queue_id) in damaged:
             dispatch(request)
     queues = queues_now()
@@ -563,6 +582,18 @@ def _resync(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], d
     end = files[-1].file_from_offset + files[-1].file_size if bound is None else bound
     found = _next_record(commitlog, damaged_at + 1, end, check_crc)
     return found if found is not None else bound
+
+
+def _resync_noted(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], damaged_at: int,
+                  check_crc: bool, report: RecoveryReport) -> int | None:
+    """`_resync` for a walk after the scan: a damaged range found is logged and listed in the report."""
+    resume = _resync(commitlog, queues, damaged_at, check_crc)
+    if resume is not None and (damaged_at, resume) not in report.damaged:
+        log.error("commit log: bytes [%d, %d) are damaged and valid records follow them; the records in that "
+                  "range are lost, the walk goes on at %d", damaged_at, resume, resume)
+        report.damaged.append((damaged_at, resume))
+        report.damaged.sort()
+    return resume
 
 
 #: Units tried per queue for resynchronising: their records may be damaged too.
@@ -792,3 +823,44 @@ def check_log_head(root: str, first_offset: int) -> tuple[int | None, list[tuple
     if recorded is not None and first_offset > recorded:
         return recorded, lost, (recorded, first_offset)
     return recorded, lost, None
+
+
+def index_coverage_gap(commitlog: CommitLog, index_files: Sequence[IndexFile]) -> tuple[int, int, str] | None:
+    """Where the index files on disk leave records with keys unindexed: (position of the first file
+    to drop, commit-log offset from which records lack entries, what bounds the gap), or None.
+
+    Files missing before, between or after the ones on disk (deleted by hand, lost with a disk,
+    dropped after a crash) are found from the headers: a file begins at its first entry, at or
+    after the previous file's end (RocketMQ's ``endPhyOffset`` is the last indexed record
+    itself), so a keyed record in between that is not the previous file's last means entries
+    are missing; the same before the first file (from the log's start) and after the last (to
+    the log's end). A file without entries marks everything below its end as indexed. Cost: a
+    walk of the records between files, nothing when the files meet (every record mqlite's
+    producers write carries a key, so keyless stretches are short). Reads only.
+    """
+    segments = commitlog.mapped_files.files
+    if not index_files or not segments:
+        return None
+    start, first = segments[0].file_from_offset, True
+    log_end = segments[-1].file_from_offset + segments[-1].file_size
+    for position, index_file in enumerate([*index_files, None]):
+        if index_file is not None and index_file.index_count <= 1:
+            start, first = max(start, index_file.end_phy_offset), True
+            continue
+        end = index_file.begin_phy_offset if index_file is not None else log_end
+        if end > start and _keyed_record_in(commitlog, start, end, include_start=first):
+            return position, start, "the log's end" if index_file is None else f"index file {index_file.file_name}"
+        if index_file is not None:
+            start, first = max(start, index_file.end_phy_offset), False
+    return None
+
+
+def _keyed_record_in(commitlog: CommitLog, start: int, end: int, *, include_start: bool) -> bool:
+    """Whether a record in [start, end) (after the one at `start` unless `include_start`) gets index entries."""
+    for request in walk_records(commitlog, start, end, False):
+        if request.commit_log_offset == start and not include_start:
+            continue
+        if ((request.keys or request.uniq_key)
+                and request.sys_flag & SysFlag.TRANSACTION_MASK != SysFlag.TRANSACTION_ROLLBACK_TYPE):
+            return True
+    return False

@@ -36,6 +36,7 @@ from .message import SysFlag
 from .recovery import (
     RecoveryReport,
     check_log_head,
+    index_coverage_gap,
     load_damaged,
     load_log_head,
     recover_store,
@@ -212,6 +213,7 @@ class MessageStore(StoreFiles):
             # A checkpoint that cannot be trusted gets a full abnormal recovery (from the first segment).
             self.last_exit_ok = not os.path.exists(self._abort_path) and checkpoint_damage is None
             self.load_files(self.last_exit_ok)
+            self._check_index_coverage()
             report = RecoveryReport(abnormal=not self.last_exit_ok)
             report.checkpoint_damage = checkpoint_damage
             # A lost or damaged index is rebuilt after the scan, from where it ends: the scan
@@ -224,7 +226,7 @@ class MessageStore(StoreFiles):
                 checkpoint_min_timestamp=self.checkpoint.min_timestamp(),
                 check_crc=config.check_crc_on_recover,
                 dispatch=self._put_unit if rebuild_index else self._dispatch_one,
-                set_aside=self._put_unit, report=report)
+                set_aside=self._put_unit, report=report, index=None if rebuild_index else self._index_one)
             self._after_recovery(rebuild_index)
             self._check_log_head()
             # A clock behind the newest record must not make store times go backwards.
@@ -434,6 +436,17 @@ class MessageStore(StoreFiles):
         if self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
             self.index.mark_indexed_to(cut, self.commitlog.last_store_timestamp)
 
+    def _check_index_coverage(self) -> None:
+        """Index files missing before, between or after the ones on disk (deleted by hand, lost with
+        a disk, dropped after a crash) make keys unfindable: ask for a rebuild (`index_coverage_gap`)."""
+        if not self.config.message_index_enable or self.index.rebuild_from is not None:
+            return
+        gap = index_coverage_gap(self.commitlog, self.index.files)
+        if gap is not None:
+            position, start, where = gap
+            self.index.drop_from(position, f"records with keys from commit-log offset {start} up to {where} "
+                                           f"are not indexed")
+
     def _check_log_head(self) -> None:
         """Tell oldest segments that vanished from expired ones (`recovery.check_log_head`).
 
@@ -485,6 +498,10 @@ class MessageStore(StoreFiles):
     def _dispatch_one(self, request: DispatchRequest) -> None:
         """A recovered record's unit and index entries."""
         self._put_unit(request)
+        self._index_one(request)
+
+    def _index_one(self, request: DispatchRequest) -> None:
+        """A recovered record's index entries (idempotent: entries below the index's end are skipped)."""
         topic, _, offset, _, _, store_ts, _, keys, uniq, sys_flag = request
         if self.config.message_index_enable and (uniq or keys):
             self.index.build_index(topic, offset, store_ts, uniq, keys,

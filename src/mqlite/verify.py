@@ -29,7 +29,7 @@ from .mappedfile import offset_to_file_name
 from .message import SysFlag
 from .errors import MQLiteError
 from .reader import StoreReader
-from .recovery import check_log_head, load_damaged
+from .recovery import check_log_head, index_coverage_gap, load_damaged
 from .store import writer_alive
 
 __all__ = ["verify_store", "VerifyReport"]
@@ -116,6 +116,11 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
         for damage in walk.damages:
             report.add(damage.finding())
         files = reader.index.files
+        gap = index_coverage_gap(reader.commitlog, files) if not live else None
+        if gap is not None:
+            _, start, where = gap
+            report.add(f"index: records with keys from commit-log offset {start} up to {where} have no index "
+                       f"entries (index files missing); opening the store for writing rebuilds them")
         for index_file in files:
             report.index_files += 1
             if live and index_file is files[-1]:
