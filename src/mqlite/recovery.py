@@ -723,7 +723,8 @@ def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
             offset = damaged[offset]
             continue
         elif kind == _INVALID:
-            log.warning("commit log: invalid record at offset %d; the index is rebuilt up to there", offset)
+            if any(mf.mm[pos : pos + 8]):  # zeros are the log's end, not damage
+                log.warning("commit log: invalid record at offset %d; the walk stops there", offset)
             return
         offset += size
 
