@@ -23,6 +23,7 @@ from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
+from .config import JAVA_INT_MAX, check_int
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .groups import ConsumerGroups, GroupMember, QueueLocks
 from .inbox import InboxService, import_inbox
@@ -49,6 +50,7 @@ from .topics import (
     PERM_WRITE,
     TopicConfig,
     TopicTable,
+    check_group,
     check_topic,
     is_system_topic,
 )
@@ -328,6 +330,7 @@ class Broker:
                         from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
         """Commit (expose the real message) or roll back a half message (`EndTransactionProcessor`)."""
         self._writer()
+        _valid_group(producer_group)
         assert self.transactions is not None
         return self.transactions.end_transaction(half_commit_log_offset, commit, producer_group,
                                                  from_check=from_check, transaction_id=transaction_id)
@@ -364,6 +367,7 @@ class Broker:
     # -- clients ------------------------------------------------------------------------------------------------
     def register_producer(self, group: str, producer: object) -> None:
         """Record a started producer (transaction check-backs go to a live producer of the group)."""
+        _valid_group(group)
         with self._clients_lock:
             self._producers.setdefault(group, []).append(producer)
 
@@ -387,7 +391,7 @@ class Broker:
         if isinstance(target, Broker):
             target._check()
             return target
-        key = os.path.realpath(os.fspath(target))
+        key = os.path.realpath(check_store_path(target, create=False))
         with _SHARED_LOCK:
             broker = _SHARED.get(key)
             if broker is None or broker.closed:
@@ -482,6 +486,7 @@ class Broker:
         The caller owns it: it starts it and stops it on shutdown (which stores what is pending).
         """
         self._writer()
+        _valid_group(group)
         self._register_system_topic(TRACE_TOPIC)
         # A round's trace messages go in batch puts, each of which must fit one commit-log segment.
         dispatcher = TraceDispatcher(group, functools.partial(self.put_messages, TRACE_TOPIC, 0),
@@ -538,6 +543,8 @@ class Broker:
         `group` names the puller, as RocketMQ's request does.
         """
         store = self._check()
+        _valid_group(group)
+        _check_queue(mq)
         if not isinstance(max_nums, int) or max_nums < 1:
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         if not isinstance(offset, int) or isinstance(offset, bool):
@@ -565,11 +572,18 @@ class Broker:
     def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
         """Record `group`'s next offset for `mq` (persisted every 5 s and on close)."""
         offsets = self._offsets()
+        _valid_group(group)
+        _check_queue(mq)
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= _JAVA_LONG_MAX:
+            raise MQClientError(f"offset must be an int >= 0 (the next queue offset to consume), got {offset!r}")
         offsets.commit(group, mq.topic, mq.queue_id, offset, increase_only=increase_only)
 
     def query_offset(self, group: str, mq: MessageQueue) -> int:
         """`group`'s committed offset for `mq`, or -1 when it has none."""
-        return self._offsets().query(group, mq.topic, mq.queue_id)
+        offsets = self._offsets()
+        _valid_group(group)
+        _check_queue(mq)
+        return offsets.query(group, mq.topic, mq.queue_id)
 
     def offset_for_new_group(self, mq: MessageQueue) -> int:
         """What the broker answers a group with no offset for `mq`: 0 or -1 (`queryConsumerOffset`).
@@ -603,6 +617,11 @@ class Broker:
         once `max_reconsume_times` is reached or `delay_level` is negative.
         """
         store = self._writer()
+        _valid_group(group)
+        if not isinstance(msg, MessageExt):
+            raise MQClientError(f"send_message_back needs a MessageExt a consumer received, got {type(msg).__name__}")
+        check_int("delay_level", delay_level, -JAVA_INT_MAX - 1, JAVA_INT_MAX)
+        check_int("max_reconsume_times", max_reconsume_times, -1, JAVA_INT_MAX)
         try:
             original: MessageExt = store.look_message_by_offset(msg.commit_log_offset)
         except MessageNotFoundError:
@@ -624,6 +643,7 @@ class Broker:
     def register_consumer(self, group: str, member: GroupMember) -> None:
         """A consumer started: every member of `group` rebalances."""
         self._writer()
+        _valid_group(group)
         if self._closing:
             raise IllegalStateError(f"the broker at {self.path} is closing; start consumers before close()")
         self.consumer_groups.register(group, member)
@@ -635,6 +655,7 @@ class Broker:
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """Per queue the group consumes: broker offset, consumer offset, diff, owner, last store time."""
         store = self._check()
+        _valid_group(group)
         if isinstance(store, MessageStore):
             offsets = self._offsets()
             offsets.absorb_side_file()  # a Spark stream's progress, left while this broker held the store
@@ -669,8 +690,11 @@ class Broker:
         """
         store = self._writer()
         offsets = self._offsets()
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-            raise MQClientError(f"timestamp must be epoch milliseconds (int), got {timestamp!r}")
+        _valid_group(group)
+        check_topic(topic, max_length=None)
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not -1 <= timestamp <= _JAVA_LONG_MAX:
+            raise MQClientError(f"timestamp must be epoch milliseconds (an int >= 0, or -1 for the end), "
+                                f"got {timestamp!r}")
         if topic not in self.topics and topic not in store.topics():
             raise MQClientError(f"topic {topic!r} does not exist")
         table: dict[int, int] = {}
@@ -770,6 +794,42 @@ def _memory_window() -> int:
         return 1 << 30
 
 
+_JAVA_LONG_MAX = (1 << 63) - 1
+_GOOD_GROUPS: set[str] = set()  # names check_group passed (a pull checks its group without a regex)
+
+
+def _valid_group(group: str) -> None:
+    """`check_group(group)`, remembered: a consumer names its group on every pull."""
+    if type(group) is not str or group not in _GOOD_GROUPS:
+        check_group(group)
+        if len(_GOOD_GROUPS) < 10_000:
+            _GOOD_GROUPS.add(group)
+
+
+def _check_queue(mq: object) -> None:
+    if not isinstance(mq, MessageQueue) or not isinstance(mq.topic, str) or not isinstance(mq.queue_id, int):
+        raise MQClientError(f"expected an mqlite.MessageQueue (topic str, queue_id int), got {mq!r}")
+
+
+def check_store_path(path: object, *, create: bool) -> str:
+    """`path` as a str naming a store directory (made when `create` and missing); `MQClientError` for a
+    path that is no directory (a regular file, a parent that is a file) or cannot be made."""
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        raise MQClientError(f"the store path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(text, str) or not text:
+        raise MQClientError(f"the store path must be a non-empty str, got {path!r}")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise MQClientError(f"{text} is a file, not a store directory: pass a directory (new or a store's)")
+    if create:
+        try:
+            os.makedirs(text, exist_ok=True)
+        except OSError as exc:
+            raise MQClientError(f"cannot make the store directory {text}: {exc.strerror or exc}") from None
+    return text
+
+
 _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -783,9 +843,7 @@ def open(path: str, *, read_only: bool = False, clock: Clock | None = None,  # n
     Unknown or invalid settings raise `ConfigError`; see `StoreConfig` for them all.
     `clock` replaces the wall clock (tests: `mqlite.clock.ManualClock`).
     """
-    import os
-
-    path = os.fspath(path)
+    path = check_store_path(path, create=not read_only)
     if read_only:
         return Broker(StoreReader(path, **config))
     settings = config_for(path, config)

@@ -12,19 +12,31 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, MQClientError, StoreCorruptedError
 
-__all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json", "resolve_config", "store_config_path"]
+__all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json",
+           "load_json_file", "resolve_config", "store_config_path", "check_int", "check_seconds",
+           "MAX_MESSAGE_SIZE_LIMIT", "JAVA_INT_MAX"]
+
+log = logging.getLogger("mqlite")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 CQ_UNIT = 20  # ConsumeQueue unit size; consumequeue.py asserts its struct agrees
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+JAVA_INT_MAX = (1 << 31) - 1
+#: A record's TOTALSIZE is a Java int: the body and its header (properties up to 32 KiB) must fit.
+MAX_MESSAGE_SIZE_LIMIT = JAVA_INT_MAX - (1 << 16)
+#: The index file's byte size (header, slots, entries) is a Java int in RocketMQ.
+_INDEX_HEADER, _INDEX_SLOT, _INDEX_ENTRY = 40, 4, 20
 
 #: Settings that decide file sizes and layout; they cannot change after creation.
 FORMAT_SETTINGS = ("commitlog_file_size", "consumequeue_file_size", "max_hash_slot_num", "max_index_num")
@@ -48,6 +60,31 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
     if not levels:
         raise ConfigError("message_delay_level is empty; give at least one level such as '1s'")
     return tuple(levels)
+
+
+def check_int(name: str, value: Any, low: int, high: int, *,
+              error: type[MQClientError] = MQClientError) -> int:
+    """`value` if it is an int (not a bool) in [low, high]; else `error` naming the option.
+
+    >>> check_int("async_thread_nums", 0, 1, 1024)
+    Traceback (most recent call last):
+    mqlite.errors.MQClientError: async_thread_nums must be an int from 1 to 1024, got 0
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise error(f"{name} must be an int from {low} to {high}, got {value!r}")
+    return value
+
+
+def check_seconds(name: str, value: Any, *, positive: bool = False,
+                  error: type[MQClientError] = MQClientError) -> float:
+    """`value` as float seconds if it is a finite number >= 0 (> 0 with `positive`); else `error`.
+
+    NaN and infinity are refused: a wait of NaN never ends and never times out.
+    """
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            or value < 0 or (positive and value == 0)):
+        raise error(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -104,30 +141,45 @@ class StoreConfig:
                 raise ConfigError(f"{field.name} must be {field.type}, got {value!r}")
         if self.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ConfigError(f"flush_disk_type is {self.flush_disk_type!r}; use 'ASYNC_FLUSH' or 'SYNC_FLUSH'")
-        self._check_min("commitlog_file_size", 4096)
-        self._check_min("consumequeue_file_size", 1)
-        self._check_min("max_message_size", 1)
-        self._check_min("max_hash_slot_num", 1)
-        self._check_min("max_index_num", 2)
-        self._check_min("max_msgs_num_batch", 1)
-        self._check_min("default_topic_queue_nums", 1)
-        self._check_min("transaction_check_max", 1)
+        # Sizes and positions are Java ints in RocketMQ's files (mappedFileSize, TOTALSIZE, index positions).
+        for name, low, high in (("commitlog_file_size", 4096, JAVA_INT_MAX),
+                                ("consumequeue_file_size", 1, JAVA_INT_MAX - CQ_UNIT),  # rounded up to whole units
+                                ("max_message_size", 1, MAX_MESSAGE_SIZE_LIMIT),
+                                ("max_hash_slot_num", 1, JAVA_INT_MAX),
+                                ("max_index_num", 2, JAVA_INT_MAX),  # entry 0 is never used
+                                ("max_msgs_num_batch", 1, JAVA_INT_MAX),
+                                ("default_topic_queue_nums", 1, 1024),
+                                ("transaction_check_max", 1, JAVA_INT_MAX),
+                                ("disk_max_used_space_ratio", 1, 100),  # percent
+                                ("delete_file_batch_max", 1, JAVA_INT_MAX),
+                                ("flush_commitlog_least_pages", 0, JAVA_INT_MAX),
+                                ("flush_consume_queue_least_pages", 0, JAVA_INT_MAX)):
+            check_int(name, getattr(self, name), low, high, error=ConfigError)
+        index_size = (_INDEX_HEADER + self.max_hash_slot_num * _INDEX_SLOT
+                      + self.max_index_num * _INDEX_ENTRY)
+        if index_size > JAVA_INT_MAX:
+            raise ConfigError(f"an index file of max_hash_slot_num={self.max_hash_slot_num} and max_index_num="
+                              f"{self.max_index_num} would be {index_size} bytes; RocketMQ's limit is "
+                              f"{JAVA_INT_MAX}: lower them")
+        for name in ("disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"):
+            ratio = getattr(self, name)
+            if not (math.isfinite(ratio) and 0 < ratio <= 1):
+                raise ConfigError(f"{name} is a fraction of the disk: a number in (0, 1], got {ratio!r}")
         for name in ("sync_flush_timeout", "flush_interval_commitlog", "clean_resource_interval",
-                     "transaction_timeout", "transaction_check_interval", "flush_interval_consume_queue"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-        if self.file_reserved_time < 0:
-            raise ConfigError(f"file_reserved_time must be >= 0 hours, got {self.file_reserved_time!r}")
+                     "transaction_timeout", "transaction_check_interval", "flush_interval_consume_queue",
+                     "flush_consumer_offset_interval", "flush_delay_offset_interval"):
+            check_seconds(name, getattr(self, name), positive=True, error=ConfigError)
+        for name in ("flush_commitlog_thorough_interval", "flush_consume_queue_thorough_interval"):
+            check_seconds(name, getattr(self, name), error=ConfigError)  # 0: every flush round is thorough
+        if not math.isfinite(self.file_reserved_time) or self.file_reserved_time < 0:
+            raise ConfigError(f"file_reserved_time must be a finite number of hours >= 0, got "
+                              f"{self.file_reserved_time!r}")
         self.delay_levels_ms  # validates the level string
         self.delete_hours  # validates delete_when
         if self.consumequeue_file_size % CQ_UNIT:
             # RocketMQ rounds the consume-queue file size up to whole units.
             size = -(-self.consumequeue_file_size // CQ_UNIT) * CQ_UNIT
             object.__setattr__(self, "consumequeue_file_size", size)
-
-    def _check_min(self, name: str, low: int) -> None:
-        if getattr(self, name) < low:
-            raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)!r}")
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:

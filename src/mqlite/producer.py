@@ -22,6 +22,7 @@ import logging
 import operator
 import os
 import random
+import re
 import threading
 import zlib
 from collections import deque
@@ -32,6 +33,7 @@ from typing import Any, Protocol, Self, cast
 from .broker import Broker
 from .clock import SYSTEM_CLOCK
 from .commitlog import PutMessageStatus, PutResult
+from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
 from .errors import IllegalStateError, MQClientError
 from .message import (
     NAME_VALUE_SEPARATOR,
@@ -50,10 +52,11 @@ from .message import (
     MessageQueue,
     SysFlag,
     UniqIdGenerator,
+    check_int32,
     encode_properties,
     java_string_hash,
 )
-from .topics import check_topic
+from .topics import check_group, check_topic
 from .trace import ProducerTracer
 
 __all__ = [
@@ -89,6 +92,8 @@ _BODY_OF = operator.attrgetter("body")
 _TOPIC_OF = operator.attrgetter("topic")
 _FLAG_OF = operator.attrgetter("flag")
 _HEAD_OF = operator.itemgetter(0)
+_INT32_MIN, _INT32_MAX = -JAVA_INT_MAX - 1, JAVA_INT_MAX
+_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
 _CHARS_OF = operator.itemgetter(1)
 
 
@@ -209,10 +214,17 @@ class Producer:
                  send_msg_timeout: float = 3.0, compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
                  default_topic_queue_nums: int = 4, async_thread_nums: int = 4,
                  max_message_size: int | None = None, trace: bool = False) -> None:
-        if not isinstance(group, str) or not group.strip():
-            raise MQClientError(f"producer group must be a non-blank string, got {group!r}")
+        check_group(group, "producer group")
         if not isinstance(trace, bool):
             raise MQClientError(f"trace must be True or False, got {trace!r}")
+        check_seconds("send_msg_timeout", send_msg_timeout, positive=True)
+        check_int("compress_msg_body_over_howmuch", compress_msg_body_over_howmuch, 0, MAX_MESSAGE_SIZE_LIMIT)
+        check_int("default_topic_queue_nums", default_topic_queue_nums, 1, 1024)
+        check_int("async_thread_nums", async_thread_nums, 1, 1024)
+        if max_message_size is not None:
+            check_int("max_message_size", max_message_size, 1, MAX_MESSAGE_SIZE_LIMIT)
+        if not isinstance(broker, (Broker, str, os.PathLike)):
+            raise MQClientError(f"broker must be a Broker or a store path, got {type(broker).__name__}")
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
@@ -362,8 +374,7 @@ class Producer:
             raise MQClientError(
                 f"message body is {len(body)} bytes; max_message_size is {limit} "
                 f"(raise it with mqlite.open(..., max_message_size=...))")
-        if not isinstance(msg.flag, int):
-            raise MQClientError(f"message flag must be an int, got {msg.flag!r}")
+        check_int32("message flag", msg.flag)
         chars = 0
         for name, value in msg.properties.items():
             if type(name) is not str or type(value) is not str or not name:
@@ -380,8 +391,8 @@ class Producer:
                 f"message properties are {encoded} bytes encoded; the limit is {_MAX_PROPERTIES_BYTES} "
                 f"(RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
         level = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level is not None and (not level.lstrip("-").isdigit() or int(level) < 0):
-            raise MQClientError(f"delay_time_level must be a non-negative int, got {level!r}")
+        if level is not None and not (_INT_TEXT.fullmatch(level) and 0 <= int(level) <= _INT32_MAX):
+            raise MQClientError(f"delay_time_level must be an int from 0 to {_INT32_MAX}, got {level!r}")
 
     # -- sending ------------------------------------------------------------------------------------------------
     def send(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,
@@ -398,7 +409,7 @@ class Producer:
             cached = self._plain_heads.get(tuple(properties.items()))
             if (cached is not None and type(body) is bytes and 0 < len(body) <= self._body_limit
                     and len(body) <= self.compress_msg_body_over_howmuch and msg.topic in self._checked_topics
-                    and type(msg.flag) is int):
+                    and type(msg.flag) is int and _INT32_MIN <= msg.flag <= _INT32_MAX):
                 return self._send_plain(msg, cached[0])
             self._validate(msg)
             cached = self._learn(msg)
@@ -562,9 +573,10 @@ class Producer:
             return None
         maps = list(map(_PROPERTIES_OF, msgs))
         bodies = list(map(_BODY_OF, msgs))
+        flags = list(map(_FLAG_OF, msgs))
         if (set(map(_TOPIC_OF, msgs)) != {topic} or set(map(type, maps)) != {dict}
                 or set(map(type, bodies)) != {bytes} or not all(bodies)
-                or set(map(type, map(_FLAG_OF, msgs))) != {int}
+                or set(map(type, flags)) != {int} or min(flags) < _INT32_MIN or max(flags) > _INT32_MAX
                 or len(set(map(dict.get, maps, itertools.repeat(PROPERTY_WAIT_STORE_MSG_OK)))) != 1):
             return None
         looked_up = list(map(self._plain_heads.get, map(tuple, map(dict.items, maps))))

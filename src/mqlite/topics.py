@@ -40,7 +40,8 @@ __all__ = [
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 MAX_TOPIC_LENGTH = 127  # Validators.TOPIC_MAX_LENGTH
 _MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: Java's `matches()` of `^[%|a-zA-Z0-9_-]+$`: always `fullmatch` (with `match`, `$` lets a trailing newline through).
+_NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 #: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create or send to by name.
@@ -74,15 +75,17 @@ def check_topic(topic: object, *, max_length: int | None = MAX_TOPIC_LENGTH) -> 
         raise MQClientError(f"topic must be a non-blank string, got {topic!r}")
     if max_length is not None and len(topic) > max_length:
         raise MQClientError(f"topic {topic[:40]!r}... is {len(topic)} characters; the limit is {max_length}")
-    if not _TOPIC_PATTERN.match(topic):
+    if not _NAME_PATTERN.fullmatch(topic):
         raise MQClientError(f"topic {topic!r} may only contain letters, digits and % | _ - (RocketMQ's rule)")
     return topic
 
 
-def check_group(group: object) -> str:
+def check_group(group: object, what: str = "consumer group") -> str:
     """`Validators.checkGroup`: a non-blank name of [%|a-zA-Z0-9_-], at most 255 characters.
 
-    Returns the group; raises `MQClientError` saying what to change.
+    Returns the group; raises `MQClientError` saying what to change (`what` names the
+    kind of group in the message). Such a name never holds a path separator or `..`
+    alone, so it is safe as a directory name too (broadcasting offsets).
 
     >>> check_group("cg-1")
     'cg-1'
@@ -91,12 +94,12 @@ def check_group(group: object) -> str:
     mqlite.errors.MQClientError: consumer group must be a non-blank string, got ''
     """
     if not isinstance(group, str) or not group.strip():
-        raise MQClientError(f"consumer group must be a non-blank string, got {group!r}")
+        raise MQClientError(f"{what} must be a non-blank string, got {group!r}")
     if len(group) > _MAX_GROUP_LENGTH:
-        raise MQClientError(f"consumer group {group[:40]!r}... is {len(group)} characters; the limit is "
+        raise MQClientError(f"{what} {group[:40]!r}... is {len(group)} characters; the limit is "
                             f"{_MAX_GROUP_LENGTH}")
-    if not _TOPIC_PATTERN.fullmatch(group):  # Java's matches(): a trailing newline is not allowed either
-        raise MQClientError(f"consumer group {group!r} may only contain letters, digits and % | _ - "
+    if not _NAME_PATTERN.fullmatch(group):
+        raise MQClientError(f"{what} {group!r} may only contain letters, digits and % | _ - "
                             "(RocketMQ's rule)")
     return group
 

@@ -16,13 +16,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from ..config import read_json, write_json_atomic
-from ..errors import IllegalStateError
+from ..errors import IllegalStateError, MQClientError
 from ..message import MessageQueue
+from ..topics import check_group
 
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path"]
+__all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path", "check_client_id"]
 
 
 class OffsetStore(Protocol):
@@ -73,10 +74,40 @@ class RemoteBrokerOffsetStore:
         """The broker keeps the group's offset for the next owner; nothing to forget."""
 
 
-def local_offsets_path(directory: str, client_id: str, group: str) -> str:
-    """`<dir>/<client_id>/<group>/offsets.json` (RocketMQ: `~/.rocketmq_offsets/<clientId>/<group>/offsets.json`)."""
-    safe = client_id.replace(os.sep, "_")
-    return os.path.join(directory, safe, group, "offsets.json")
+_MAX_CLIENT_ID_LENGTH = 255
+
+
+def check_client_id(client_id: object) -> str:
+    """A client id usable as one directory name: a non-blank str of at most 255 printable
+    characters, without a path separator, and not `.` or `..`; else `MQClientError`.
+
+    RocketMQ's ids (`ip@instanceName`, mqlite's `ip@pid#n`) pass.
+
+    >>> check_client_id("10.0.0.1@4242#0")
+    '10.0.0.1@4242#0'
+    """
+    if not isinstance(client_id, str) or not client_id.strip():
+        raise MQClientError(f"client_id must be a non-blank string, got {client_id!r}")
+    if (len(client_id) > _MAX_CLIENT_ID_LENGTH or not client_id.isprintable() or client_id in (".", "..")
+            or "/" in client_id or "\\" in client_id or (os.altsep and os.altsep in client_id)):
+        raise MQClientError(f"client_id {client_id[:64]!r} must be at most {_MAX_CLIENT_ID_LENGTH} printable "
+                            "characters without / or \\, and not . or .. (it names the directory of a "
+                            "broadcasting consumer's offsets)")
+    return client_id
+
+
+def local_offsets_path(directory: str | os.PathLike[str], client_id: str, group: str) -> str:
+    """`<dir>/<client_id>/<group>/offsets.json` (RocketMQ: `~/.rocketmq_offsets/<clientId>/<group>/offsets.json`).
+
+    The names are checked (`check_client_id`, `check_group`) and the result must lie inside
+    `directory` once resolved: no id or group ever names a file elsewhere (`MQClientError`).
+    """
+    base = os.path.realpath(os.fspath(directory))
+    path = os.path.join(base, check_client_id(client_id), check_group(group), "offsets.json")
+    if os.path.commonpath([base, os.path.realpath(path)]) != base:  # a symlink planted in the tree
+        raise MQClientError(f"the offsets file of client {client_id!r}, group {group!r} would resolve to "
+                            f"{os.path.realpath(path)}, outside {base}; remove the link under {base}")
+    return path
 
 
 class LocalFileOffsetStore:
