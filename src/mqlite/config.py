@@ -15,7 +15,8 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ConfigError, MQClientError, StoreCorruptedError
@@ -272,6 +273,76 @@ def read_json(path: str) -> Any | None:
     return None
 
 
+# fastjson (a RocketMQ broker's files) writes integer map keys bare (`{0:12}`); quoted, `json` reads them.
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def load_json_file(path: str, *, fix: str, check: Callable[[dict[str, Any]], None] | None = None,
+                   lenient: bool = False) -> dict[str, Any] | None:
+    """The JSON object in a store's config file, or in its `.bak` (RocketMQ's `ConfigManager.load`,
+    `loadBak`); None when neither exists.
+
+    A damaged file (a directory in its place, unreadable, not UTF-8, not JSON, empty, not an
+    object, or refused by `check`, which raises `ValueError` saying what is wrong) is passed
+    over for `.bak`, with a warning; when no candidate reads, `StoreCorruptedError` names each
+    file, what is wrong with it and `fix`. `lenient` also reads fastjson's bare integer keys.
+    Does I/O: one or two small reads.
+    """
+    problems: list[str] = []
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # IsADirectoryError, EACCES, EIO
+            problems.append(f"{candidate} cannot be read ({exc.strerror or exc})")
+            continue
+        try:
+            document = _parse_json(raw, lenient)
+            if not isinstance(document, dict):
+                raise ValueError(f"it holds a JSON {type(document).__name__}, not an object")
+            if check is not None:
+                check(document)
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            problems.append(f"{candidate} is damaged ({_first_line(exc)})")
+            continue
+        if problems:
+            log.warning("%s; using %s instead", "; ".join(problems), candidate)
+        elif candidate != path:
+            log.warning("%s is missing; using %s (a write was cut between its two renames)", path, candidate)
+        return document
+    if problems:
+        raise StoreCorruptedError(f"{'; '.join(problems)}: {fix}")
+    return None
+
+
+def _parse_json(raw: bytes, lenient: bool) -> Any:
+    if not raw.strip():
+        raise ValueError("the file is empty")
+    text = raw.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        if not lenient:
+            raise
+        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _check_stored_settings(document: dict[str, Any]) -> None:
+    """Stored settings must make a valid `StoreConfig` on their own (a hand edit may break one)."""
+    names = {f.name for f in dataclasses.fields(StoreConfig)}
+    try:
+        StoreConfig.from_kwargs({k: v for k, v in document.items() if k in names})
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def store_config_path(root: str) -> str:
     """Where a store keeps its settings."""
     return os.path.join(root, "config", "store.json")
@@ -285,9 +356,12 @@ def resolve_config(root: str, explicit: Mapping[str, Any], inferred: Mapping[str
     A format setting in `explicit` that differs from the stored one raises `ConfigError`.
     """
     requested = StoreConfig.from_kwargs(explicit)  # validates the caller's keywords first
-    document = read_json(store_config_path(root))
-    if isinstance(document, dict):
-        return requested.merged_with_stored(document, explicit)
+    document = load_json_file(store_config_path(root), check=_check_stored_settings,
+                              fix="delete it (and its .bak) to open with the settings you pass; the file "
+                                  "sizes are read off the store's files")
+    if document is not None:
+        # A format setting missing from the file (a hand edit) is read off the files, as without one.
+        return requested.merged_with_stored({**(inferred or {}), **document}, explicit)
     if inferred:
         # Sizes read off a broker's files are a best guess (an index file's size does
         # not say how it splits into slots and entries): explicit settings win.

@@ -30,7 +30,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
 from .config import StoreConfig, store_config_path, write_json_atomic
-from .errors import IllegalStateError, StoreLockedError
+from .errors import IllegalStateError, StoreCorruptedError, StoreLockedError
 from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
 from .recovery import RecoveryReport, recover_store
@@ -64,7 +64,12 @@ class _DirectoryLock:
         with self._held_guard:
             if self._held.get(self._key) == os.getpid():  # a pid check: a forked child inherits no lockf
                 raise _locked(root, os.getpid())
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except IsADirectoryError:
+                raise StoreCorruptedError(
+                    f"{self.path} is a directory, not the store's lock file: remove it (nothing holds a "
+                    "directory as a lock) and open the store again") from None
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -147,12 +152,29 @@ def _locked(root: str, holder: int | None) -> StoreLockedError:
         f"{root} is open for writing by {who}{same}; open it with read_only=True to read beside it", pid=holder)
 
 
-def _read_pid(fd: int) -> int | None:
+def _abort_present(path: str) -> bool:
+    """Whether the `abort` marker is there (the last writer did not close). A directory in its
+    place counts as present (recovery then checks everything) and is removed when empty, so
+    the file can be written; one with contents is refused with `StoreCorruptedError`."""
+    if not os.path.isdir(path):
+        return os.path.lexists(path)
     try:
-        text = os.pread(fd, 32, 0).decode().strip()
-        return int(text) if text.isdigit() else None
+        os.rmdir(path)
+    except OSError:
+        raise StoreCorruptedError(f"{path} is a directory with contents where the store's abort marker "
+                                  "belongs: move it away and open the store again") from None
+    log.warning("%s was a directory; removed it and recovering as after a crash", path)
+    return True
+
+
+def _read_pid(fd: int) -> int | None:
+    """The pid written in the lock file, or None when it names none (empty, a Java broker's, garbage)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
         return None
+    # ASCII digits only: garbage bytes, "²" or a huge number name no process.
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
 
 
 class MessageStore(StoreFiles):
@@ -176,7 +198,7 @@ class MessageStore(StoreFiles):
         try:
             self.on_arrival = on_arrival
             self._abort_path = os.path.join(root, "abort")
-            self.last_exit_ok = not os.path.exists(self._abort_path)
+            self.last_exit_ok = not _abort_present(self._abort_path)
             self.load_files(self.last_exit_ok)
             self.recovery: RecoveryReport = recover_store(
                 self.commitlog, lambda: self.consume_queues, last_exit_ok=self.last_exit_ok,

@@ -13,6 +13,7 @@ Also the topic-name rules of RocketMQ's client `Validators` and `TopicValidator`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import threading
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import read_json, write_json_atomic
+from .config import load_json_file, write_json_atomic
 from .errors import MQClientError
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+log = logging.getLogger("mqlite")
+
 MAX_TOPIC_LENGTH = 127  # Validators.TOPIC_MAX_LENGTH
 _MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 #: Java's `matches()` of `^[%|a-zA-Z0-9_-]+$`: always `fullmatch` (with `match`, `$` lets a trailing newline through).
@@ -104,6 +107,16 @@ def check_group(group: object, what: str = "consumer group") -> str:
     return group
 
 
+def _check_topics_document(document: dict[str, Any]) -> None:
+    """The shape `TopicTable` reads: `topicConfigTable` an object, `dataVersion.counter` an int."""
+    if not isinstance(document.get("topicConfigTable") or {}, dict):
+        raise ValueError("topicConfigTable is not an object")
+    version = document.get("dataVersion") or {}
+    counter = version.get("counter", 0) if isinstance(version, dict) else None
+    if not isinstance(counter, int) or isinstance(counter, bool):
+        raise ValueError(f"dataVersion.counter is not an int: {counter!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class TopicConfig:
     """One topic's settings (`TopicConfig`)."""
@@ -152,13 +165,17 @@ class TopicTable:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
         self._version = 0
-        document = read_json(self.path)
-        if isinstance(document, dict):
+        document = load_json_file(self.path, check=_check_topics_document,
+                                  fix="delete it (and its .bak): topics are learned back from the consume "
+                                      "queues, with 4 queues or as many as found and read-write permission")
+        if document is not None:
             for name, doc in (document.get("topicConfigTable") or {}).items():
                 try:
+                    check_topic(name, max_length=None)  # a topic names directories: never a path
                     self._topics[name] = TopicConfig.from_json(doc)
-                except (KeyError, TypeError, ValueError):
-                    continue  # a damaged entry: the queues on disk still say the topic exists
+                except (KeyError, TypeError, ValueError, AttributeError):  # MQClientError is a ValueError
+                    # The queues on disk still say the topic exists: it is learned back from them.
+                    log.warning("%s: ignoring the damaged entry of topic %r: %r", self.path, name, doc)
             self._version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
 
     # -- reads ----------------------------------------------------------------------------------------

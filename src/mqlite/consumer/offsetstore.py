@@ -10,12 +10,13 @@ every member consumes every queue: `<dir>/<client_id>/<group>/offsets.json`.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..config import read_json, write_json_atomic
+from ..config import load_json_file, write_json_atomic
 from ..errors import IllegalStateError, MQClientError
 from ..message import MessageQueue
 from ..topics import check_group
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from ..broker import Broker
 
 __all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path", "check_client_id"]
+
+log = logging.getLogger("mqlite.consumer")
 
 
 class OffsetStore(Protocol):
@@ -110,6 +113,11 @@ def local_offsets_path(directory: str | os.PathLike[str], client_id: str, group:
     return path
 
 
+def _check_rows(document: dict[str, Any]) -> None:
+    if not isinstance(document.get("offsetTable", []), list):
+        raise ValueError("offsetTable is not a list of rows")
+
+
 class LocalFileOffsetStore:
     """Broadcasting offsets of one client instance, in a JSON file written atomically."""
 
@@ -118,14 +126,16 @@ class LocalFileOffsetStore:
         self._lock = threading.Lock()
         self._table: dict[MessageQueue, int] = {}
         self._dirty = False
-        document = read_json(path)
-        rows = document.get("offsetTable") if isinstance(document, dict) else None
-        for row in rows if isinstance(rows, list) else []:
+        document = load_json_file(path, check=_check_rows,
+                                  fix="delete it (and its .bak): this consumer instance then starts where its "
+                                      "consume_from_where says")
+        for row in document.get("offsetTable", []) if document is not None else []:
             try:
                 mq = MessageQueue(str(row["topic"]), str(row["brokerName"]), int(row["queueId"]))
                 self._table[mq] = int(row["offset"])
             except (KeyError, TypeError, ValueError):
-                continue  # a damaged row costs that queue its offset, not the consumer its start
+                # A damaged row costs that queue its offset, not the consumer its start.
+                log.warning("%s: ignoring the damaged row %r", path, row)
 
     def read(self, mq: MessageQueue) -> int:
         """The stored next offset of `mq`, or -1."""
