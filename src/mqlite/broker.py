@@ -834,7 +834,7 @@ _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def open(path: str, *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open
+def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open
          **config: Any) -> Broker:
     """Open (creating if needed) the store at `path` and return its `Broker`.
 

@@ -84,7 +84,8 @@ def check_seconds(name: str, value: Any, *, positive: bool = False,
     """
     if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
             or value < 0 or (positive and value == 0)):
-        raise error(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'}, got {value!r}")
+        bound = "number of seconds > 0" if positive else "non-negative number of seconds"
+        raise error(f"{name} must be a finite {bound}, got {value!r}")
     return float(value)
 
 

@@ -524,7 +524,10 @@ class Producer:
         `WAIT` flag; the encoded batch is limited to `max_message_size`. Bodies are not compressed.
         Costs about 6 us of CPU a message for 1000 small ones under ASYNC_FLUSH (docs/benchmarks.md, 5b).
         """
-        msgs = list(msgs)
+        try:
+            msgs = list(msgs)
+        except TypeError:
+            raise MQClientError(f"send_batch takes a sequence of Message, got {type(msgs).__name__}") from None
         if not msgs:
             raise MQClientError("send_batch needs at least one message")
         first = msgs[0]
