@@ -820,8 +820,12 @@ def check_store_path(path: object, *, create: bool) -> str:
         raise MQClientError(f"the store path must be a str or os.PathLike, got {type(path).__name__}") from None
     if not isinstance(text, str) or not text:
         raise MQClientError(f"the store path must be a non-empty str, got {path!r}")
-    if os.path.exists(text) and not os.path.isdir(text):
-        raise MQClientError(f"{text} is a file, not a store directory: pass a directory (new or a store's)")
+    existing = os.path.abspath(text)  # the path, or the nearest ancestor that exists
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if os.path.lexists(existing) and not os.path.isdir(existing):
+        where = "" if existing == os.path.abspath(text) else f" ({existing} is)"
+        raise MQClientError(f"{text} is a file, not a store directory{where}: pass a directory (new or a store's)")
     if create:
         try:
             os.makedirs(text, exist_ok=True)
@@ -843,10 +847,11 @@ def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock 
     Unknown or invalid settings raise `ConfigError`; see `StoreConfig` for them all.
     `clock` replaces the wall clock (tests: `mqlite.clock.ManualClock`).
     """
-    path = check_store_path(path, create=not read_only)
+    path = check_store_path(path, create=False)
     if read_only:
         return Broker(StoreReader(path, **config))
-    settings = config_for(path, config)
+    settings = config_for(path, config)  # refused settings leave no directory behind
+    check_store_path(path, create=True)
     # The delay topics' consume queues hold due times as tags codes; recovery needs the rule too.
     store = MessageStore(path, settings, tags_code_fn=delay_tags_code(settings.delay_levels_ms),
                          clock=clock or SYSTEM_CLOCK)

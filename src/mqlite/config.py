@@ -249,6 +249,8 @@ def write_json_atomic(path: str, document: Any) -> None:
     RocketMQ's `ConfigManager.persist` keeps `<file>.bak`; loaders fall back to it.
     """
     tmp = path + ".tmp"
+    for name in (tmp, path, path + ".bak"):
+        _move_directory_aside(name)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(document, f, indent=2, sort_keys=True)
         f.flush()
@@ -261,6 +263,19 @@ def write_json_atomic(path: str, document: Any) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _move_directory_aside(path: str) -> None:
+    """A directory where a config file belongs (damage `load_json_file` read past) is renamed
+    `<path>.damaged[N]`, kept for inspection, so the file can be written again."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return
+    aside, n = path + ".damaged", 0
+    while os.path.lexists(aside):
+        n += 1
+        aside = f"{path}.damaged{n}"
+    os.replace(path, aside)
+    log.warning("%s was a directory where a file belongs; moved it to %s", path, aside)
 
 
 def read_json(path: str) -> Any | None:

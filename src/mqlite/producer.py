@@ -569,10 +569,11 @@ class Producer:
 
         Each rule is one C-level pass over the batch (`map`, `set`), not a Python loop.
         """
+        if set(map(type, msgs)) != {Message}:
+            return None
         first = msgs[0]
         topic = first.topic
-        if (type(first) is not Message or topic not in self._checked_topics or topic.startswith(_RETRY_PREFIX)
-                or set(map(type, msgs)) != {Message}):
+        if topic not in self._checked_topics or topic.startswith(_RETRY_PREFIX):
             return None
         maps = list(map(_PROPERTIES_OF, msgs))
         bodies = list(map(_BODY_OF, msgs))
