@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import struct
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
-from .config import JAVA_INT_MAX, check_int
+from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .groups import ConsumerGroups, GroupMember, QueueLocks
 from .inbox import InboxService, import_inbox
@@ -34,9 +35,11 @@ from .message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    EncodedProperties,
     MessageExt,
     MessageQueue,
     SysFlag,
+    check_properties,
     decode_offset_msg_id,
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
@@ -271,7 +274,7 @@ class Broker:
 
     def topic_config(self, topic: str) -> TopicConfig | None:
         """A topic's settings, or None."""
-        return self.topics.get(topic)
+        return self.topics.get(topic) if isinstance(topic, str) else None
 
     def fetch_publish_queues(self, topic: str, default_queue_nums: int | None = None) -> list[MessageQueue]:
         """The queues a producer may send `topic` to, creating the topic when auto-create is on."""
@@ -285,6 +288,8 @@ class Broker:
                 raise MQClientError(
                     f"topic {topic!r} does not exist and auto_create_topic is off; create it with "
                     f"broker.create_topic({topic!r}, queue_nums) or open with auto_create_topic=True")
+            if default_queue_nums is not None:
+                check_int("default_queue_nums", default_queue_nums, 1, 1024)
             nums = min(default_queue_nums or self.config.default_topic_queue_nums, self.config.default_topic_queue_nums)
             config = self.topics.create(topic, nums)
             # As create_topic: consumers already subscribed to it rebalance now, not at their next 20 s round.
@@ -316,6 +321,10 @@ class Broker:
         store = self._store
         if self._closed or not isinstance(store, MessageStore):
             store = self._writer()  # raises
+        if topic not in _GOOD_TOPICS or type(queue_id) is not int or not 0 <= queue_id <= JAVA_INT_MAX:
+            _check_put_target(topic, queue_id)  # the plain send's put costs a set look-up here, no regex
+        if properties and type(properties) is not EncodedProperties:  # a producer's plain send vouches for its own
+            check_properties(properties)
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
         elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
@@ -323,8 +332,14 @@ class Broker:
         # else: a plain message, stored as sent (the check above is _route_delay's, inlined for sends)
         if topic in _ROUTED_TOPICS:
             self._register_system_topic(topic)
-        return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                         born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+        try:
+            return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                             born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+        except (struct.error, OverflowError, TypeError) as exc:
+            # A field that does not fit the record (flag, times beyond their Java types). The header
+            # is packed last, before the write position moves: nothing was stored.
+            raise _bad_field(exc, flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp,
+                             reconsume_times=reconsume_times) from None
 
     def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
                         from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
@@ -339,8 +354,13 @@ class Broker:
                      properties: Sequence[Mapping[str, str] | None], *, flags: Sequence[int] | None = None,
                      born_timestamp: int | None = None) -> PutResult:
         """Store a batch of one queue (consecutive queue offsets, one segment)."""
-        return self._writer().put_batch(topic, queue_id, bodies, properties, flags=flags,
-                                        born_timestamp=born_timestamp)
+        store = self._writer()
+        if topic not in _GOOD_TOPICS or type(queue_id) is not int or not 0 <= queue_id <= JAVA_INT_MAX:
+            _check_put_target(topic, queue_id)
+        try:
+            return store.put_batch(topic, queue_id, bodies, properties, flags=flags, born_timestamp=born_timestamp)
+        except (struct.error, OverflowError, TypeError) as exc:
+            raise _bad_field(exc, flags=flags, born_timestamp=born_timestamp) from None
 
     def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                             key_hashes: Any = None, key_rows: Any = None) -> PutResult:
@@ -430,14 +450,18 @@ class Broker:
 
     def min_offset(self, mq: MessageQueue) -> int:
         """Smallest readable offset of the queue."""
+        _check_queue(mq)
         return self._check().min_offset(mq.topic, mq.queue_id)
 
     def max_offset(self, mq: MessageQueue) -> int:
         """Next offset to be written in the queue."""
+        _check_queue(mq)
         return self._check().max_offset(mq.topic, mq.queue_id)
 
     def search_offset(self, mq: MessageQueue, timestamp: int) -> int:
         """First offset whose message was stored at or after `timestamp` (epoch ms)."""
+        _check_queue(mq)
+        check_int("timestamp", timestamp, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
         return self._check().offset_by_time(mq.topic, mq.queue_id, timestamp)
 
     # -- messages -------------------------------------------------------------------------------------------
@@ -468,11 +492,19 @@ class Broker:
     def query_message(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
                       end: int | None = None) -> list[MessageExt]:
         """Messages of `topic` with key (or unique id) `key`, stored in [begin, end], newest first."""
-        return self._indexed().query_message(topic, key, max_num, begin, end)
+        store = self._indexed()
+        check_int("max_num", max_num, 1, JAVA_INT_MAX)
+        for name, value in (("begin", begin), ("end", end)):
+            if value is not None:
+                check_int(name, value, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
+        return store.query_message(topic, key, max_num, begin, end)
 
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
         """The message at a queue offset; `MessageNotFoundError` when absent."""
-        result = self._check().get_messages(topic, queue_id, offset, 1)
+        store = self._check()
+        check_int("queue_id", queue_id, 0, JAVA_INT_MAX)
+        check_int("offset", offset, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
+        result = store.get_messages(topic, queue_id, offset, 1)
         if not result.messages:
             raise MessageNotFoundError(
                 f"no message at {topic}/{queue_id} offset {offset} "
@@ -545,6 +577,9 @@ class Broker:
         store = self._check()
         _valid_group(group)
         _check_queue(mq)
+        check_seconds("wait", wait)
+        if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
+            raise MQClientError(f"message_filter must be a MessageFilter (a MessageSelector's), got {message_filter!r}")
         if not isinstance(max_nums, int) or max_nums < 1:
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         if not isinstance(offset, int) or isinstance(offset, bool):
@@ -594,6 +629,7 @@ class Broker:
         the start even with CONSUME_FROM_LAST_OFFSET.
         """
         store = self._check()
+        _check_queue(mq)
         if store.min_offset(mq.topic, mq.queue_id) > 0 or store.max_offset(mq.topic, mq.queue_id) == 0:
             return 0 if store.max_offset(mq.topic, mq.queue_id) == 0 else -1
         first = store.get_messages(mq.topic, mq.queue_id, 0, 1).messages
@@ -722,7 +758,7 @@ class Broker:
         """
         store = self._writer()
         clock = store.clock
-        deadline = None if timeout is None else clock.monotonic() + timeout
+        deadline = None if timeout is None else clock.monotonic() + check_seconds("timeout", timeout)
 
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - clock.monotonic())
@@ -806,32 +842,26 @@ def _valid_group(group: str) -> None:
             _GOOD_GROUPS.add(group)
 
 
+_GOOD_TOPICS: set[str] = set()  # names a put checked (as _GOOD_GROUPS)
+
+
+def _check_put_target(topic: object, queue_id: object) -> None:
+    """A topic name (RocketMQ's rule; no length limit: retry and DLQ names may be long) and a queue id."""
+    check_topic(topic, max_length=None)
+    check_int("queue_id", queue_id, 0, JAVA_INT_MAX)
+    if len(_GOOD_TOPICS) < 10_000:
+        _GOOD_TOPICS.add(topic)  # type: ignore[arg-type]
+
+
+def _bad_field(exc: Exception, **fields: object) -> MQClientError:
+    shown = ", ".join(f"{k}={v!r}" for k, v in fields.items() if v is not None)
+    return MQClientError(f"a message field does not fit the record ({exc}); flag, sys_flag and "
+                         f"reconsume_times are Java ints, born_timestamp a Java long: {shown}")
+
+
 def _check_queue(mq: object) -> None:
     if not isinstance(mq, MessageQueue) or not isinstance(mq.topic, str) or not isinstance(mq.queue_id, int):
         raise MQClientError(f"expected an mqlite.MessageQueue (topic str, queue_id int), got {mq!r}")
-
-
-def check_store_path(path: object, *, create: bool) -> str:
-    """`path` as a str naming a store directory (made when `create` and missing); `MQClientError` for a
-    path that is no directory (a regular file, a parent that is a file) or cannot be made."""
-    try:
-        text = os.fspath(path)  # type: ignore[call-overload]
-    except TypeError:
-        raise MQClientError(f"the store path must be a str or os.PathLike, got {type(path).__name__}") from None
-    if not isinstance(text, str) or not text:
-        raise MQClientError(f"the store path must be a non-empty str, got {path!r}")
-    existing = os.path.abspath(text)  # the path, or the nearest ancestor that exists
-    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
-        existing = os.path.dirname(existing)
-    if os.path.lexists(existing) and not os.path.isdir(existing):
-        where = "" if existing == os.path.abspath(text) else f" ({existing} is)"
-        raise MQClientError(f"{text} is a file, not a store directory{where}: pass a directory (new or a store's)")
-    if create:
-        try:
-            os.makedirs(text, exist_ok=True)
-        except OSError as exc:
-            raise MQClientError(f"cannot make the store directory {text}: {exc.strerror or exc}") from None
-    return text
 
 
 _SHARED: dict[str, Broker] = {}
@@ -848,6 +878,8 @@ def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock 
     `clock` replaces the wall clock (tests: `mqlite.clock.ManualClock`).
     """
     path = check_store_path(path, create=False)
+    if clock is not None and not callable(getattr(clock, "now_ms", None)):
+        raise MQClientError(f"clock must be an mqlite.clock.Clock (now_ms(), monotonic() ...), got {clock!r}")
     if read_only:
         return Broker(StoreReader(path, **config))
     settings = config_for(path, config)  # refused settings leave no directory behind

@@ -23,7 +23,7 @@ from .errors import ConfigError, MQClientError, StoreCorruptedError
 
 __all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json",
            "load_json_file", "resolve_config", "store_config_path", "check_int", "check_seconds",
-           "MAX_MESSAGE_SIZE_LIMIT", "JAVA_INT_MAX"]
+           "MAX_MESSAGE_SIZE_LIMIT", "JAVA_INT_MAX", "check_store_path"]
 
 log = logging.getLogger("mqlite")
 
@@ -357,6 +357,29 @@ def _check_stored_settings(document: dict[str, Any]) -> None:
         StoreConfig.from_kwargs({k: v for k, v in document.items() if k in names})
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
+
+
+def check_store_path(path: object, *, create: bool) -> str:
+    """`path` as a str naming a store directory (made when `create` and missing); `MQClientError` for a
+    path that is no directory (a regular file, a parent that is a file) or cannot be made."""
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        raise MQClientError(f"the store path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(text, str) or not text:
+        raise MQClientError(f"the store path must be a non-empty str, got {path!r}")
+    existing = os.path.abspath(text)  # the path, or the nearest ancestor that exists
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if os.path.lexists(existing) and not os.path.isdir(existing):
+        where = "" if existing == os.path.abspath(text) else f" ({existing} is)"
+        raise MQClientError(f"{text} is a file, not a store directory{where}: pass a directory (new or a store's)")
+    if create:
+        try:
+            os.makedirs(text, exist_ok=True)
+        except OSError as exc:
+            raise MQClientError(f"cannot make the store directory {text}: {exc.strerror or exc}") from None
+    return text
 
 
 def store_config_path(root: str) -> str:

@@ -319,6 +319,9 @@ class Producer:
     # -- hooks ------------------------------------------------------------------------------------------------
     def add_send_hook(self, before: SendHook | None = None, after: SendHook | None = None) -> None:
         """Run `before(ctx)` ahead of every send and `after(ctx)` once it completed or failed."""
+        for hook in (before, after):
+            if hook is not None and not callable(hook):
+                raise MQClientError(f"send hooks must be callables taking a SendMessageContext, got {hook!r}")
         if before is not None:
             self._before_hooks.append(before)
         if after is not None:
@@ -462,6 +465,8 @@ class Producer:
 
         Bad input raises at once, before anything is queued.
         """
+        if callback is not None and not callable(callback):
+            raise MQClientError(f"callback must be a callable taking the future, got {callback!r}")
         self._validate(msg)
         mq = self._choose(msg, queue, selector, arg)
         future = self._pool().submit(self._send, msg, mq, "ASYNC", queued=True)

@@ -29,7 +29,7 @@ import numpy as np
 from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
-from .config import StoreConfig, store_config_path, write_json_atomic
+from .config import StoreConfig, check_store_path, store_config_path, write_json_atomic
 from .errors import IllegalStateError, StoreCorruptedError, StoreLockedError
 from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
@@ -187,7 +187,7 @@ class MessageStore(StoreFiles):
 
     def __init__(self, root: str, config: StoreConfig | None = None, *, clock: Clock = SYSTEM_CLOCK,
                  tags_code_fn: TagsCodeFn | None = None, on_arrival: ArrivalListener | None = None) -> None:
-        os.makedirs(root, exist_ok=True)
+        root = check_store_path(root, create=True)
         config = config or config_for(root, {})
         self._lock = _DirectoryLock(root)
         try:
