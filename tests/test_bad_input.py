@@ -45,18 +45,22 @@ class Env:
     """One store for the whole module: a topic with messages, a running producer and consumer."""
 
     def __init__(self, root: Path) -> None:
-        self.broker = mqlite.open(str(root), **SMALL)
+        self.broker = mqlite.open(str(root), **SMALL)  # closed by close(), also when the rest fails
         self.producer = Producer(self.broker, "pg")
-        self.producer.start()
-        for i in range(3):
-            self.producer.send(Message(TOPIC, b"m%d" % i, keys=["k"]))
-        self.mq = MessageQueue(TOPIC, self.broker.broker_name, 0)
         self.consumer = LitePullConsumer(self.broker, "lg", auto_commit=False)
-        self.consumer.assign([self.mq])
-        self.consumer.start()
-        self.consumer.commit_sync({self.mq: 1})
-        self.broker.wait_idle(timeout=10)
-        self.stored = self.broker.query_message_by_offset(TOPIC, 0, 0)
+        try:
+            self.producer.start()
+            self.mq = MessageQueue(TOPIC, self.broker.broker_name, 0)
+            for i in range(3):
+                self.producer.send(Message(TOPIC, b"m%d" % i, keys=["k"]), queue=self.mq)
+            self.consumer.assign([self.mq])
+            self.consumer.start()
+            self.consumer.commit_sync({self.mq: 1})
+            self.broker.wait_idle(timeout=10)
+            self.stored = self.broker.query_message_by_offset(TOPIC, 0, 0)
+        except BaseException:
+            self.close()
+            raise
 
     def state(self) -> tuple[int, dict[str, dict[int, int]]]:
         """What a refused call must leave as it was: the commit log's end and the offset table."""
