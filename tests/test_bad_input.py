@@ -367,6 +367,7 @@ BROKER_CALLS += [
     ("send_message_back huge level", lambda e: e.broker.send_message_back("cg", e.stored, 1 << 40)),
     ("create_topic newline", lambda e: e.broker.create_topic("T2\n")),
     ("create_topic no queues", lambda e: e.broker.create_topic("T2", 0)),
+    ("create_topic str order", lambda e: e.broker.create_topic("T2", 4, order="yes")),
     ("view_message int", lambda e: e.broker.view_message(5)),
     ("fetch_publish_queues newline", lambda e: e.broker.fetch_publish_queues("T\n")),
     ("fetch_publish_queues str count", lambda e: e.broker.fetch_publish_queues("New", "4")),
@@ -518,3 +519,19 @@ def test_huge_delay_level_is_clamped_like_rocketmq(env: Env) -> None:
     result = env.producer.send(Message(TOPIC, b"later", delay_time_level=INT32_MAX))
     assert result.send_status is mqlite.SendStatus.SEND_OK
     assert os.path.isdir(os.path.join(env.broker.path, "consumequeue", "SCHEDULE_TOPIC_XXXX", "17"))
+
+
+@pytest.mark.parametrize("timeout", ["1", math.nan, -1, math.inf])
+def test_push_consumer_join_refuses_bad_timeouts(env: Env, timeout: Any) -> None:
+    consumer = PushConsumer(env.broker, "pj", listener=lambda msgs, ctx: None)
+    consumer.subscribe(TOPIC)
+    consumer.start()
+    try:
+        with pytest.raises(MQClientError, match="timeout"):
+            consumer.join(timeout)
+    finally:
+        consumer.shutdown()
+
+
+def test_is_paused_of_what_is_no_queue_is_false(env: Env) -> None:
+    assert env.consumer.is_paused([1]) is False  # type: ignore[arg-type]

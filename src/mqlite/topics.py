@@ -205,6 +205,8 @@ class TopicTable:
                 raise MQClientError(f"topic {topic!r} is a RocketMQ system topic; choose another name")
         if not isinstance(queue_nums, int) or isinstance(queue_nums, bool) or not 1 <= queue_nums <= 1024:
             raise MQClientError(f"queue_nums must be an int from 1 to 1024, got {queue_nums!r}")
+        if not isinstance(order, bool):
+            raise MQClientError(f"order must be True or False, got {order!r}")
         config = TopicConfig(topic, queue_nums, queue_nums, perm, order=order)
         with self._lock:
             if self._topics.get(topic) == config:

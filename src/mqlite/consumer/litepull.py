@@ -555,7 +555,7 @@ class LitePullConsumer(ConsumerBase):
 
     def is_paused(self, mq: MessageQueue) -> bool:
         """True between `pause([mq])` and `resume([mq])`."""
-        return mq in self._paused
+        return isinstance(mq, MessageQueue) and mq in self._paused
 
     # -- offsets ------------------------------------------------------------------------------------------
     def commit_sync(self, offsets: Mapping[MessageQueue, int] | None = None, persist: bool = True) -> None:

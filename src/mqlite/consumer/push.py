@@ -271,6 +271,8 @@ class PushConsumer(ConsumerBase):
         of this consumer, which would wait for itself.
         """
         broker = self._running()
+        if timeout is not None:
+            timeout = check_seconds("join(timeout)", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         store = broker.store
         if isinstance(store, MessageStore) and not store.wait_dispatched(timeout):
