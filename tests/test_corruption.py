@@ -397,11 +397,18 @@ def test_garbage_files_are_ignored(store: tuple[Path, list[Rec]]) -> None:
 
 
 @ABNORMAL
-def test_garbage_store_json_falls_back_to_the_files(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
+def test_garbage_config_json_is_refused_until_deleted(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
+    """Every config file and its .bak garbage: refused by name (guessing settings and offsets would move
+    consumers and flush guarantees silently); once deleted, as the error says, the files give the rest."""
     root, recs = store
     for name in os.listdir(root / "config"):
         (root / "config" / name).write_bytes(b"{not json")
     _abort(root, abnormal)
+    for read_only in (True, False):
+        with pytest.raises(mqlite.StoreCorruptedError, match="store.json is damaged.*delete it"):
+            mqlite.open(str(root), read_only=read_only)
+    for name in os.listdir(root / "config"):
+        (root / "config" / name).unlink()
     _check_reader(root, recs, None)
     _check_writer(root, recs, None)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mqlite.clock import ManualClock
+from mqlite.errors import StoreCorruptedError
 from mqlite.offsets import ConsumerOffsets, OffsetPersistService, consumer_offset_path
 
 
@@ -182,12 +183,23 @@ def test_service_persists_every_interval(tmp_path: Path) -> None:
         service.stop()
 
 
-@pytest.mark.parametrize("text", ['[1, 2]', '{"offsetTable": [1]}', '{"offsetTable": {"t@g": {"x": 1, "0": true}}}'])
-def test_odd_files_load_as_empty(tmp_path: Path, text: str) -> None:
+def test_damaged_entries_are_skipped(tmp_path: Path) -> None:
+    """A queue entry that is no offset costs that queue its offset (logged); the rest loads."""
+    path = Path(consumer_offset_path(str(tmp_path)))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"offsetTable": {"t@g": {"x": 1, "0": true, "1": 5}}}')
+    offsets = ConsumerOffsets(str(tmp_path))
+    assert (offsets.query("g", "t", 0), offsets.query("g", "t", 1)) == (-1, 5)
+
+
+@pytest.mark.parametrize("text", ['[1, 2]', '{"offsetTable": [1]}', '{"offsetTable": {"t@g": 3}}'])
+def test_a_file_of_the_wrong_shape_is_refused(tmp_path: Path, text: str) -> None:
+    """Loading it as empty would move every group to its consume_from_where silently: refused, named."""
     path = Path(consumer_offset_path(str(tmp_path)))
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    assert ConsumerOffsets(str(tmp_path)).query("g", "t", 0) == -1
+    with pytest.raises(StoreCorruptedError, match="consumerOffset.json is damaged.*delete it"):
+        ConsumerOffsets(str(tmp_path))
 
 
 # -- the side file: offsets other processes leave for the store's owner ------------------------------------

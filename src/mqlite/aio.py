@@ -123,7 +123,7 @@ async def open(path: str | os.PathLike[str], *, executor: Executor | None = None
     handoff: _Handoff[Broker] = _Handoff()
 
     def open_on_thread() -> Broker:
-        broker = open_broker(os.fspath(path), **config)
+        broker = open_broker(path, **config)  # which checks the path (MQClientError)
         if not handoff.offer(broker):
             broker.close()  # the caller was cancelled while the store opened
         return broker
@@ -139,6 +139,13 @@ async def open(path: str | os.PathLike[str], *, executor: Executor | None = None
         yield broker
     finally:
         await _run(executor, broker.close)
+
+
+def _message_list(msgs: Iterable[Message]) -> list[Message]:
+    try:
+        return list(msgs)
+    except TypeError:
+        raise MQClientError(f"send_batch takes an iterable of Message, got {type(msgs).__name__}") from None
 
 
 class Producer:
@@ -186,7 +193,7 @@ class Producer:
 
     async def send_batch(self, msgs: Iterable[Message], *, queue: MessageQueue | None = None) -> SendResult:
         """Send messages of one topic together (`Producer.send_batch`), on the executor."""
-        batch = list(msgs)
+        batch = _message_list(msgs)
         return await _run(self._executor, functools.partial(self.sync.send_batch, batch, queue=queue))
 
     async def send_oneway(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,

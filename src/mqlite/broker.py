@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import struct
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
+from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .groups import ConsumerGroups, GroupMember, QueueLocks
 from .inbox import InboxService, import_inbox
@@ -33,9 +35,11 @@ from .message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    EncodedProperties,
     MessageExt,
     MessageQueue,
     SysFlag,
+    check_properties,
     decode_offset_msg_id,
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
@@ -49,6 +53,7 @@ from .topics import (
     PERM_WRITE,
     TopicConfig,
     TopicTable,
+    check_group,
     check_topic,
     is_system_topic,
 )
@@ -283,7 +288,7 @@ class Broker:
 
     def topic_config(self, topic: str) -> TopicConfig | None:
         """A topic's settings, or None."""
-        return self.topics.get(topic)
+        return self.topics.get(topic) if isinstance(topic, str) else None
 
     def fetch_publish_queues(self, topic: str, default_queue_nums: int | None = None) -> list[MessageQueue]:
         """The queues a producer may send `topic` to, creating the topic when auto-create is on."""
@@ -297,6 +302,8 @@ class Broker:
                 raise MQClientError(
                     f"topic {topic!r} does not exist and auto_create_topic is off; create it with "
                     f"broker.create_topic({topic!r}, queue_nums) or open with auto_create_topic=True")
+            if default_queue_nums is not None:
+                check_int("default_queue_nums", default_queue_nums, 1, 1024)
             nums = min(default_queue_nums or self.config.default_topic_queue_nums, self.config.default_topic_queue_nums)
             config = self.topics.create(topic, nums)
             # As create_topic: consumers already subscribed to it rebalance now, not at their next 20 s round.
@@ -328,6 +335,10 @@ class Broker:
         store = self._store
         if self._closed or not isinstance(store, MessageStore):
             store = self._writer()  # raises
+        if topic not in _GOOD_TOPICS or type(queue_id) is not int or not 0 <= queue_id <= JAVA_INT_MAX:
+            _check_put_target(topic, queue_id)  # the plain send's put costs a set look-up here, no regex
+        if properties and type(properties) is not EncodedProperties:  # a producer's plain send vouches for its own
+            check_properties(properties)
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
         elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
@@ -335,13 +346,20 @@ class Broker:
         # else: a plain message, stored as sent (the check above is _route_delay's, inlined for sends)
         if topic in _ROUTED_TOPICS:
             self._register_system_topic(topic)
-        return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                         born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+        try:
+            return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                             born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+        except (struct.error, OverflowError, TypeError) as exc:
+            # A field that does not fit the record (flag, times beyond their Java types). The header
+            # is packed last, before the write position moves: nothing was stored.
+            raise _bad_field(exc, flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp,
+                             reconsume_times=reconsume_times) from None
 
     def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
                         from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
         """Commit (expose the real message) or roll back a half message (`EndTransactionProcessor`)."""
         self._writer()
+        _valid_group(producer_group)
         assert self.transactions is not None
         return self.transactions.end_transaction(half_commit_log_offset, commit, producer_group,
                                                  from_check=from_check, transaction_id=transaction_id)
@@ -350,8 +368,13 @@ class Broker:
                      properties: Sequence[Mapping[str, str] | None], *, flags: Sequence[int] | None = None,
                      born_timestamp: int | None = None) -> PutResult:
         """Store a batch of one queue (consecutive queue offsets, one segment)."""
-        return self._writer().put_batch(topic, queue_id, bodies, properties, flags=flags,
-                                        born_timestamp=born_timestamp)
+        store = self._writer()
+        if topic not in _GOOD_TOPICS or type(queue_id) is not int or not 0 <= queue_id <= JAVA_INT_MAX:
+            _check_put_target(topic, queue_id)
+        try:
+            return store.put_batch(topic, queue_id, bodies, properties, flags=flags, born_timestamp=born_timestamp)
+        except (struct.error, OverflowError, TypeError) as exc:
+            raise _bad_field(exc, flags=flags, born_timestamp=born_timestamp) from None
 
     def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                             key_hashes: Any = None, key_rows: Any = None) -> PutResult:
@@ -378,6 +401,7 @@ class Broker:
     # -- clients ------------------------------------------------------------------------------------------------
     def register_producer(self, group: str, producer: object) -> None:
         """Record a started producer (transaction check-backs go to a live producer of the group)."""
+        _valid_group(group)
         with self._clients_lock:
             self._producers.setdefault(group, []).append(producer)
 
@@ -401,7 +425,7 @@ class Broker:
         if isinstance(target, Broker):
             target._check()
             return target
-        key = os.path.realpath(os.fspath(target))
+        key = os.path.realpath(check_store_path(target, create=False))
         with _SHARED_LOCK:
             broker = _SHARED.get(key)
             if broker is None or broker.closed:
@@ -440,14 +464,18 @@ class Broker:
 
     def min_offset(self, mq: MessageQueue) -> int:
         """Smallest readable offset of the queue."""
+        _check_queue(mq)
         return self._check().min_offset(mq.topic, mq.queue_id)
 
     def max_offset(self, mq: MessageQueue) -> int:
         """Next offset to be written in the queue."""
+        _check_queue(mq)
         return self._check().max_offset(mq.topic, mq.queue_id)
 
     def search_offset(self, mq: MessageQueue, timestamp: int) -> int:
         """First offset whose message was stored at or after `timestamp` (epoch ms)."""
+        _check_queue(mq)
+        check_int("timestamp", timestamp, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
         return self._check().offset_by_time(mq.topic, mq.queue_id, timestamp)
 
     # -- messages -------------------------------------------------------------------------------------------
@@ -478,11 +506,19 @@ class Broker:
     def query_message(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
                       end: int | None = None) -> list[MessageExt]:
         """Messages of `topic` with key (or unique id) `key`, stored in [begin, end], newest first."""
-        return self._indexed().query_message(topic, key, max_num, begin, end)
+        store = self._indexed()
+        check_int("max_num", max_num, 1, JAVA_INT_MAX)
+        for name, value in (("begin", begin), ("end", end)):
+            if value is not None:
+                check_int(name, value, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
+        return store.query_message(topic, key, max_num, begin, end)
 
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
         """The message at a queue offset; `MessageNotFoundError` when absent."""
-        result = self._check().get_messages(topic, queue_id, offset, 1)
+        store = self._check()
+        check_int("queue_id", queue_id, 0, JAVA_INT_MAX)
+        check_int("offset", offset, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
+        result = store.get_messages(topic, queue_id, offset, 1)
         if not result.messages:
             raise MessageNotFoundError(
                 f"no message at {topic}/{queue_id} offset {offset} "
@@ -496,6 +532,7 @@ class Broker:
         The caller owns it: it starts it and stops it on shutdown (which stores what is pending).
         """
         self._writer()
+        _valid_group(group)
         self._register_system_topic(TRACE_TOPIC)
         # A round's trace messages go in batch puts, each of which must fit one commit-log segment.
         dispatcher = TraceDispatcher(group, functools.partial(self.put_messages, TRACE_TOPIC, 0),
@@ -552,6 +589,11 @@ class Broker:
         `group` names the puller, as RocketMQ's request does.
         """
         store = self._check()
+        _valid_group(group)
+        _check_queue(mq)
+        check_seconds("wait", wait)
+        if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
+            raise MQClientError(f"message_filter must be a MessageFilter (a MessageSelector's), got {message_filter!r}")
         if not isinstance(max_nums, int) or max_nums < 1:
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         if not isinstance(offset, int) or isinstance(offset, bool):
@@ -579,11 +621,18 @@ class Broker:
     def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
         """Record `group`'s next offset for `mq` (persisted every 5 s and on close)."""
         offsets = self._offsets()
+        _valid_group(group)
+        _check_queue(mq)
+        if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= _JAVA_LONG_MAX:
+            raise MQClientError(f"offset must be an int >= 0 (the next queue offset to consume), got {offset!r}")
         offsets.commit(group, mq.topic, mq.queue_id, offset, increase_only=increase_only)
 
     def query_offset(self, group: str, mq: MessageQueue) -> int:
         """`group`'s committed offset for `mq`, or -1 when it has none."""
-        return self._offsets().query(group, mq.topic, mq.queue_id)
+        offsets = self._offsets()
+        _valid_group(group)
+        _check_queue(mq)
+        return offsets.query(group, mq.topic, mq.queue_id)
 
     def offset_for_new_group(self, mq: MessageQueue) -> int:
         """What the broker answers a group with no offset for `mq`: 0 or -1 (`queryConsumerOffset`).
@@ -596,6 +645,7 @@ class Broker:
         without an offset (RocketMQ's answer would make it start at 0 instead).
         """
         store = self._check()
+        _check_queue(mq)
         if store.min_offset(mq.topic, mq.queue_id) > 0 or store.max_offset(mq.topic, mq.queue_id) == 0:
             return 0 if store.max_offset(mq.topic, mq.queue_id) == 0 else -1
         first = store.get_messages(mq.topic, mq.queue_id, 0, 1).messages
@@ -619,6 +669,11 @@ class Broker:
         once `max_reconsume_times` is reached or `delay_level` is negative.
         """
         store = self._writer()
+        _valid_group(group)
+        if not isinstance(msg, MessageExt):
+            raise MQClientError(f"send_message_back needs a MessageExt a consumer received, got {type(msg).__name__}")
+        check_int("delay_level", delay_level, -JAVA_INT_MAX - 1, JAVA_INT_MAX)
+        check_int("max_reconsume_times", max_reconsume_times, -1, JAVA_INT_MAX)
         try:
             original: MessageExt = store.look_message_by_offset(msg.commit_log_offset)
         except MessageNotFoundError:
@@ -640,6 +695,7 @@ class Broker:
     def register_consumer(self, group: str, member: GroupMember) -> None:
         """A consumer started: every member of `group` rebalances."""
         self._writer()
+        _valid_group(group)
         if self._closing:
             raise IllegalStateError(f"the broker at {self.path} is closing; start consumers before close()")
         self.consumer_groups.register(group, member)
@@ -651,6 +707,7 @@ class Broker:
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """Per queue the group consumes: broker offset, consumer offset, diff, owner, last store time."""
         store = self._check()
+        _valid_group(group)
         if isinstance(store, MessageStore):
             offsets = self._offsets()
             offsets.absorb_side_file()  # a Spark stream's progress, left while this broker held the store
@@ -685,8 +742,11 @@ class Broker:
         """
         store = self._writer()
         offsets = self._offsets()
-        if not isinstance(timestamp, int) or isinstance(timestamp, bool):
-            raise MQClientError(f"timestamp must be epoch milliseconds (int), got {timestamp!r}")
+        _valid_group(group)
+        check_topic(topic, max_length=None)
+        if not isinstance(timestamp, int) or isinstance(timestamp, bool) or not -1 <= timestamp <= _JAVA_LONG_MAX:
+            raise MQClientError(f"timestamp must be epoch milliseconds (an int >= 0, or -1 for the end), "
+                                f"got {timestamp!r}")
         if topic not in self.topics and topic not in store.topics():
             raise MQClientError(f"topic {topic!r} does not exist")
         table: dict[int, int] = {}
@@ -715,7 +775,7 @@ class Broker:
         """
         store = self._writer()
         clock = store.clock
-        deadline = None if timeout is None else clock.monotonic() + timeout
+        deadline = None if timeout is None else clock.monotonic() + check_seconds("timeout", timeout)
 
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - clock.monotonic())
@@ -792,11 +852,45 @@ def _memory_window() -> int:
         return 1 << 30
 
 
+_JAVA_LONG_MAX = (1 << 63) - 1
+_GOOD_GROUPS: set[str] = set()  # names check_group passed (a pull checks its group without a regex)
+
+
+def _valid_group(group: str) -> None:
+    """`check_group(group)`, remembered: a consumer names its group on every pull."""
+    if type(group) is not str or group not in _GOOD_GROUPS:
+        check_group(group)
+        if len(_GOOD_GROUPS) < 10_000:
+            _GOOD_GROUPS.add(group)
+
+
+_GOOD_TOPICS: set[str] = set()  # names a put checked (as _GOOD_GROUPS)
+
+
+def _check_put_target(topic: object, queue_id: object) -> None:
+    """A topic name (RocketMQ's rule; no length limit: retry and DLQ names may be long) and a queue id."""
+    check_topic(topic, max_length=None)
+    check_int("queue_id", queue_id, 0, JAVA_INT_MAX)
+    if len(_GOOD_TOPICS) < 10_000:
+        _GOOD_TOPICS.add(topic)  # type: ignore[arg-type]
+
+
+def _bad_field(exc: Exception, **fields: object) -> MQClientError:
+    shown = ", ".join(f"{k}={v!r}" for k, v in fields.items() if v is not None)
+    return MQClientError(f"a message field does not fit the record ({exc}); flag, sys_flag and "
+                         f"reconsume_times are Java ints, born_timestamp a Java long: {shown}")
+
+
+def _check_queue(mq: object) -> None:
+    if not isinstance(mq, MessageQueue) or not isinstance(mq.topic, str) or not isinstance(mq.queue_id, int):
+        raise MQClientError(f"expected an mqlite.MessageQueue (topic str, queue_id int), got {mq!r}")
+
+
 _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def open(path: str, *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open
+def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open
          **config: Any) -> Broker:
     """Open (creating if needed) the store at `path` and return its `Broker`.
 
@@ -805,12 +899,13 @@ def open(path: str, *, read_only: bool = False, clock: Clock | None = None,  # n
     Unknown or invalid settings raise `ConfigError`; see `StoreConfig` for them all.
     `clock` replaces the wall clock (tests: `mqlite.clock.ManualClock`).
     """
-    import os
-
-    path = os.fspath(path)
+    path = check_store_path(path, create=False)
+    if clock is not None and not callable(getattr(clock, "now_ms", None)):
+        raise MQClientError(f"clock must be an mqlite.clock.Clock (now_ms(), monotonic() ...), got {clock!r}")
     if read_only:
         return Broker(StoreReader(path, **config))
-    settings = config_for(path, config)
+    settings = config_for(path, config)  # refused settings leave no directory behind
+    check_store_path(path, create=True)
     # The delay topics' consume queues hold due times as tags codes; recovery needs the rule too.
     store = MessageStore(path, settings, tags_code_fn=delay_tags_code(settings.delay_levels_ms),
                          clock=clock or SYSTEM_CLOCK)

@@ -14,19 +14,32 @@ import dataclasses
 import difflib
 import errno
 import json
+import logging
+import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ConfigError, disk_full_error
+from .errors import ConfigError, MQClientError, StoreCorruptedError, disk_full_error
 
-__all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json", "resolve_config", "store_config_path"]
+__all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json",
+           "load_json_file", "resolve_config", "store_config_path", "check_int", "check_seconds",
+           "MAX_MESSAGE_SIZE_LIMIT", "JAVA_INT_MAX", "check_store_path"]
+
+log = logging.getLogger("mqlite")
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 CQ_UNIT = 20  # ConsumeQueue unit size; consumequeue.py asserts its struct agrees
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+JAVA_INT_MAX = (1 << 31) - 1
+#: A record's TOTALSIZE is a Java int: the body and its header (properties up to 32 KiB) must fit.
+MAX_MESSAGE_SIZE_LIMIT = JAVA_INT_MAX - (1 << 16)
+#: The index file's byte size (header, slots, entries) is a Java int in RocketMQ.
+_INDEX_HEADER, _INDEX_SLOT, _INDEX_ENTRY = 40, 4, 20
 
 #: Settings that decide file sizes and layout; they cannot change after creation.
 FORMAT_SETTINGS = ("commitlog_file_size", "consumequeue_file_size", "max_hash_slot_num", "max_index_num")
@@ -50,6 +63,32 @@ def parse_delay_levels(spec: str) -> tuple[int, ...]:
     if not levels:
         raise ConfigError("message_delay_level is empty; give at least one level such as '1s'")
     return tuple(levels)
+
+
+def check_int(name: str, value: Any, low: int, high: int, *,
+              error: type[MQClientError] = MQClientError) -> int:
+    """`value` if it is an int (not a bool) in [low, high]; else `error` naming the option.
+
+    >>> check_int("async_thread_nums", 0, 1, 1024)
+    Traceback (most recent call last):
+    mqlite.errors.MQClientError: async_thread_nums must be an int from 1 to 1024, got 0
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise error(f"{name} must be an int from {low} to {high}, got {value!r}")
+    return value
+
+
+def check_seconds(name: str, value: Any, *, positive: bool = False,
+                  error: type[MQClientError] = MQClientError) -> float:
+    """`value` as float seconds if it is a finite number >= 0 (> 0 with `positive`); else `error`.
+
+    NaN and infinity are refused: a wait of NaN never ends and never times out.
+    """
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            or value < 0 or (positive and value == 0)):
+        bound = "number of seconds > 0" if positive else "non-negative number of seconds"
+        raise error(f"{name} must be a finite {bound}, got {value!r}")
+    return float(value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -106,30 +145,45 @@ class StoreConfig:
                 raise ConfigError(f"{field.name} must be {field.type}, got {value!r}")
         if self.flush_disk_type not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             raise ConfigError(f"flush_disk_type is {self.flush_disk_type!r}; use 'ASYNC_FLUSH' or 'SYNC_FLUSH'")
-        self._check_min("commitlog_file_size", 4096)
-        self._check_min("consumequeue_file_size", 1)
-        self._check_min("max_message_size", 1)
-        self._check_min("max_hash_slot_num", 1)
-        self._check_min("max_index_num", 2)
-        self._check_min("max_msgs_num_batch", 1)
-        self._check_min("default_topic_queue_nums", 1)
-        self._check_min("transaction_check_max", 1)
+        # Sizes and positions are Java ints in RocketMQ's files (mappedFileSize, TOTALSIZE, index positions).
+        for name, low, high in (("commitlog_file_size", 4096, JAVA_INT_MAX),
+                                ("consumequeue_file_size", 1, JAVA_INT_MAX - CQ_UNIT),  # rounded up to whole units
+                                ("max_message_size", 1, MAX_MESSAGE_SIZE_LIMIT),
+                                ("max_hash_slot_num", 1, JAVA_INT_MAX),
+                                ("max_index_num", 2, JAVA_INT_MAX),  # entry 0 is never used
+                                ("max_msgs_num_batch", 1, JAVA_INT_MAX),
+                                ("default_topic_queue_nums", 1, 1024),
+                                ("transaction_check_max", 1, JAVA_INT_MAX),
+                                ("disk_max_used_space_ratio", 1, 100),  # percent
+                                ("delete_file_batch_max", 1, JAVA_INT_MAX),
+                                ("flush_commitlog_least_pages", 0, JAVA_INT_MAX),
+                                ("flush_consume_queue_least_pages", 0, JAVA_INT_MAX)):
+            check_int(name, getattr(self, name), low, high, error=ConfigError)
+        index_size = (_INDEX_HEADER + self.max_hash_slot_num * _INDEX_SLOT
+                      + self.max_index_num * _INDEX_ENTRY)
+        if index_size > JAVA_INT_MAX:
+            raise ConfigError(f"an index file of max_hash_slot_num={self.max_hash_slot_num} and max_index_num="
+                              f"{self.max_index_num} would be {index_size} bytes; RocketMQ's limit is "
+                              f"{JAVA_INT_MAX}: lower them")
+        for name in ("disk_space_warning_level_ratio", "disk_space_clean_forcibly_ratio"):
+            ratio = getattr(self, name)
+            if not (math.isfinite(ratio) and 0 < ratio <= 1):
+                raise ConfigError(f"{name} is a fraction of the disk: a number in (0, 1], got {ratio!r}")
         for name in ("sync_flush_timeout", "flush_interval_commitlog", "clean_resource_interval",
-                     "transaction_timeout", "transaction_check_interval", "flush_interval_consume_queue"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-        if self.file_reserved_time < 0:
-            raise ConfigError(f"file_reserved_time must be >= 0 hours, got {self.file_reserved_time!r}")
+                     "transaction_timeout", "transaction_check_interval", "flush_interval_consume_queue",
+                     "flush_consumer_offset_interval", "flush_delay_offset_interval"):
+            check_seconds(name, getattr(self, name), positive=True, error=ConfigError)
+        for name in ("flush_commitlog_thorough_interval", "flush_consume_queue_thorough_interval"):
+            check_seconds(name, getattr(self, name), error=ConfigError)  # 0: every flush round is thorough
+        if not math.isfinite(self.file_reserved_time) or self.file_reserved_time < 0:
+            raise ConfigError(f"file_reserved_time must be a finite number of hours >= 0, got "
+                              f"{self.file_reserved_time!r}")
         self.delay_levels_ms  # validates the level string
         self.delete_hours  # validates delete_when
         if self.consumequeue_file_size % CQ_UNIT:
             # RocketMQ rounds the consume-queue file size up to whole units.
             size = -(-self.consumequeue_file_size // CQ_UNIT) * CQ_UNIT
             object.__setattr__(self, "consumequeue_file_size", size)
-
-    def _check_min(self, name: str, low: int) -> None:
-        if getattr(self, name) < low:
-            raise ConfigError(f"{name} must be >= {low}, got {getattr(self, name)!r}")
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:
@@ -197,6 +251,8 @@ def write_json_atomic(path: str, document: Any) -> None:
     RocketMQ's `ConfigManager.persist` keeps `<file>.bak`; loaders fall back to it.
     """
     tmp = path + ".tmp"
+    for name in (tmp, path, path + ".bak"):
+        _move_directory_aside(name)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(document, f, indent=2, sort_keys=True)
@@ -218,6 +274,19 @@ def write_json_atomic(path: str, document: Any) -> None:
         os.close(dir_fd)
 
 
+def _move_directory_aside(path: str) -> None:
+    """A directory where a config file belongs (damage `load_json_file` read past) is renamed
+    `<path>.damaged[N]`, kept for inspection, so the file can be written again."""
+    if not os.path.isdir(path) or os.path.islink(path):
+        return
+    aside, n = path + ".damaged", 0
+    while os.path.lexists(aside):
+        n += 1
+        aside = f"{path}.damaged{n}"
+    os.replace(path, aside)
+    log.warning("%s was a directory where a file belongs; moved it to %s", path, aside)
+
+
 def read_json(path: str) -> Any | None:
     """Read a JSON file, falling back to `<path>.bak` when missing, empty or corrupt."""
     for candidate in (path, path + ".bak"):
@@ -227,6 +296,99 @@ def read_json(path: str) -> Any | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+# fastjson (a RocketMQ broker's files) writes integer map keys bare (`{0:12}`); quoted, `json` reads them.
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def load_json_file(path: str, *, fix: str, check: Callable[[dict[str, Any]], None] | None = None,
+                   lenient: bool = False) -> dict[str, Any] | None:
+    """The JSON object in a store's config file, or in its `.bak` (RocketMQ's `ConfigManager.load`,
+    `loadBak`); None when neither exists.
+
+    A damaged file (a directory in its place, unreadable, not UTF-8, not JSON, empty, not an
+    object, or refused by `check`, which raises `ValueError` saying what is wrong) is passed
+    over for `.bak`, with a warning; when no candidate reads, `StoreCorruptedError` names each
+    file, what is wrong with it and `fix`. `lenient` also reads fastjson's bare integer keys.
+    Does I/O: one or two small reads.
+    """
+    problems: list[str] = []
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # IsADirectoryError, EACCES, EIO
+            problems.append(f"{candidate} cannot be read ({exc.strerror or exc})")
+            continue
+        try:
+            document = _parse_json(raw, lenient)
+            if not isinstance(document, dict):
+                raise ValueError(f"it holds a JSON {type(document).__name__}, not an object")
+            if check is not None:
+                check(document)
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            problems.append(f"{candidate} is damaged ({_first_line(exc)})")
+            continue
+        if problems:
+            log.warning("%s; using %s instead", "; ".join(problems), candidate)
+        elif candidate != path:
+            log.warning("%s is missing; using %s (a write was cut between its two renames)", path, candidate)
+        return document
+    if problems:
+        raise StoreCorruptedError(f"{'; '.join(problems)}: {fix}")
+    return None
+
+
+def _parse_json(raw: bytes, lenient: bool) -> Any:
+    if not raw.strip():
+        raise ValueError("the file is empty")
+    text = raw.decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        if not lenient:
+            raise
+        return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _check_stored_settings(document: dict[str, Any]) -> None:
+    """Stored settings must make a valid `StoreConfig` on their own (a hand edit may break one)."""
+    names = {f.name for f in dataclasses.fields(StoreConfig)}
+    try:
+        StoreConfig.from_kwargs({k: v for k, v in document.items() if k in names})
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def check_store_path(path: object, *, create: bool) -> str:
+    """`path` as a str naming a store directory (made when `create` and missing); `MQClientError` for a
+    path that is no directory (a regular file, a parent that is a file) or cannot be made."""
+    try:
+        text = os.fspath(path)  # type: ignore[call-overload]
+    except TypeError:
+        raise MQClientError(f"the store path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(text, str) or not text:
+        raise MQClientError(f"the store path must be a non-empty str, got {path!r}")
+    existing = os.path.abspath(text)  # the path, or the nearest ancestor that exists
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if os.path.lexists(existing) and not os.path.isdir(existing):
+        where = "" if existing == os.path.abspath(text) else f" ({existing} is)"
+        raise MQClientError(f"{text} is a file, not a store directory{where}: pass a directory (new or a store's)")
+    if create:
+        try:
+            os.makedirs(text, exist_ok=True)
+        except OSError as exc:
+            raise MQClientError(f"cannot make the store directory {text}: {exc.strerror or exc}") from None
+    return text
 
 
 def store_config_path(root: str) -> str:
@@ -242,9 +404,12 @@ def resolve_config(root: str, explicit: Mapping[str, Any], inferred: Mapping[str
     A format setting in `explicit` that differs from the stored one raises `ConfigError`.
     """
     requested = StoreConfig.from_kwargs(explicit)  # validates the caller's keywords first
-    document = read_json(store_config_path(root))
-    if isinstance(document, dict):
-        return requested.merged_with_stored(document, explicit)
+    document = load_json_file(store_config_path(root), check=_check_stored_settings,
+                              fix="delete it (and its .bak) to open with the settings you pass; the file "
+                                  "sizes are read off the store's files")
+    if document is not None:
+        # A format setting missing from the file (a hand edit) is read off the files, as without one.
+        return requested.merged_with_stored({**(inferred or {}), **document}, explicit)
     if inferred:
         # Sizes read off a broker's files are a best guess (an index file's size does
         # not say how it splits into slots and entries): explicit settings win.

@@ -35,10 +35,8 @@ the last write, at most `flush_interval` seconds' worth, are delivered again).
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +47,7 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped]
 from ._service import Service
 from .clock import Clock, on_advance
 from .commitlog import PutResult, TagsCodeFn, default_tags_code, stored_body
-from .config import write_json_atomic
+from .config import load_json_file, write_json_atomic
 from .errors import ConfigError, MessageNotFoundError, MQClientError
 from .message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as PROPERTY_UNIQ_KEY,
@@ -675,22 +673,16 @@ def _ranges(offsets: Iterable[int]) -> list[list[int]]:
     return ranges
 
 
-_BARE_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
-
-
 def _read_offsets_document(path: str) -> dict[str, Any]:
-    """`delayOffset.json`, also in fastjson's form with unquoted integer keys (`{1:5}`); {} if none."""
-    for candidate in (path, path + ".bak"):
-        try:
-            with open(candidate, encoding="utf-8") as f:
-                text = f.read()
-        except OSError:
-            continue
-        for attempt in (text, _BARE_INT_KEY.sub(r'\1"\2"\3', text)):
-            try:
-                document = json.loads(attempt)
-            except ValueError:
-                continue
-            if isinstance(document, dict):
-                return document
-    return {}
+    """`delayOffset.json` (or its `.bak`), also in fastjson's form with bare integer keys (`{1:5}`); {} if none.
+
+    `StoreCorruptedError` when neither file reads (`load_json_file`)."""
+    return load_json_file(path, lenient=True, check=_check_delay_document,
+                          fix="delete it (and its .bak): every pending delayed and timer message is then "
+                              "delivered again from the start of its queue (at least once)") or {}
+
+
+def _check_delay_document(document: dict[str, Any]) -> None:
+    for key in ("offsetTable", "dataVersion", "timerState"):
+        if not isinstance(document.get(key, {}), dict):
+            raise ValueError(f"{key} is not an object")

@@ -14,6 +14,7 @@ import functools
 import itertools
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import JAVA_INT_MAX, check_int
 from .errors import MQClientError
 
 __all__ = [
@@ -41,6 +43,9 @@ __all__ = [
     "decode_offset_msg_id",
     "UniqIdGenerator",
     "RESERVED_PROPERTY_NAMES",
+    "check_int32",
+    "check_property_text",
+    "check_properties",
 ]
 
 # -- property names (MessageConst) -------------------------------------------------
@@ -334,6 +339,46 @@ class UniqIdGenerator:
 _HEX2 = [f"{i:02X}" for i in range(256)]
 
 
+# -- argument checks -----------------------------------------------------------------------
+_JAVA_LONG_MAX = (1 << 63) - 1
+_JAVA_LONG = re.compile(r"-?[0-9]{1,19}")
+
+
+def check_int32(what: str, value: object) -> int:
+    """`value` when it is an int that fits a Java int (the record's 4-byte fields); else `MQClientError`.
+
+    >>> check_int32("message flag", 1 << 31)
+    Traceback (most recent call last):
+    mqlite.errors.MQClientError: message flag must be an int from -2147483648 to 2147483647, got 2147483648
+    """
+    return check_int(what, value, -JAVA_INT_MAX - 1, JAVA_INT_MAX)
+
+
+def check_property_text(what: str, text: object) -> str:
+    """`text` when it is a str without the property separators (\\x01 between name and value,
+    \\x02 after each entry), which would split it into other properties on the way back."""
+    if not isinstance(text, str):
+        raise MQClientError(f"{what} must be a str, got {type(text).__name__} {text!r}")
+    if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+        raise MQClientError(f"{what} {text!r} contains a \\x01 or \\x02 character (RocketMQ's property "
+                            "separators); remove it")
+    return text
+
+
+def check_properties(properties: object) -> dict[str, str]:
+    """A copy of a property map when every name is a non-empty str and every value a str, both
+    free of the separators; else `MQClientError`."""
+    if not isinstance(properties, Mapping):
+        raise MQClientError(f"properties must be a mapping of str to str, got {type(properties).__name__}")
+    copy = dict(properties)
+    for name, value in copy.items():
+        if not name or not isinstance(name, str) or not isinstance(value, str):
+            raise MQClientError(f"message properties must map non-empty str to str, got {name!r}: {value!r}")
+        check_property_text("property name", name)
+        check_property_text(f"property {name!r}", value)
+    return copy
+
+
 # -- value types ---------------------------------------------------------------------------
 @dataclass(frozen=True, order=True, slots=True)
 class MessageQueue:
@@ -377,13 +422,26 @@ class Message:
         properties: Mapping[str, str] | None = None,
         delay_time_level: int = 0,
     ) -> None:
+        # Wrong types are refused here, where the mistake is made, not at the send.
+        # The topic's name rules are RocketMQ's send-time check (`Validators.checkTopic`).
+        if type(topic) is not str:
+            raise MQClientError(f"topic must be a str, got {type(topic).__name__} {topic!r}")
+        if type(body) is not bytes and not isinstance(body, (bytes, bytearray)):
+            hint = " (encode text first: body.encode())" if isinstance(body, str) else ""
+            raise MQClientError(f"message body must be bytes, got {type(body).__name__}{hint}")
+        if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
+            check_int32("message flag", flag)  # raises
         self.topic = topic
         self.body = body
         self.flag = flag
         self.transaction_id = None
-        self.properties = dict(properties) if properties else {}
+        self.properties = check_properties(properties) if properties else {}
         if tags:
-            self.properties[PROPERTY_TAGS] = tags
+            # Inlined `tags` setter: most messages have tags (measured: 0.2 us less a construction).
+            if type(tags) is str and NAME_VALUE_SEPARATOR not in tags and PROPERTY_SEPARATOR not in tags:
+                self.properties[PROPERTY_TAGS] = tags
+            else:
+                self.tags = tags
         if keys:
             self.keys = keys  # type: ignore[assignment]
         if delay_time_level:
@@ -399,7 +457,7 @@ class Message:
     @tags.setter
     def tags(self, value: str | None) -> None:
         if value:
-            self.properties[PROPERTY_TAGS] = value
+            self.properties[PROPERTY_TAGS] = check_property_text("tags", value)
         else:
             self.properties.pop(PROPERTY_TAGS, None)
 
@@ -411,8 +469,22 @@ class Message:
 
     @keys.setter
     def keys(self, value: str | Iterable[str] | None) -> None:
-        text = value if isinstance(value, str) else KEY_SEPARATOR.join(value) if value else ""
+        text: str
+        if isinstance(value, str):
+            text = value
+        elif not value:
+            text = ""
+        else:
+            try:
+                items = list(value)
+            except TypeError:
+                raise MQClientError(f"keys must be a str or an iterable of str, got {value!r}") from None
+            bad = [k for k in items if not isinstance(k, str)]
+            if bad:
+                raise MQClientError(f"keys must be strings, got {bad[0]!r} ({type(bad[0]).__name__})")
+            text = KEY_SEPARATOR.join(items)
         if text:
+            check_property_text("keys", text)
             self.properties[PROPERTY_KEYS] = text
         else:
             self.properties.pop(PROPERTY_KEYS, None)
@@ -420,25 +492,28 @@ class Message:
     @property
     def delay_time_level(self) -> int:
         """The DELAY property as an int (0 when absent)."""
-        text = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-        return int(text) if text and text.lstrip("-").isdigit() else 0
+        return self._int_property(PROPERTY_DELAY_TIME_LEVEL) or 0
 
     @delay_time_level.setter
     def delay_time_level(self, level: int) -> None:
-        if level:
+        """Levels above the broker's highest are delivered at the highest, as RocketMQ does."""
+        if check_int("delay_time_level (0: no delay)", level, 0, JAVA_INT_MAX):
             self.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
         else:
             self.properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
 
     def _int_property(self, name: str) -> int | None:
         text = self.properties.get(name)
-        return int(text) if text and text.lstrip("-").isdigit() else None
+        # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+        return int(text) if isinstance(text, str) and _JAVA_LONG.fullmatch(text) else None
 
-    def _set_int_property(self, name: str, value: int | None) -> None:
+    def _set_time_property(self, name: str, value: int | None, what: str) -> None:
         if value is None:
             self.properties.pop(name, None)
-        else:
-            self.properties[name] = str(int(value))
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _JAVA_LONG_MAX:
+            raise MQClientError(f"{what} must be None or an int of milliseconds >= 0 (a Java long), got {value!r}")
+        self.properties[name] = str(int(value))
 
     @property
     def deliver_time_ms(self) -> int | None:
@@ -447,7 +522,7 @@ class Message:
 
     @deliver_time_ms.setter
     def deliver_time_ms(self, when: int | None) -> None:
-        self._set_int_property(PROPERTY_TIMER_DELIVER_MS, when)
+        self._set_time_property(PROPERTY_TIMER_DELIVER_MS, when, "deliver_time_ms")
 
     @property
     def delay_ms(self) -> int | None:
@@ -456,15 +531,16 @@ class Message:
 
     @delay_ms.setter
     def delay_ms(self, delay: int | None) -> None:
-        self._set_int_property(PROPERTY_TIMER_DELAY_MS, delay)
+        self._set_time_property(PROPERTY_TIMER_DELAY_MS, delay, "delay_ms")
 
     def put_user_property(self, name: str, value: str) -> None:
-        """Set a user property; RocketMQ's reserved names and blank names or values are refused."""
-        if not name or not name.strip() or value is None or not str(value).strip():
-            raise MQClientError("user property name and value must be non-blank strings")
+        """Set a user property; RocketMQ's reserved names, blank names or values and the
+        property separators (\\x01, \\x02) are refused."""
+        if not isinstance(name, str) or not isinstance(value, str) or not name.strip() or not value.strip():
+            raise MQClientError(f"user property name and value must be non-blank strings, got {name!r}: {value!r}")
         if name in RESERVED_PROPERTY_NAMES:
             raise MQClientError(f"{name!r} is a reserved RocketMQ property name; choose another name")
-        self.properties[name] = str(value)
+        self.properties[check_property_text("property name", name)] = check_property_text(name, value)
 
     def get_user_property(self, name: str) -> str | None:
         """A property by name, or None."""

@@ -31,7 +31,6 @@ on top of the table and the owner absorbs on its next persist round.
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
 import re
@@ -42,18 +41,15 @@ from typing import Any
 
 from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
-from .config import read_json, write_json_atomic
+from .config import load_json_file, write_json_atomic
 
 __all__ = ["ConsumerOffsets", "OffsetPersistService", "TOPIC_GROUP_SEPARATOR", "consumer_offset_path",
-           "side_offset_path", "side_file_lock"]
+           "side_offset_path", "side_file_lock", "load_side_file"]
 
 log = logging.getLogger("mqlite")
 
 #: `ConsumerOffsetManager.TOPIC_GROUP_SEPARATOR`: table keys are `topic@group`.
 TOPIC_GROUP_SEPARATOR = "@"
-
-# fastjson writes integer map keys bare (`{0:12}`); quote them so `json` can read a broker's file.
-_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
 
 
 def consumer_offset_path(root: str) -> str:
@@ -103,9 +99,9 @@ class ConsumerOffsets:
     def load(self) -> None:
         """(Re)read the file, falling back to `.bak` when it is missing, empty or corrupt, with the
         side file's offsets on top (they are newer). Does I/O."""
-        document = read_json(self.path)
-        if document is None:
-            document = _read_lenient(self.path)
+        document = load_json_file(self.path, lenient=True, check=_check_offsets_document,
+                                  fix="delete it (and its .bak): every consumer group then starts where its "
+                                      "consume_from_where says, or restore the file from a backup")
         table: dict[str, dict[int, int]] = {}
         extra: dict[str, Any] = {}
         counter = state_version = 0
@@ -118,8 +114,6 @@ class ConsumerOffsets:
                     state_version = _as_int(value.get("stateVersion"), 0)
                 else:
                     extra[key] = value
-        elif document is not None:
-            log.error("%s is not a JSON object; starting with no consumer offsets", self.path)
         for key, queues in self._side_entries().items():
             table.setdefault(key, {}).update(queues)
         with self._lock:
@@ -219,8 +213,8 @@ class ConsumerOffsets:
 
     def _side_entries(self) -> dict[str, dict[int, int]]:
         path = side_offset_path(self.root)
-        document = read_json(path)
-        if not isinstance(document, dict) or "offsetTable" not in document:
+        document = load_side_file(path)
+        if document is None or "offsetTable" not in document:
             return {}
         return _parse_table(document["offsetTable"], path)
 
@@ -275,6 +269,22 @@ class OffsetPersistService(Service):
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+def _check_offsets_document(document: dict[str, Any]) -> None:
+    """The shape of an `offsetTable` file: the table an object of objects (entries are checked as read)."""
+    table = document.get("offsetTable", {})
+    if not isinstance(table, dict):
+        raise ValueError("offsetTable is not an object")
+    if not all(isinstance(queues, dict) for queues in table.values()):
+        raise ValueError("an entry of offsetTable is not an object of queue offsets")
+
+
+def load_side_file(path: str) -> dict[str, Any] | None:
+    """The side file's document (or its `.bak`'s); None when there is none; `StoreCorruptedError` when damaged."""
+    return load_json_file(path, check=_check_offsets_document,
+                          fix="delete it (and its .bak): the offsets other processes left there (a Spark "
+                              "stream's group progress) are lost and those groups resume from the store's table")
+
+
 def _split_key(key: str) -> tuple[str, str]:
     topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
     return (topic, group) if sep and TOPIC_GROUP_SEPARATOR not in group else (key, "")
@@ -308,15 +318,3 @@ def _parse_table(value: Any, path: str) -> dict[str, dict[int, int]]:
             parsed[q] = o
         table[str(key)] = parsed
     return table
-
-
-def _read_lenient(path: str) -> Any | None:
-    """A RocketMQ broker's file (fastjson's bare integer keys), else its `.bak`; None when neither reads."""
-    for candidate in (path, path + ".bak"):
-        try:
-            with open(candidate, encoding="utf-8") as f:
-                text = f.read()
-            return json.loads(_BARE_INT_KEY.sub(r'\1"\2"\3', text))
-        except (OSError, ValueError):
-            continue
-    return None

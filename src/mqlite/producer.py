@@ -22,6 +22,7 @@ import logging
 import operator
 import os
 import random
+import re
 import threading
 import zlib
 from collections import deque
@@ -32,6 +33,7 @@ from typing import Any, Protocol, Self, cast
 from .broker import Broker
 from .clock import SYSTEM_CLOCK
 from .commitlog import PutMessageStatus, PutResult
+from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
 from .errors import DiskFullError, IllegalStateError, MQClientError
 from .message import (
     NAME_VALUE_SEPARATOR,
@@ -50,10 +52,11 @@ from .message import (
     MessageQueue,
     SysFlag,
     UniqIdGenerator,
+    check_int32,
     encode_properties,
     java_string_hash,
 )
-from .topics import check_topic
+from .topics import check_group, check_topic
 from .trace import ProducerTracer
 
 __all__ = [
@@ -89,6 +92,8 @@ _BODY_OF = operator.attrgetter("body")
 _TOPIC_OF = operator.attrgetter("topic")
 _FLAG_OF = operator.attrgetter("flag")
 _HEAD_OF = operator.itemgetter(0)
+_INT32_MIN, _INT32_MAX = -JAVA_INT_MAX - 1, JAVA_INT_MAX
+_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
 _CHARS_OF = operator.itemgetter(1)
 
 
@@ -209,10 +214,17 @@ class Producer:
                  send_msg_timeout: float = 3.0, compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
                  default_topic_queue_nums: int = 4, async_thread_nums: int = 4,
                  max_message_size: int | None = None, trace: bool = False) -> None:
-        if not isinstance(group, str) or not group.strip():
-            raise MQClientError(f"producer group must be a non-blank string, got {group!r}")
+        check_group(group, "producer group")
         if not isinstance(trace, bool):
             raise MQClientError(f"trace must be True or False, got {trace!r}")
+        check_seconds("send_msg_timeout", send_msg_timeout, positive=True)
+        check_int("compress_msg_body_over_howmuch", compress_msg_body_over_howmuch, 0, MAX_MESSAGE_SIZE_LIMIT)
+        check_int("default_topic_queue_nums", default_topic_queue_nums, 1, 1024)
+        check_int("async_thread_nums", async_thread_nums, 1, 1024)
+        if max_message_size is not None:
+            check_int("max_message_size", max_message_size, 1, MAX_MESSAGE_SIZE_LIMIT)
+        if not isinstance(broker, (Broker, str, os.PathLike)):
+            raise MQClientError(f"broker must be a Broker or a store path, got {type(broker).__name__}")
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
@@ -307,6 +319,9 @@ class Producer:
     # -- hooks ------------------------------------------------------------------------------------------------
     def add_send_hook(self, before: SendHook | None = None, after: SendHook | None = None) -> None:
         """Run `before(ctx)` ahead of every send and `after(ctx)` once it completed or failed."""
+        for hook in (before, after):
+            if hook is not None and not callable(hook):
+                raise MQClientError(f"send hooks must be callables taking a SendMessageContext, got {hook!r}")
         if before is not None:
             self._before_hooks.append(before)
         if after is not None:
@@ -362,8 +377,7 @@ class Producer:
             raise MQClientError(
                 f"message body is {len(body)} bytes; max_message_size is {limit} "
                 f"(raise it with mqlite.open(..., max_message_size=...))")
-        if not isinstance(msg.flag, int):
-            raise MQClientError(f"message flag must be an int, got {msg.flag!r}")
+        check_int32("message flag", msg.flag)
         chars = 0
         for name, value in msg.properties.items():
             if type(name) is not str or type(value) is not str or not name:
@@ -380,8 +394,8 @@ class Producer:
                 f"message properties are {encoded} bytes encoded; the limit is {_MAX_PROPERTIES_BYTES} "
                 f"(RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
         level = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level is not None and (not level.lstrip("-").isdigit() or int(level) < 0):
-            raise MQClientError(f"delay_time_level must be a non-negative int, got {level!r}")
+        if level is not None and not (_INT_TEXT.fullmatch(level) and 0 <= int(level) <= _INT32_MAX):
+            raise MQClientError(f"delay_time_level must be an int from 0 to {_INT32_MAX}, got {level!r}")
 
     # -- sending ------------------------------------------------------------------------------------------------
     def send(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,
@@ -398,7 +412,7 @@ class Producer:
             cached = self._plain_heads.get(tuple(properties.items()))
             if (cached is not None and type(body) is bytes and 0 < len(body) <= self._body_limit
                     and len(body) <= self.compress_msg_body_over_howmuch and msg.topic in self._checked_topics
-                    and type(msg.flag) is int):
+                    and type(msg.flag) is int and _INT32_MIN <= msg.flag <= _INT32_MAX):
                 return self._send_plain(msg, cached[0])
             self._validate(msg)
             cached = self._learn(msg)
@@ -451,6 +465,8 @@ class Producer:
 
         Bad input raises at once, before anything is queued.
         """
+        if callback is not None and not callable(callback):
+            raise MQClientError(f"callback must be a callable taking the future, got {callback!r}")
         self._validate(msg)
         mq = self._choose(msg, queue, selector, arg)
         future = self._pool().submit(self._send, msg, mq, "ASYNC", queued=True)
@@ -515,7 +531,10 @@ class Producer:
         `WAIT` flag; the encoded batch is limited to `max_message_size`. Bodies are not compressed.
         Costs about 6 us of CPU a message for 1000 small ones under ASYNC_FLUSH (docs/benchmarks.md, 5b).
         """
-        msgs = list(msgs)
+        try:
+            msgs = list(msgs)
+        except TypeError:
+            raise MQClientError(f"send_batch takes a sequence of Message, got {type(msgs).__name__}") from None
         if not msgs:
             raise MQClientError("send_batch needs at least one message")
         first = msgs[0]
@@ -557,16 +576,18 @@ class Producer:
 
         Each rule is one C-level pass over the batch (`map`, `set`), not a Python loop.
         """
+        if set(map(type, msgs)) != {Message}:
+            return None
         first = msgs[0]
         topic = first.topic
-        if (type(first) is not Message or topic not in self._checked_topics or topic.startswith(_RETRY_PREFIX)
-                or set(map(type, msgs)) != {Message}):
+        if topic not in self._checked_topics or topic.startswith(_RETRY_PREFIX):
             return None
         maps = list(map(_PROPERTIES_OF, msgs))
         bodies = list(map(_BODY_OF, msgs))
+        flags = list(map(_FLAG_OF, msgs))
         if (set(map(_TOPIC_OF, msgs)) != {topic} or set(map(type, maps)) != {dict}
                 or set(map(type, bodies)) != {bytes} or not all(bodies)
-                or set(map(type, map(_FLAG_OF, msgs))) != {int}
+                or set(map(type, flags)) != {int} or min(flags) < _INT32_MIN or max(flags) > _INT32_MAX
                 or len(set(map(dict.get, maps, itertools.repeat(PROPERTY_WAIT_STORE_MSG_OK)))) != 1):
             return None
         looked_up = list(map(self._plain_heads.get, map(tuple, map(dict.items, maps))))

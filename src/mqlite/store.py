@@ -29,8 +29,8 @@ import numpy as np
 from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
 from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
-from .config import StoreConfig, read_json, store_config_path, write_json_atomic
-from .errors import DiskFullError, IllegalStateError, StoreLockedError, disk_full_error
+from .config import StoreConfig, check_store_path, read_json, store_config_path, write_json_atomic
+from .errors import DiskFullError, IllegalStateError, StoreCorruptedError, StoreLockedError, disk_full_error
 from .indexfile import index_key_hash_array, index_key_names
 from .message import SysFlag
 from .recovery import (
@@ -84,7 +84,12 @@ class _DirectoryLock:
         with self._held_guard:
             if self._held.get(self._key) == os.getpid():  # a pid check: a forked child inherits no lockf
                 raise _locked(root, os.getpid())
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except IsADirectoryError:
+                raise StoreCorruptedError(
+                    f"{self.path} is a directory, not the store's lock file: remove it (nothing holds a "
+                    "directory as a lock) and open the store again") from None
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -177,12 +182,29 @@ def _locked(root: str, holder: int | None) -> StoreLockedError:
         f"{root} is open for writing by {who}{same}; open it with read_only=True to read beside it", pid=holder)
 
 
-def _read_pid(fd: int) -> int | None:
+def _abort_present(path: str) -> bool:
+    """Whether the `abort` marker is there (the last writer did not close). A directory in its
+    place counts as present (recovery then checks everything) and is removed when empty, so
+    the file can be written; one with contents is refused with `StoreCorruptedError`."""
+    if not os.path.isdir(path):
+        return os.path.lexists(path)
     try:
-        text = os.pread(fd, 32, 0).decode().strip()
-        return int(text) if text.isdigit() else None
+        os.rmdir(path)
+    except OSError:
+        raise StoreCorruptedError(f"{path} is a directory with contents where the store's abort marker "
+                                  "belongs: move it away and open the store again") from None
+    log.warning("%s was a directory; removed it and recovering as after a crash", path)
+    return True
+
+
+def _read_pid(fd: int) -> int | None:
+    """The pid written in the lock file, or None when it names none (empty, a Java broker's, garbage)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
     except OSError:
         return None
+    # ASCII digits only: garbage bytes, "²" or a huge number name no process.
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 10 else None
 
 
 class MessageStore(StoreFiles):
@@ -195,7 +217,7 @@ class MessageStore(StoreFiles):
 
     def __init__(self, root: str, config: StoreConfig | None = None, *, clock: Clock = SYSTEM_CLOCK,
                  tags_code_fn: TagsCodeFn | None = None, on_arrival: ArrivalListener | None = None) -> None:
-        os.makedirs(root, exist_ok=True)
+        root = check_store_path(root, create=True)
         config = config or config_for(root, {})
         self._lock = _DirectoryLock(root)
         try:
@@ -211,7 +233,7 @@ class MessageStore(StoreFiles):
             self.index.shape_known = os.path.exists(store_config_path(root))
             checkpoint_damage = self._checkpoint_damage()
             # A checkpoint that cannot be trusted gets a full abnormal recovery (from the first segment).
-            self.last_exit_ok = not os.path.exists(self._abort_path) and checkpoint_damage is None
+            self.last_exit_ok = not _abort_present(self._abort_path) and checkpoint_damage is None
             self.load_files(self.last_exit_ok)
             self._check_index_coverage()
             report = RecoveryReport(abnormal=not self.last_exit_ok)

@@ -13,6 +13,7 @@ Also the topic-name rules of RocketMQ's client `Validators` and `TopicValidator`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import threading
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import read_json, write_json_atomic
+from .config import load_json_file, write_json_atomic
 from .errors import MQClientError
 
 __all__ = [
@@ -38,9 +39,12 @@ __all__ = [
 ]
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+log = logging.getLogger("mqlite")
+
 MAX_TOPIC_LENGTH = 127  # Validators.TOPIC_MAX_LENGTH
 _MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: Java's `matches()` of `^[%|a-zA-Z0-9_-]+$`: always `fullmatch` (with `match`, `$` lets a trailing newline through).
+_NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 
 #: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create, delete or send to by name.
@@ -80,15 +84,17 @@ def check_topic(topic: object, *, max_length: int | None = MAX_TOPIC_LENGTH) -> 
         raise MQClientError(f"topic must be a non-blank string, got {topic!r}")
     if max_length is not None and len(topic) > max_length:
         raise MQClientError(f"topic {topic[:40]!r}... is {len(topic)} characters; the limit is {max_length}")
-    if not _TOPIC_PATTERN.match(topic):
+    if not _NAME_PATTERN.fullmatch(topic):
         raise MQClientError(f"topic {topic!r} may only contain letters, digits and % | _ - (RocketMQ's rule)")
     return topic
 
 
-def check_group(group: object) -> str:
+def check_group(group: object, what: str = "consumer group") -> str:
     """`Validators.checkGroup`: a non-blank name of [%|a-zA-Z0-9_-], at most 255 characters.
 
-    Returns the group; raises `MQClientError` saying what to change.
+    Returns the group; raises `MQClientError` saying what to change (`what` names the
+    kind of group in the message). Such a name never holds a path separator or `..`
+    alone, so it is safe as a directory name too (broadcasting offsets).
 
     >>> check_group("cg-1")
     'cg-1'
@@ -97,14 +103,24 @@ def check_group(group: object) -> str:
     mqlite.errors.MQClientError: consumer group must be a non-blank string, got ''
     """
     if not isinstance(group, str) or not group.strip():
-        raise MQClientError(f"consumer group must be a non-blank string, got {group!r}")
+        raise MQClientError(f"{what} must be a non-blank string, got {group!r}")
     if len(group) > _MAX_GROUP_LENGTH:
-        raise MQClientError(f"consumer group {group[:40]!r}... is {len(group)} characters; the limit is "
+        raise MQClientError(f"{what} {group[:40]!r}... is {len(group)} characters; the limit is "
                             f"{_MAX_GROUP_LENGTH}")
-    if not _TOPIC_PATTERN.fullmatch(group):  # Java's matches(): a trailing newline is not allowed either
-        raise MQClientError(f"consumer group {group!r} may only contain letters, digits and % | _ - "
+    if not _NAME_PATTERN.fullmatch(group):
+        raise MQClientError(f"{what} {group!r} may only contain letters, digits and % | _ - "
                             "(RocketMQ's rule)")
     return group
+
+
+def _check_topics_document(document: dict[str, Any]) -> None:
+    """The shape `TopicTable` reads: `topicConfigTable` an object, `dataVersion.counter` an int."""
+    if not isinstance(document.get("topicConfigTable") or {}, dict):
+        raise ValueError("topicConfigTable is not an object")
+    version = document.get("dataVersion") or {}
+    counter = version.get("counter", 0) if isinstance(version, dict) else None
+    if not isinstance(counter, int) or isinstance(counter, bool):
+        raise ValueError(f"dataVersion.counter is not an int: {counter!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,13 +171,17 @@ class TopicTable:
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
         self._version = 0
-        document = read_json(self.path)
-        if isinstance(document, dict):
+        document = load_json_file(self.path, check=_check_topics_document,
+                                  fix="delete it (and its .bak): topics are learned back from the consume "
+                                      "queues, with 4 queues or as many as found and read-write permission")
+        if document is not None:
             for name, doc in (document.get("topicConfigTable") or {}).items():
                 try:
+                    check_topic(name, max_length=None)  # a topic names directories: never a path
                     self._topics[name] = TopicConfig.from_json(doc)
-                except (KeyError, TypeError, ValueError):
-                    continue  # a damaged entry: the queues on disk still say the topic exists
+                except (KeyError, TypeError, ValueError, AttributeError):  # MQClientError is a ValueError
+                    # The queues on disk still say the topic exists: it is learned back from them.
+                    log.warning("%s: ignoring the damaged entry of topic %r: %r", self.path, name, doc)
             self._version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
 
     # -- reads ----------------------------------------------------------------------------------------
@@ -191,6 +211,8 @@ class TopicTable:
                 raise MQClientError(f"topic {topic!r} is a RocketMQ system topic; choose another name")
         if not isinstance(queue_nums, int) or isinstance(queue_nums, bool) or not 1 <= queue_nums <= 1024:
             raise MQClientError(f"queue_nums must be an int from 1 to 1024, got {queue_nums!r}")
+        if not isinstance(order, bool):
+            raise MQClientError(f"order must be True or False, got {order!r}")
         config = TopicConfig(topic, queue_nums, queue_nums, perm, order=order)
         with self._lock:
             if self._topics.get(topic) == config:

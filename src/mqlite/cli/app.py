@@ -104,6 +104,9 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(f"{prefix}: {exc}", 1)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug: still one line, never a traceback (issue 11)
+        return _fail(f"{prefix}: unexpected {type(exc).__name__}: {exc} (an mqlite bug: please report it "
+                     "with this line)", 1)
 
 
 def _fail(message: str, status: int) -> int:

@@ -19,14 +19,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..broker import Broker
+from ..config import check_int
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import Waker
 from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, _local_ip
 from ..rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy, allocate
 from ..sendback import is_retry_topic, retry_topic
+from ..topics import check_group
 from ..trace import ConsumerTracer
-from .offsetstore import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore, local_offsets_path
+from .offsetstore import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    RemoteBrokerOffsetStore,
+    check_client_id,
+    local_offsets_path,
+)
 from .processqueue import ProcessQueue
 from .service import PullLoop
 from .types import ConsumeFromWhere, MessageModel, MessageQueueListener
@@ -65,17 +73,18 @@ def parse_consume_timestamp(value: str | int | None, now_ms: int) -> int:
         return (now_ms - 30 * 60 * 1000) // 1000 * 1000
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and len(value) == 14 and value.isdigit():
-        parsed = datetime.datetime.strptime(value, "%Y%m%d%H%M%S")
+    if isinstance(value, str) and len(value) == 14 and value.isascii() and value.isdigit():
+        try:
+            parsed = datetime.datetime.strptime(value, "%Y%m%d%H%M%S")
+        except ValueError:  # digits that are no date: month 13, hour 25 ...
+            raise MQClientError(f"consume_timestamp {value!r} is not a date in yyyyMMddHHmmss") from None
         return int(parsed.timestamp() * 1000)
     raise MQClientError(f"consume_timestamp must be epoch ms or 'yyyyMMddHHmmss', got {value!r}")
 
 
 def check_range(name: str, value: Any, low: int, high: int) -> int:
     """`value` if it is an int in [low, high]; `MQClientError` naming the option otherwise."""
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise MQClientError(f"{name} must be an int in [{low}, {high}], got {value!r}")
-    return value
+    return check_int(name, value, low, high)
 
 
 class ConsumerBase(abc.ABC):
@@ -89,8 +98,7 @@ class ConsumerBase(abc.ABC):
                  consume_timestamp: str | int | None = None,
                  allocate_strategy: AllocateMessageQueueStrategy | None = None,
                  client_id: str | None = None, offset_store_dir: str | None = None, trace: bool = False) -> None:
-        if not isinstance(group, str) or not group.strip():
-            raise MQClientError(f"consumer group must be a non-blank string, got {group!r}")
+        check_group(group)
         if not isinstance(trace, bool):
             raise MQClientError(f"trace must be True or False, got {trace!r}")
         if group in _DEFAULT_GROUPS:
@@ -102,8 +110,12 @@ class ConsumerBase(abc.ABC):
         strategy = allocate_strategy if allocate_strategy is not None else AllocateMessageQueueAveragely()
         if not isinstance(strategy, AllocateMessageQueueStrategy):
             raise MQClientError(f"allocate_strategy must be an AllocateMessageQueueStrategy, got {strategy!r}")
-        if client_id is not None and (not isinstance(client_id, str) or not client_id.strip()):
-            raise MQClientError(f"client_id must be a non-blank string, got {client_id!r}")
+        if client_id is not None:
+            check_client_id(client_id)
+        if offset_store_dir is not None and not isinstance(offset_store_dir, (str, os.PathLike)):
+            raise MQClientError(f"offset_store_dir must be a directory path, got {offset_store_dir!r}")
+        if not isinstance(broker, (Broker, str, os.PathLike)):
+            raise MQClientError(f"broker must be a Broker or a store path, got {type(broker).__name__}")
         parse_consume_timestamp(consume_timestamp, 0)  # validate now, not at the first rebalance
         self.group = group
         self.message_model = message_model

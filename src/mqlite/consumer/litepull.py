@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from ..broker import Broker
+from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullStatus
@@ -105,10 +106,19 @@ class _Assigned:
 
 
 def _seconds(name: str, value: Any, *, positive: bool = False) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise MQClientError(f"{name} must be a number of seconds {bound}, got {value!r}")
-    return float(value)
+    return check_seconds(name, value, positive=positive)
+
+
+def _queue_list(method: str, message_queues: Any) -> list[MessageQueue]:
+    """The queues of an iterable argument; `MQClientError` for anything else in it."""
+    try:
+        queues = list(message_queues)
+    except TypeError:
+        raise MQClientError(f"{method} takes an iterable of MessageQueue, got {message_queues!r}") from None
+    for mq in queues:
+        if not isinstance(mq, MessageQueue):
+            raise MQClientError(f"{method} takes MessageQueue objects, got {mq!r}")
+    return queues
 
 
 def _int(name: str, value: Any) -> int:
@@ -246,13 +256,10 @@ class LitePullConsumer(ConsumerBase):
         `IllegalStateError` after `subscribe()`. With `auto_commit`, the consume
         offsets of the queues given up are committed first (as Kafka does).
         """
-        mqs = list(message_queues) if message_queues is not None else []
+        mqs = _queue_list("assign", message_queues) if message_queues is not None else []
         if not mqs:
             raise MQClientError("Message queues can not be null or empty; pass the queues to consume, "
                                 "e.g. consumer.fetch_message_queues(topic)")
-        for mq in mqs:
-            if not isinstance(mq, MessageQueue):
-                raise MQClientError(f"assign takes MessageQueue objects, got {mq!r}")
         wanted = set(mqs)
         with self._cv:
             self._choose_mode("ASSIGN")
@@ -390,9 +397,7 @@ class LitePullConsumer(ConsumerBase):
         messages out moves their queue's consume offset past them.
         """
         self._running()
-        wait = self.poll_timeout if timeout is None else timeout
-        if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
-            raise MQClientError(f"Timeout must not be negative: poll(timeout) takes seconds >= 0, got {timeout!r}")
+        wait = self.poll_timeout if timeout is None else check_seconds("poll(timeout)", timeout)
         if self.auto_commit:
             self._maybe_auto_commit()
         return self._poll(float(wait))
@@ -541,18 +546,20 @@ class LitePullConsumer(ConsumerBase):
 
     def pause(self, message_queues: Iterable[MessageQueue]) -> None:
         """Stop pulling these queues (no rebalance); what was already fetched may still be polled."""
+        queues = _queue_list("pause", message_queues)
         with self._cv:
-            self._paused.update(message_queues)
+            self._paused.update(queues)
 
     def resume(self, message_queues: Iterable[MessageQueue]) -> None:
         """Pull these queues again."""
+        queues = _queue_list("resume", message_queues)
         with self._cv:
-            self._paused.difference_update(message_queues)
+            self._paused.difference_update(queues)
         self._poke()
 
     def is_paused(self, mq: MessageQueue) -> bool:
         """True between `pause([mq])` and `resume([mq])`."""
-        return mq in self._paused
+        return isinstance(mq, MessageQueue) and mq in self._paused
 
     # -- offsets ------------------------------------------------------------------------------------------
     def commit_sync(self, offsets: Mapping[MessageQueue, int] | None = None, persist: bool = True) -> None:
@@ -563,13 +570,24 @@ class LitePullConsumer(ConsumerBase):
         consumer's offset file now (clustering offsets live in the broker,
         which persists them every 5 s and on close).
         """
-        self._running()
+        broker = self._running()
         if offsets is None:
             self._commit_all(persist=persist)
             return
         if not isinstance(offsets, Mapping):
             raise MQClientError(f"offsets must be a mapping of MessageQueue to offset, got {offsets!r}")
-        self._commit_offsets({mq: _int("offset", offset) for mq, offset in offsets.items()}, persist=persist)
+        # Every entry is checked before any is committed: a bad one leaves all offsets as they were.
+        for mq, offset in offsets.items():
+            if not isinstance(mq, MessageQueue) or mq.broker_name != broker.broker_name:
+                raise MQClientError(f"commit_sync: {mq!r} is not a MessageQueue of this broker "
+                                    f"({broker.broker_name!r}); take queues from assignment()")
+            if mq not in broker.fetch_subscribe_queues(mq.topic):
+                raise MQClientError(f"commit_sync: {mq} does not exist; take queues from assignment()")
+            high = broker.max_offset(mq)
+            if not -1 <= _int("offset", offset) <= high:
+                raise MQClientError(f"commit_sync: offset {offset} of {mq} is outside [0, {high}] (the queue's "
+                                    "max offset; -1 skips the queue)")
+        self._commit_offsets(dict(offsets), persist=persist)
 
     commit = commit_sync
 

@@ -10,19 +10,23 @@ every member consumes every queue: `<dir>/<client_id>/<group>/offsets.json`.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..config import read_json, write_json_atomic
-from ..errors import IllegalStateError
+from ..config import load_json_file, write_json_atomic
+from ..errors import IllegalStateError, MQClientError
 from ..message import MessageQueue
+from ..topics import check_group
 
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path"]
+__all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path", "check_client_id"]
+
+log = logging.getLogger("mqlite.consumer")
 
 
 class OffsetStore(Protocol):
@@ -73,10 +77,45 @@ class RemoteBrokerOffsetStore:
         """The broker keeps the group's offset for the next owner; nothing to forget."""
 
 
-def local_offsets_path(directory: str, client_id: str, group: str) -> str:
-    """`<dir>/<client_id>/<group>/offsets.json` (RocketMQ: `~/.rocketmq_offsets/<clientId>/<group>/offsets.json`)."""
-    safe = client_id.replace(os.sep, "_")
-    return os.path.join(directory, safe, group, "offsets.json")
+_MAX_CLIENT_ID_LENGTH = 255
+
+
+def check_client_id(client_id: object) -> str:
+    """A client id usable as one directory name: a non-blank str of at most 255 printable
+    characters, without a path separator, and not `.` or `..`; else `MQClientError`.
+
+    RocketMQ's ids (`ip@instanceName`, mqlite's `ip@pid#n`) pass.
+
+    >>> check_client_id("10.0.0.1@4242#0")
+    '10.0.0.1@4242#0'
+    """
+    if not isinstance(client_id, str) or not client_id.strip():
+        raise MQClientError(f"client_id must be a non-blank string, got {client_id!r}")
+    if (len(client_id) > _MAX_CLIENT_ID_LENGTH or not client_id.isprintable() or client_id in (".", "..")
+            or "/" in client_id or "\\" in client_id or (os.altsep and os.altsep in client_id)):
+        raise MQClientError(f"client_id {client_id[:64]!r} must be at most {_MAX_CLIENT_ID_LENGTH} printable "
+                            "characters without / or \\, and not . or .. (it names the directory of a "
+                            "broadcasting consumer's offsets)")
+    return client_id
+
+
+def local_offsets_path(directory: str | os.PathLike[str], client_id: str, group: str) -> str:
+    """`<dir>/<client_id>/<group>/offsets.json` (RocketMQ: `~/.rocketmq_offsets/<clientId>/<group>/offsets.json`).
+
+    The names are checked (`check_client_id`, `check_group`) and the result must lie inside
+    `directory` once resolved: no id or group ever names a file elsewhere (`MQClientError`).
+    """
+    base = os.path.realpath(os.fspath(directory))
+    path = os.path.join(base, check_client_id(client_id), check_group(group), "offsets.json")
+    if os.path.commonpath([base, os.path.realpath(path)]) != base:  # a symlink planted in the tree
+        raise MQClientError(f"the offsets file of client {client_id!r}, group {group!r} would resolve to "
+                            f"{os.path.realpath(path)}, outside {base}; remove the link under {base}")
+    return path
+
+
+def _check_rows(document: dict[str, Any]) -> None:
+    if not isinstance(document.get("offsetTable", []), list):
+        raise ValueError("offsetTable is not a list of rows")
 
 
 class LocalFileOffsetStore:
@@ -87,14 +126,16 @@ class LocalFileOffsetStore:
         self._lock = threading.Lock()
         self._table: dict[MessageQueue, int] = {}
         self._dirty = False
-        document = read_json(path)
-        rows = document.get("offsetTable") if isinstance(document, dict) else None
-        for row in rows if isinstance(rows, list) else []:
+        document = load_json_file(path, check=_check_rows,
+                                  fix="delete it (and its .bak): this consumer instance then starts where its "
+                                      "consume_from_where says")
+        for row in document.get("offsetTable", []) if document is not None else []:
             try:
                 mq = MessageQueue(str(row["topic"]), str(row["brokerName"]), int(row["queueId"]))
                 self._table[mq] = int(row["offset"])
             except (KeyError, TypeError, ValueError):
-                continue  # a damaged row costs that queue its offset, not the consumer its start
+                # A damaged row costs that queue its offset, not the consumer its start.
+                log.warning("%s: ignoring the damaged row %r", path, row)
 
     def read(self, mq: MessageQueue) -> int:
         """The stored next offset of `mq`, or -1."""

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..broker import Broker
 from ..clock import SYSTEM_CLOCK, Clock
+from ..config import JAVA_INT_MAX, check_seconds
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullStatus
@@ -122,16 +123,12 @@ class PushConsumer(ConsumerBase):
                                                           pull_threshold_size_for_queue, 1, 1024)
         self.consume_concurrently_max_span = check_range("consume_concurrently_max_span",
                                                           consume_concurrently_max_span, 1, 65535)
-        if not isinstance(max_reconsume_times, int) or isinstance(max_reconsume_times, bool):
-            raise MQClientError(f"max_reconsume_times must be an int, got {max_reconsume_times!r}")
-        self.max_reconsume_times = max_reconsume_times
+        # -1: RocketMQ's default (16 for concurrent listeners, unbounded for orderly ones).
+        self.max_reconsume_times = check_range("max_reconsume_times", max_reconsume_times, -1, JAVA_INT_MAX)
         for name, value in (("suspend_current_queue_time", suspend_current_queue_time),
-                            ("consume_timeout", consume_timeout), ("pull_interval", pull_interval),
-                            ("long_polling_wait", long_polling_wait)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise MQClientError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        if consume_timeout <= 0:
-            raise MQClientError(f"consume_timeout must be > 0 seconds, got {consume_timeout!r}")
+                            ("pull_interval", pull_interval), ("long_polling_wait", long_polling_wait)):
+            check_seconds(name, value)
+        check_seconds("consume_timeout", consume_timeout, positive=True)
         if pull_interval > MAX_PULL_INTERVAL:
             raise MQClientError(f"pull_interval must be at most {MAX_PULL_INTERVAL} s (RocketMQ's 65535 ms), "
                                 f"got {pull_interval!r}")
@@ -275,6 +272,8 @@ class PushConsumer(ConsumerBase):
         of this consumer, which would wait for itself.
         """
         broker = self._running()
+        if timeout is not None:
+            timeout = check_seconds("join(timeout)", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         store = broker.store
         if isinstance(store, MessageStore) and not store.wait_dispatched(timeout):

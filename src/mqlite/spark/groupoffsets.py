@@ -30,8 +30,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..config import read_json, write_json_atomic
-from ..offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, side_file_lock, side_offset_path
+from ..config import write_json_atomic
+from ..offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, load_side_file, side_file_lock, side_offset_path
 from ..store import try_lock_store
 from .options import split_queue_key
 
@@ -53,8 +53,8 @@ def _update_side_file(root: str, group: str, table: dict[str, dict[int, int]] | 
     """Replace `group`'s entries in the side file (`table` None removes them)."""
     suffix = TOPIC_GROUP_SEPARATOR + group
     with side_file_lock(root) as path:
-        document = read_json(path)
-        entries = document.get("offsetTable", {}) if isinstance(document, dict) else {}
+        document = load_side_file(path)
+        entries = document.get("offsetTable", {}) if document is not None else {}
         kept = {k: v for k, v in entries.items() if not k.endswith(suffix)}
         if table:
             kept.update({topic + suffix: {str(q): o for q, o in sorted(queues.items())}

@@ -546,9 +546,10 @@ class _Stager:
         if cached is not None:
             return cached
         tags, props = key
-        msg = Message(_VALIDATION_TOPIC, b"\0", tags=tags)
-        column = self.columns.properties_name
+        column = "tags"
         try:
+            msg = Message(_VALIDATION_TOPIC, b"\0", tags=tags)  # which checks the tags (separators)
+            column = self.columns.properties_name
             for name, value in props or ():
                 if value is None:
                     raise MQClientError(f"property {name!r} is null; RocketMQ stores only non-blank strings")
