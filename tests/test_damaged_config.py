@@ -68,7 +68,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cleanly closed store with every config file and its `.bak` (each written at least twice)."""
     root = tmp_path_factory.mktemp("damage") / "store"
     for round_ in range(2):
-        with mqlite.open(str(root), **SMALL) as broker:
+        # A setting that differs each round: store.json is written only when it changes.
+        with mqlite.open(str(root), **SMALL, sync_flush_timeout=5.0 + round_) as broker:
             broker.create_topic("T", 2)
             with mqlite.Producer(broker, "pg") as producer:
                 for i in range(2):
