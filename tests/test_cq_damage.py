@@ -87,6 +87,12 @@ def _flip(path: Path, pos: int) -> None:
         f.write(bytes([byte ^ 0x40]))
 
 
+def _directory_in_place(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "x").write_bytes(b"not a queue file")
+
+
 # Each damage: what it does, and a text `verify` must name.
 DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "missing-first-file": (lambda r: _file(r, 0).unlink(), f"{0:020d}"),
@@ -103,6 +109,10 @@ DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "flipped-size-of-a-tail-unit": (lambda r: _flip(_file(r, 5), 5 * 20 + 10), "pointing at no record"),
     "flipped-first-unit-of-a-file": (lambda r: _flip(_file(r, 1), 6), "pointing at no record"),
     "garbage-middle-file": (lambda r: _file(r, 2).write_bytes(random.Random(7).randbytes(CQ_FILE)), f"{2 * CQ_FILE:020d}"),
+    # Nothing maps a directory: verify names it, a writer moves it aside (`<name>.damaged-0`) and rebuilds.
+    "directory-first-file": (lambda r: _directory_in_place(_file(r, 0)), f"{0:020d}: a directory in place"),
+    "directory-middle-file": (lambda r: _directory_in_place(_file(r, 2)), f"{2 * CQ_FILE:020d}: a directory in place"),
+    "directory-last-file": (lambda r: _directory_in_place(_file(r, 5)), f"{5 * CQ_FILE:020d}: a directory in place"),
 }
 
 
