@@ -355,6 +355,26 @@ class ConsumeQueue:
         self.max_physic_offset = int(offsets[-1]) + int(sizes[-1])
         return True
 
+    def rewrite_unit(self, queue_offset: int, offset: int, size: int, tags_code: int) -> bool:
+        """Writer, read repair: put right a damaged unit below the queue's end (the record it lost
+        was found in the log) and make it durable. False when the unit's file is gone or the disk
+        cannot take it; the caller holds the commit log's put lock (the lock of every unit write).
+        Cost: one `posix_fallocate` check and one page `msync`.
+        """
+        byte_offset = queue_offset * _UNIT
+        mf = self.mapped_files.find(byte_offset)
+        if self.read_only or mf is None or byte_offset + _UNIT > mf.file_from_offset + mf.wrote_position:
+            return False
+        pos = byte_offset - mf.file_from_offset
+        try:
+            mf.reserve(pos + _UNIT)  # an old file's bytes have blocks, unless the damage punched a hole
+            _PACK_UNIT(mf.mm, pos, offset, size, tags_code)
+            page = pos - pos % mmap.PAGESIZE
+            mf.mm.flush(page, min(mf.file_size, pos + _UNIT) - page)
+        except (OSError, ValueError):  # DiskFullError is an OSError; ValueError: unmapped meanwhile
+            return False
+        return True
+
     def _file_for(self, expect: int) -> MappedFile | None:
         queue = self.mapped_files
         last = queue.last
