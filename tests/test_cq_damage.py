@@ -87,6 +87,12 @@ def _flip(path: Path, pos: int) -> None:
         f.write(bytes([byte ^ 0x40]))
 
 
+def _directory_in_place(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+    (path / "x").write_bytes(b"not a queue file")
+
+
 # Each damage: what it does, and a text `verify` must name.
 DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "missing-first-file": (lambda r: _file(r, 0).unlink(), f"{0:020d}"),
@@ -103,6 +109,10 @@ DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "flipped-size-of-a-tail-unit": (lambda r: _flip(_file(r, 5), 5 * 20 + 10), "pointing at no record"),
     "flipped-first-unit-of-a-file": (lambda r: _flip(_file(r, 1), 6), "pointing at no record"),
     "garbage-middle-file": (lambda r: _file(r, 2).write_bytes(random.Random(7).randbytes(CQ_FILE)), f"{2 * CQ_FILE:020d}"),
+    # Nothing maps a directory: verify names it, a writer moves it aside (`<name>.damaged-0`) and rebuilds.
+    "directory-first-file": (lambda r: _directory_in_place(_file(r, 0)), f"{0:020d}: a directory in place"),
+    "directory-middle-file": (lambda r: _directory_in_place(_file(r, 2)), f"{2 * CQ_FILE:020d}: a directory in place"),
+    "directory-last-file": (lambda r: _directory_in_place(_file(r, 5)), f"{5 * CQ_FILE:020d}: a directory in place"),
 }
 
 
@@ -184,20 +194,65 @@ def _check_missing_queue_reopen(root: Path) -> None:
         assert [m.body for m in _read_all(broker.store, 1)] == [_body(1, i) for i in range(PER_QUEUE)]
 
 
-@pytest.mark.parametrize("damage", ["flipped", "zeroed"])
-def test_a_bad_unit_in_an_old_file_is_skipped_and_reported(store: Path, damage: str,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
-    # Open checks only the first and last unit of an old file: a bad unit between them is
-    # found by verify; reads skip it with an error instead of stalling, filtered or not.
+def _damage_unit_14(root: Path, damage: str) -> str:
+    """Damage the unit of queue offset 14 (in an old file, between its first and last units,
+    where open does not look); returns what verify calls it."""
     if damage == "flipped":
-        _flip(_file(store, 1), 4 * 20 + 7)  # the offset of queue offset 14
-        what = "pointing at no record of this queue offset"
-    else:
-        _zero(_file(store, 1), 4 * 20, 5 * 20)
-        what = "zeroed"
-    report = verify_store(str(store))
-    assert report.problems == [f"consumequeue/{TOPIC}/0/{CQ_FILE:020d}: unit at queue offset 14 {what}; "
-                               f"1 messages of {TOPIC}/0 unreachable"]
+        _flip(_file(root, 1), 4 * 20 + 7)  # the offset of queue offset 14
+        return "pointing at no record of this queue offset"
+    _zero(_file(root, 1), 4 * 20, 5 * 20)
+    return "zeroed"
+
+
+@pytest.mark.parametrize("damage", ["flipped", "zeroed"])
+def test_a_bad_unit_in_an_old_file_is_repaired_by_the_read(store: Path, damage: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    # Open checks only the first and last unit of an old file: a bad unit between them is found by
+    # verify and by the read that meets it, which finds the record between its neighbours' records
+    # (read repair): a reader hands it out, and a writer also rewrites the unit.
+    what = _damage_unit_14(store, damage)
+    finding = f"consumequeue/{TOPIC}/0/{CQ_FILE:020d}: unit at queue offset 14 {what}; 1 messages of {TOPIC}/0 unreachable"
+    assert verify_store(str(store)).problems == [finding]
+    with StoreReader(str(store)) as reader, caplog.at_level(logging.WARNING, logger="mqlite"):
+        got = _read_all(reader, 0)
+        assert [m.body for m in got] == [_body(0, i) for i in range(PER_QUEUE)]
+        filtered = reader.get_messages(TOPIC, 0, 14, 3, _Everything())
+        assert [m.queue_offset for m in filtered.messages] == [14, 15, 16]
+    assert any("queue offset 14" in r.getMessage() and "found the records" in r.getMessage() for r in caplog.records)
+    assert verify_store(str(store)).problems == [finding]  # a reader never writes: the damage stays reported
+    with mqlite.open(str(store)) as broker:
+        assert broker.query_message_by_offset(TOPIC, 0, 14).body == _body(0, 14)
+        # A consumer reading the queue gets every message.
+        consumer = LitePullConsumer(broker, "cg", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.assign([mqlite.MessageQueue(TOPIC, broker.broker_name, 0)])
+        consumer.start()
+        try:
+            polled: list[MessageExt] = []
+            with deadline(20):
+                while len(polled) < PER_QUEUE:
+                    polled += consumer.poll(1.0)
+            assert sorted(m.queue_offset for m in polled) == list(range(PER_QUEUE))
+        finally:
+            consumer.shutdown()
+    assert verify_store(str(store)).ok  # the writer's read rewrote the unit
+
+
+def test_a_filtered_read_repairs_a_bad_unit(store: Path) -> None:
+    _damage_unit_14(store, "zeroed")
+    with mqlite.open(str(store)) as broker:
+        with deadline(10):
+            result = broker.store.get_messages(TOPIC, 0, 12, 5, _Everything())
+        assert [m.queue_offset for m in result.messages] == [12, 13, 14, 15, 16]
+    assert verify_store(str(store)).ok
+
+
+def test_a_bad_unit_whose_record_is_destroyed_is_skipped(store: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The record is gone too (zeroed in an old segment, which a clean open does not re-check):
+    # the read's search finds nothing and skips the unit with an error, as before read repair.
+    with StoreReader(str(store)) as reader:
+        victim = reader.get_messages(TOPIC, 0, 14, 1).messages[0]
+    _zero(store / "commitlog" / f"{0:020d}", victim.commit_log_offset, victim.commit_log_offset + victim.store_size)
+    _damage_unit_14(store, "zeroed")
     with mqlite.open(str(store)) as broker:
         with caplog.at_level(logging.ERROR, logger="mqlite"):
             got = _read_all(broker.store, 0)
@@ -206,23 +261,7 @@ def test_a_bad_unit_in_an_old_file_is_skipped_and_reported(store: Path, damage: 
         with deadline(10):
             result = broker.store.get_messages(TOPIC, 0, 14, 3, _Everything())
         assert [m.queue_offset for m in result.messages] == [15, 16, 17]
-        # A consumer reading the queue goes past the bad unit (it would poll forever at 14).
-        consumer = LitePullConsumer(broker, "cg", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-        consumer.assign([mqlite.MessageQueue(TOPIC, broker.broker_name, 0)])
-        consumer.start()
-        try:
-            polled: list[MessageExt] = []
-            with deadline(20):
-                while len(polled) < PER_QUEUE - 1:
-                    polled += consumer.poll(1.0)
-            assert sorted(m.queue_offset for m in polled) == [i for i in range(PER_QUEUE) if i != 14]
-        finally:
-            consumer.shutdown()
-    # The remedy the error names: delete the damaged file; the next open rebuilds the queue.
-    _file(store, 1).unlink()
-    with mqlite.open(str(store)) as broker:
-        assert [m.queue_offset for m in _read_all(broker.store, 0)] == list(range(PER_QUEUE))
-    assert verify_store(str(store)).ok
+    assert not verify_store(str(store)).ok
 
 
 class _Everything:
@@ -236,14 +275,15 @@ class _Everything:
 @pytest.mark.parametrize("index", [4, 5], ids=["second-to-last-file", "last-file"])
 def test_a_zeroed_unit_in_the_newest_files(store: Path, index: int) -> None:
     # Open finds it (a file before the last is not full; data behind the last file's prefix) and
-    # rebuilds the queue. A reader of the damaged files reads past it to the end of the queue, but
-    # in the last file, where it cannot tell damage from a unit a live writer is writing, it stops.
+    # rebuilds the queue. A reader of the damaged files reads past it to the end of the queue (read
+    # repair finds its record), but in the last file, where it cannot tell damage from a unit a live
+    # writer is writing, it stops.
     _zero(_file(store, index), 3 * 20, 4 * 20)
     bad = index * UNITS_PER_FILE + 3
     with StoreReader(str(store)) as reader:
         got = _read_all(reader, 0)
     end = PER_QUEUE if index < 5 else bad
-    assert [m.queue_offset for m in got] == [i for i in range(end) if i != bad]
+    assert [m.queue_offset for m in got] == list(range(end))
     with mqlite.open(str(store)) as broker:
         assert [m.queue_offset for m in _read_all(broker.store, 0)] == list(range(PER_QUEUE))
 

@@ -367,13 +367,19 @@ def test_reopen_keeps_entries(tmp_path: Path) -> None:
     again.close()
 
 
-def test_abnormal_load_drops_files_newer_than_checkpoint(tmp_path: Path) -> None:
+def _three_files(tmp_path: Path) -> list[int]:
+    """Seven entries of key K in three files; returns the end times of the two that filled."""
     full: list[int] = []
     svc = _service(tmp_path, on_file_full=full.append)
     svc.load(True, 0)
     for i in range(7):
         svc.build_index("T", i, T0 + i * 1000, None, "K")
     svc.close()
+    return full
+
+
+def test_abnormal_load_drops_files_newer_than_checkpoint(tmp_path: Path) -> None:
+    full = _three_files(tmp_path)
     assert full == [T0 + 2000, T0 + 5000]
     crashed = _service(tmp_path)
     crashed.load(False, full[0])  # the checkpoint saw only the first file fill
@@ -627,3 +633,59 @@ def test_put_keys_writes_what_put_key_writes(tmp_path: Path, slots: int, index_n
     assert (tmp_path / "one").read_bytes() == (tmp_path / "many").read_bytes()
     one.close()
     many.close()
+
+
+def test_an_abnormal_load_that_drops_every_file_asks_for_a_rebuild_from_the_start(tmp_path: Path) -> None:
+    # The oldest file is gone (deleted, or a directory moved aside) and the others are newer than
+    # the checkpoint: recovery re-dispatches only from the checkpoint's segment, so without a
+    # rebuild the records before it would have no entries.
+    full = _three_files(tmp_path)
+    os.unlink(sorted((tmp_path / "index").iterdir())[0])
+    crashed = _service(tmp_path)
+    crashed.load(False, full[0])
+    assert crashed.files == [] and crashed.rebuild_from == 0
+    crashed.close()
+
+
+def _keyed_store(root: Path) -> None:
+    from mqlite.config import StoreConfig
+    from mqlite.store import MessageStore
+
+    config = StoreConfig(commitlog_file_size=64 * 1024, max_hash_slot_num=8, max_index_num=64)
+    with MessageStore(str(root), config) as store:
+        for i in range(40):
+            store.put("T", i % 2, b"body %d" % i, {"KEYS": f"k{i}"})
+        assert store.wait_dispatched()
+
+
+def _found(root: Path) -> list[int]:
+    import mqlite
+
+    with mqlite.open(str(root)) as broker:
+        return [i for i in range(40) if [m.body for m in broker.store.query_message("T", f"k{i}")] == [b"body %d" % i]]
+
+
+@pytest.mark.parametrize("field", ["key_hash", "phy_offset"])
+def test_verify_finds_entries_that_do_not_match_the_log_and_deleting_the_file_repairs_them(
+        tmp_path: Path, field: str) -> None:
+    # A changed keyHash that stays in its bucket (a multiple of hash_slot_num) or a changed
+    # phyOffset leaves the chains whole: only the log shows it. Open does not check entries
+    # (O(entries)); verify does, names the file and the fix, and the fix works.
+    from mqlite.verify import verify_store
+
+    root = tmp_path / "store"
+    _keyed_store(root)
+    path = sorted((root / "index").iterdir())[0]
+    entry = 40 + 8 * 4 + 5 * 20  # entry 5
+    key_hash, phy, _, _ = _entry_at(path, 8, 5)
+    if field == "key_hash":
+        _poke(path, entry, ">i", key_hash ^ (8 << 4))
+    else:
+        _poke(path, entry + 4, ">q", phy + 3)
+    assert len(_found(root)) == 39  # one key no longer found (the open did not repair it)
+    problems = verify_store(str(root)).problems
+    assert len(problems) == 1 and problems[0].startswith(f"index {path.name}: entries ")
+    assert "delete the file: the next open for writing rebuilds it" in problems[0]
+    path.unlink()
+    assert _found(root) == list(range(40))
+    assert verify_store(str(root)).ok

@@ -20,7 +20,8 @@ record the unit points to, so a full disk refuses the put before anything is wri
 
 Damage checks (run by the writer at open, before `recover`, see `recovery.py`):
 `file_problems` finds what the file set shows without reading a unit (a file
-missing from the sequence, a file of the wrong size, a misnamed file), and
+missing from the sequence, a file of the wrong size, a misnamed file, a directory
+in a file's place: a writer renames it `<name>.damaged-<n>` first), and
 `unit_damage` what a few units show: every file but the last must be full, so
 its first and last units are valid; the files `recover` inspects (the last
 three) must be valid prefixes, full but for the last; and behind the last
@@ -31,6 +32,7 @@ rebuilt from the commit log (`discard`, then re-dispatch), not cut back.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import struct
@@ -42,7 +44,9 @@ from .config import CQ_UNIT
 from .mappedfile import FILE_NAME_DIGITS, MappedFile, MappedFileQueue, offset_to_file_name
 
 __all__ = ["ConsumeQueue", "CQ_UNIT_STRUCT", "CQ_DTYPE", "BLANK_UNIT", "LOWER", "UPPER", "CQ_RESERVE_CHUNK",
-           "LMQ_PREFIX", "file_problems", "queue_files"]
+           "LMQ_PREFIX", "file_problems", "queue_files", "queue_directories"]
+
+log = logging.getLogger("mqlite")
 
 #: Bytes reserved at a time in a consume-queue file (6,553 units): small, as a store may have
 #: thousands of queues, and one `posix_fallocate` per 6,553 messages of a queue costs nothing measurable.
@@ -118,11 +122,28 @@ class ConsumeQueue:
         """
         self.room = 0
         if not self.read_only:
-            self.damage = [f"{self.name}/{name}: {what}" for name, what in file_problems(self.directory, self.file_size)]
+            moved = self._move_directories_aside()
+            self.damage = moved + [f"{self.name}/{name}: {what}"
+                                   for name, what in file_problems(self.directory, self.file_size)]
         self.mapped_files.load(strict=not self.read_only and not self.damage)
         files = self.mapped_files.files
         if files:
             self.min_logic_offset = max(self.min_logic_offset, files[0].file_from_offset)
+
+    def _move_directories_aside(self) -> list[str]:
+        """Writer: rename directories named like queue files to `<name>.damaged-<n>` (nothing maps
+        or rebuilds over a directory); returns the damage, and the queue is rebuilt from the log."""
+        damage = []
+        for name in queue_directories(self.directory):
+            path = os.path.join(self.directory, name)
+            n = 0
+            while os.path.lexists(f"{path}.damaged-{n}"):
+                n += 1
+            os.rename(path, f"{path}.damaged-{n}")
+            log.warning("%s/%s is a directory, not a queue file: moved it aside to %s.damaged-%d "
+                        "(delete it once looked at); the queue is rebuilt from the commit log", self.name, name, name, n)
+            damage.append(f"{self.name}/{name}: a directory in place of the file (moved aside to {name}.damaged-{n})")
+        return damage
 
     def recover(self) -> None:
         """`ConsumeQueue.recover`: find the last valid unit, in the last three files.
@@ -332,6 +353,26 @@ class ConsumeQueue:
             mf.wrote_position = pos + take * _UNIT
             done += take
         self.max_physic_offset = int(offsets[-1]) + int(sizes[-1])
+        return True
+
+    def rewrite_unit(self, queue_offset: int, offset: int, size: int, tags_code: int) -> bool:
+        """Writer, read repair: put right a damaged unit below the queue's end (the record it lost
+        was found in the log) and make it durable. False when the unit's file is gone or the disk
+        cannot take it; the caller holds the commit log's put lock (the lock of every unit write).
+        Cost: one `posix_fallocate` check and one page `msync`.
+        """
+        byte_offset = queue_offset * _UNIT
+        mf = self.mapped_files.find(byte_offset)
+        if self.read_only or mf is None or byte_offset + _UNIT > mf.file_from_offset + mf.wrote_position:
+            return False
+        pos = byte_offset - mf.file_from_offset
+        try:
+            mf.reserve(pos + _UNIT)  # an old file's bytes have blocks, unless the damage punched a hole
+            _PACK_UNIT(mf.mm, pos, offset, size, tags_code)
+            page = pos - pos % mmap.PAGESIZE
+            mf.mm.flush(page, min(mf.file_size, pos + _UNIT) - page)
+        except (OSError, ValueError):  # DiskFullError is an OSError; ValueError: unmapped meanwhile
+            return False
         return True
 
     def _file_for(self, expect: int) -> MappedFile | None:
@@ -546,18 +587,29 @@ class ConsumeQueue:
 
 
 def queue_files(directory: str) -> list[tuple[int, int]]:
-    """`(start offset, size in bytes)` of the files named by 20 digits in `directory`, in order."""
-    try:
-        names = sorted(n for n in os.listdir(directory) if len(n) == FILE_NAME_DIGITS and n.isdigit())
-    except OSError:
-        return []
+    """`(start offset, size in bytes)` of the files named by 20 digits in `directory`, in order
+    (a directory of such a name is no file: `queue_directories` lists those)."""
     found = []
-    for name in names:
+    for name in _queue_names(directory):
+        path = os.path.join(directory, name)
         try:
-            found.append((int(name), os.path.getsize(os.path.join(directory, name))))
+            if not os.path.isdir(path):
+                found.append((int(name), os.path.getsize(path)))
         except OSError:
             continue
     return found
+
+
+def queue_directories(directory: str) -> list[str]:
+    """Names of the directories in `directory` named like queue files (damage: nothing can map them)."""
+    return [name for name in _queue_names(directory) if os.path.isdir(os.path.join(directory, name))]
+
+
+def _queue_names(directory: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(directory) if len(n) == FILE_NAME_DIGITS and n.isdigit())
+    except OSError:
+        return []
 
 
 def file_problems(directory: str, file_size: int) -> list[tuple[str, str]]:
@@ -566,7 +618,8 @@ def file_problems(directory: str, file_size: int) -> list[tuple[str, str]]:
     An empty last file is no problem (a crash while creating it; loading deletes it).
     """
     files = queue_files(directory)
-    problems: list[tuple[str, str]] = []
+    problems = [(name, "a directory in place of the file (a writer's open moves it aside and rebuilds the queue)")
+                for name in queue_directories(directory)]
     units = file_size // _UNIT
     for index, (start, size) in enumerate(files):
         name = offset_to_file_name(start)

@@ -463,6 +463,15 @@ class IndexFile:
         problems += _check_chains(slots, key_hash, time_diff, prev, self._hdr[_SLOT_COUNT])
         return problems
 
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the ``keyHash`` and ``phyOffset`` of entries ``1 .. indexCount-1`` (int64), in write
+        order: for checking them against the commit log (`verify`). Cost: O(index_count) in numpy."""
+        count = min(self._header()[_INDEX_COUNT], self.index_num)
+        if count <= 1:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        entries = np.frombuffer(self._require_map(), _ENTRY_DTYPE, count - 1, self._entries_at + INDEX_ENTRY.size)
+        return entries["key_hash"].astype(np.int64), entries["phy_offset"].astype(np.int64)
+
     def _read_arrays(
         self, count: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
@@ -790,6 +799,13 @@ class IndexService:
                         f.destroy()
                         continue
                     self._files.append(f)
+                if paths and not self._files and not self.read_only and self.rebuild_from is None:
+                    # Every file went (damaged, or newer than the checkpoint after a crash): recovery
+                    # re-dispatches only from its checkpoint's segment, and the records before it
+                    # would have no entries. The whole index is rebuilt, as when none was there.
+                    _log.warning("no index file of %s is left to use; the index is rebuilt from the commit log",
+                                 self.index_dir)
+                    self.rebuild_from = 0
             except BaseException:
                 for f in self._files:
                     f.close()

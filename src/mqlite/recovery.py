@@ -45,9 +45,11 @@ instead of being trusted or cut back at the damage:
 What this does not see: a wrong unit in the middle of an old file, a lost
 leading file once segments were deleted, units lost from a queue none of whose
 lost records is in the re-checked tail, a topic's whole directory (that is what
-`delete_topic` leaves). Reads skip a unit that does not point at its own record
-(never stalling), `mqlite verify` reports all of these, and deleting the damaged
-file turns the damage into a gap this check finds.
+`delete_topic` leaves). A read that meets a unit that does not point at its own
+record finds the record between its good neighbours' records (`find_queue_records`:
+read repair; a writer's read rewrites the unit) or, when the record is gone, skips
+the unit (never stalling); `mqlite verify` reports all of these until repaired, and
+deleting the damaged file turns the damage into a gap this check finds.
 
 All damaged queues are rebuilt in one walk of the log (`_rebuild_queues`):
 their files deleted, their records re-dispatched. A queue whose first records
@@ -73,7 +75,8 @@ from .message import SysFlag
 
 __all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "TAIL_UNITS", "walk_records",
            "load_set_aside", "save_set_aside", "set_aside_path", "load_damaged",
-           "log_head_path", "load_log_head", "save_log_head", "check_log_head", "index_coverage_gap"]
+           "log_head_path", "load_log_head", "save_log_head", "check_log_head", "index_coverage_gap",
+           "find_queue_records"]
 
 log = logging.getLogger("mqlite")
 
@@ -695,6 +698,33 @@ def _units_in(cq: ConsumeQueue, start: int, end: int) -> list[tuple[int, int]]:
     return units
 
 
+def find_queue_records(commitlog: CommitLog, damaged: Mapping[int, int], topic: str, queue_id: int,
+                       start: int, end: int, queue_offsets: range) -> dict[int, DispatchRequest]:
+    """Read repair: {queue offset: record} of the records of (topic, queue id) with a queue offset in
+    `queue_offsets` that lie in [start, end) of the log.
+
+    Units of a queue point at increasing offsets, so the record a damaged unit lost lies between
+    the records its good neighbours point at: reads pass that span here. BLANKs, the ranges
+    recovery resynchronised over (`damaged`) and other invalid bytes are stepped over (a frame
+    search). Cost: a header check per record in the span (the records of other queues are only
+    framed), the walk stops once every wanted record is found; runs only on a damaged unit.
+    """
+    found: dict[int, DispatchRequest] = {}
+    if not queue_offsets:
+        return found
+
+    def resync(offset: int) -> int | None:
+        return _next_record(commitlog, offset + 1, end, False)
+
+    for request in _records(commitlog, start, end, lambda qid: qid == queue_id, damaged, resync):
+        if (request.topic == topic and request.queue_id == queue_id and request.queue_offset in queue_offsets
+                and request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE):
+            found[request.queue_offset] = request
+            if len(found) == len(queue_offsets):
+                break
+    return found
+
+
 def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
                  damaged: Mapping[int, int] | None = None) -> Iterator[DispatchRequest]:
     """The records from `start` (a record's offset) to `end`, described, in log order.
@@ -858,7 +888,8 @@ def index_coverage_gap(commitlog: CommitLog, index_files: Sequence[IndexFile]) -
 
 def _keyed_record_in(commitlog: CommitLog, start: int, end: int, *, include_start: bool) -> bool:
     """Whether a record in [start, end) (after the one at `start` unless `include_start`) gets index entries."""
-    for request in walk_records(commitlog, start, end, False):
+    # Quietly: the last gap runs to the end of the newest segment, whose zeros end the walk.
+    for request in _records(commitlog, start, end):
         if request.commit_log_offset == start and not include_start:
             continue
         if ((request.keys or request.uniq_key)

@@ -19,18 +19,19 @@ from typing import Any, Protocol
 
 from .checkpoint import StoreCheckpoint
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import BLANK, HEADER, MAGIC_V1, MAGIC_V2, CommitLog, StoredMessage, TagsCodeFn
+from .commitlog import BLANK, HEADER, MAGIC_V1, MAGIC_V2, CommitLog, DispatchRequest, StoredMessage, TagsCodeFn
 from .config import CQ_UNIT, StoreConfig, resolve_config
 from .consumequeue import CQ_UNIT_STRUCT, LOWER, ConsumeQueue
 from .errors import IllegalStateError, MessageNotFoundError
 from .indexfile import INDEX_HEADER, IndexService
 from .message import PROPERTY_KEYS, MessageExt, SysFlag
-from .recovery import load_set_aside
+from .recovery import find_queue_records, load_damaged, load_set_aside
 
 __all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter", "infer_format_settings", "config_for"]
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024  # DefaultMessageStore: a batch never exceeds this
 _FILTER_SCAN_BYTES = 16000
+_REPAIR_REACH = 1024  # units looked at on each side of a damaged unit for a good neighbour (read repair)
 _MAGICS = (BLANK.pack(0, MAGIC_V1)[4:], BLANK.pack(0, MAGIC_V2)[4:])
 # TOTALSIZE, MAGICCODE, (BODYCRC), QUEUEID, (FLAG), QUEUEOFFSET: what ties a record to its unit.
 _RECORD_KEY = struct.Struct(">i4s4xi4xq")
@@ -290,6 +291,7 @@ class StoreFiles:
         start = end = 0
         stop = offset + count
         set_aside = self.commitlog.set_aside  # records recovery set aside (wrong body CRC): never handed out
+        repair: _ReadRepair | None = None  # made at the first bad unit: good units cost nothing more
         while qoff < stop:
             data = cq.read_units(qoff, stop - qoff)
             if not data:
@@ -313,11 +315,20 @@ class StoreFiles:
                 if not good or (set_aside and phys in set_aside):
                     if set_aside and phys in set_aside:
                         aside.append(qoff)  # recovery set it aside: known, reported, never handed out
+                        raw = b""
                     elif mm is not None or phys >= min_log or size <= 0:
-                        bad.append(qoff)
-                    qoff += 1
-                    removed += 1
-                    continue
+                        if repair is None:
+                            repair = _ReadRepair(self, cq)
+                        raw = repair.record(qoff)  # the log still holds the record: hand it out
+                        if not raw:
+                            bad.append(qoff)
+                    else:
+                        raw = b""  # retention deleted the record
+                    if not raw:
+                        qoff += 1
+                        removed += 1
+                        continue
+                    size = len(raw)
                 msg = new(cls)
                 msg._raw = raw
                 msg.broker_name = broker
@@ -336,6 +347,8 @@ class StoreFiles:
             _log_bad_units(cq, bad)
         if aside:
             _log_set_aside_units(cq, aside)
+        if repair is not None:
+            repair.log()
         if messages:
             status = GetMessageStatus.FOUND
         elif removed:
@@ -352,6 +365,7 @@ class StoreFiles:
         read = self.commitlog.read
         min_log = self.commitlog.min_offset
         bad: list[int] = []
+        repair: _ReadRepair | None = None
         stop = min(high, offset + scan_limit)
         while qoff < stop:
             data = cq.read_units(qoff, stop - qoff)
@@ -366,8 +380,16 @@ class StoreFiles:
                 if raw is None or len(raw) < _RECORD_KEY.size or (
                         _RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1) and not cq.is_light):
                     if raw is not None or phys >= min_log or size <= 0:
-                        bad.append(qoff - 1)  # skipped like a filtered-out message: never stall on it
-                    continue
+                        if repair is None:
+                            repair = _ReadRepair(self, cq)
+                        raw = repair.record(qoff - 1)
+                        if not raw:
+                            bad.append(qoff - 1)  # skipped like a filtered-out message: never stall on it
+                            continue
+                        if not message_filter.is_matched_by_consume_queue(repair.tags_code(qoff - 1)):
+                            continue
+                    else:
+                        continue
                 msg = StoredMessage(raw, self.broker_name)
                 if not message_filter.is_matched_by_commit_log(msg):
                     continue
@@ -379,6 +401,8 @@ class StoreFiles:
                 break
         if bad:
             _log_bad_units(cq, bad)
+        if repair is not None:
+            repair.log()
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, qoff, low, high, messages)
 
@@ -427,6 +451,87 @@ class StoreFiles:
             cq.close()
         self.index.close()
         self.checkpoint.close()
+
+
+class _ReadRepair:
+    """Records found in the log for damaged units met by one read (read repair; see `find_queue_records`).
+
+    A queue's units point at increasing log offsets, so the record a bad unit lost lies between the
+    records of the nearest good units before and after the bad run (looked for within `_REPAIR_REACH`
+    units; beyond that, the log's ends). One walk of that span per bad run finds every record of the
+    run. A writer also rewrites each unit found (under the commit log's put lock, as every unit write);
+    a reader only hands the record out. Records the damage destroyed stay missing: the unit is skipped.
+    """
+
+    __slots__ = ("files", "cq", "found", "fixed", "rewritten")
+
+    def __init__(self, files: StoreFiles, cq: ConsumeQueue) -> None:
+        self.files = files
+        self.cq = cq
+        self.found: dict[int, DispatchRequest] = {}
+        self.fixed: list[int] = []
+        self.rewritten = 0
+
+    def record(self, queue_offset: int) -> bytes:
+        """The record of `queue_offset` (b"" when the log does not hold it)."""
+        if self.cq.is_light:
+            return b""  # its units point at other queues' records: nothing to match them with
+        if queue_offset not in self.found:
+            self.found.update(self._walk(queue_offset))
+        request = self.found.get(queue_offset)
+        commitlog = self.files.commitlog
+        raw = commitlog.read(request.commit_log_offset, request.size) if request is not None else None
+        if not raw:
+            return b""
+        self.fixed.append(queue_offset)
+        assert request is not None
+        if not self.files.read_only:
+            with commitlog.put_lock:
+                self.rewritten += self.cq.rewrite_unit(queue_offset, request.commit_log_offset, request.size,
+                                                       request.tags_code)
+        return raw
+
+    def tags_code(self, queue_offset: int) -> int:
+        """The tags code of a record `record` found."""
+        return self.found[queue_offset].tags_code
+
+    def _walk(self, queue_offset: int) -> dict[int, DispatchRequest]:
+        cq, commitlog = self.cq, self.files.commitlog
+        low, high = max(cq.min_offset, queue_offset - _REPAIR_REACH), min(cq.max_offset, queue_offset + _REPAIR_REACH)
+        after, end = queue_offset + 1, commitlog.max_offset
+        while after < high:
+            unit = self._good_unit(after)
+            if unit is not None:
+                end = unit[0]
+                break
+            after += 1
+        before, start = queue_offset - 1, commitlog.min_offset
+        while before >= low:
+            unit = self._good_unit(before)
+            if unit is not None:
+                start = unit[0] + unit[1]
+                break
+            before -= 1
+        return find_queue_records(commitlog, load_damaged(self.files.root), cq.topic, cq.queue_id,
+                                  max(start, commitlog.min_offset), end, range(before + 1, after))
+
+    def _good_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """The unit at `queue_offset` when it points at its own record."""
+        unit = self.cq.unit_at(queue_offset)
+        raw = self.files.commitlog.read(unit[0], unit[1]) if unit is not None else None
+        if raw is None or len(raw) < _RECORD_KEY.size:
+            return None
+        _, _, record_qid, record_qoff = _RECORD_KEY.unpack_from(raw)
+        return unit if (record_qid, record_qoff) == (self.cq.queue_id, queue_offset) else None
+
+    def log(self) -> None:
+        """One warning line for the read (none when nothing was found)."""
+        if self.fixed:
+            done = (f"rewrote {self.rewritten} unit(s)" if not self.files.read_only
+                    else "a writer's read rewrites them")
+            log.warning("%s: %d unit(s) from queue offset %d did not point at their records (damaged consume "
+                        "queue); found the records in the commit log and handed them out; %s",
+                        self.cq.name, len(self.fixed), self.fixed[0], done)
 
 
 def _log_bad_units(cq: ConsumeQueue, bad: list[int]) -> None:

@@ -4,7 +4,9 @@ Checks, in order: every commit-log record (size, magic, body CRC, stored
 physical offset = its position, BLANK records closing segments); every
 consume queue against the records of its queue in the log (its files: gaps,
 sizes, names; each unit: the record of its queue offset, size, tags code);
-every index file's header and hash chains. Reads through a `StoreReader`, so
+every index file's header and hash chains, and its entries against the log's
+records (each entry's key hash is one of its record's keys', each keyed record
+inside the file's range has all its entries). Reads through a `StoreReader`, so
 it is safe beside a live writer: units the writer added after the walk of the
 log passed their place are counted as not yet checked (`unchecked`), never as
 damaged, and the index file it is filling is left out (`index_skipped`).
@@ -19,12 +21,16 @@ units pointing past it are counted in that finding.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .commitlog import check_record, default_tags_code
 from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, LMQ_PREFIX, file_problems, queue_files
+from .indexfile import IndexFile, index_key_hash_array, index_key_names
 from .mappedfile import offset_to_file_name
 from .message import SysFlag
 from .errors import MQLiteError
@@ -128,9 +134,58 @@ def verify_store(path: str, progress: Callable[[int, int], None] | None = None) 
                 # of a hash table is atomic): the file being written is left out.
                 report.index_skipped = 1
                 continue
-            for problem in index_file.verify():
-                report.add(f"index {index_file.file_name}: {problem}")
+            problems = index_file.verify() or _index_entry_problems(index_file, walk, report.log_end if live else None)
+            if problems:
+                report.add(f"index {index_file.file_name}: {'; '.join(problems)}; keys it holds may not be found "
+                           f"(delete the file: the next open for writing rebuilds it from the commit log)")
     return report
+
+
+_PAIR = np.dtype([("offset", "<i8"), ("key_hash", "<i8")])  # sorts by offset, then hash
+
+
+def _index_entry_problems(index_file: IndexFile, walk: _LogWalk, live_end: int | None) -> list[str]:
+    """Entries that do not match the log: a `keyHash` that is none of its record's keys' hashes, a
+    `phyOffset` where no keyed record starts, keyed records inside the file's range without all their
+    entries. What the hash chains cannot show (a changed hash that stays in its bucket, a changed
+    offset). Entries of records aged out, set aside or inside damaged log ranges are not judged.
+    Cost: numpy sorts and binary searches, O(entries log keys).
+    """
+    key_hashes, phy_offsets = index_file.entries()
+    expected = walk.expected_entries
+    entries = np.empty(len(key_hashes), _PAIR)
+    entries["offset"], entries["key_hash"] = phy_offsets, key_hashes
+    found = _contains(expected, entries)
+    problems = []
+    if not found.all():
+        numbers = np.flatnonzero(~found) + 1
+        keyed = np.isin(phy_offsets[numbers - 1], expected["offset"])
+        stray = [int(n) for n in numbers[~keyed] if not walk.unjudged(int(phy_offsets[n - 1]), live_end)]
+        wrong_hash = numbers[keyed]
+        if stray:
+            problems.append(f"entries pointing where no record with keys starts: {len(stray)} (first: entry {stray[0]})")
+        if wrong_hash.size:
+            problems.append(f"entries whose keyHash is none of its record's keys: {wrong_hash.size} "
+                            f"(first: entry {int(wrong_hash[0])})")
+    # A file that fills mid-record holds part of that record's keys: its first and last records are not judged.
+    low, high = np.searchsorted(expected["offset"], [index_file.begin_phy_offset, index_file.end_phy_offset],
+                                side="right")
+    inside = expected[low:high]
+    inside = inside[inside["offset"] < index_file.end_phy_offset]
+    entries.sort()
+    missing = inside[~_contains(entries, inside)]
+    if missing.size:
+        problems.append(f"records with keys in its range lacking entries: {np.unique(missing['offset']).size} "
+                        f"(first: commit-log offset {int(missing['offset'][0])})")
+    return problems
+
+
+def _contains(sorted_pairs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """For each of `pairs`, whether `sorted_pairs` holds it."""
+    if not sorted_pairs.size:
+        return np.zeros(pairs.size, bool)
+    at = np.minimum(np.searchsorted(sorted_pairs, pairs), sorted_pairs.size - 1)
+    return np.asarray(sorted_pairs[at] == pairs)
 
 
 def _verify_log_head(reader: StoreReader, report: VerifyReport) -> None:
@@ -164,8 +219,27 @@ class _LogDamage:
 @dataclass
 class _LogWalk:
     records: Records = field(default_factory=dict)
+    #: The index keys (`index_key_names`) of the records that get index entries, and their offsets.
+    key_names: list[str] = field(default_factory=list)
+    key_offsets: list[int] = field(default_factory=list)
+    min_offset: int = 0
     set_aside: set[int] = field(default_factory=set)
     damages: list[_LogDamage] = field(default_factory=list)
+
+    @functools.cached_property
+    def expected_entries(self) -> np.ndarray:
+        """(offset, key hash) of every index entry the walked records call for, sorted."""
+        pairs = np.empty(len(self.key_names), _PAIR)
+        pairs["offset"] = self.key_offsets
+        pairs["key_hash"] = index_key_hash_array(self.key_names) if self.key_names else 0
+        pairs.sort()
+        return pairs
+
+    def unjudged(self, offset: int, live_end: int | None) -> bool:
+        """Whether an index entry at `offset` cannot be judged: aged out, set aside, in damage, or
+        past where the walk stopped beside a live writer."""
+        return (offset < self.min_offset or offset in self.set_aside or self.damage_at(offset) is not None
+                or (live_end is not None and offset >= live_end))
 
     def damage_at(self, offset: int) -> _LogDamage | None:
         return next((d for d in self.damages if d.start <= offset < d.end), None)
@@ -182,6 +256,7 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
     walk = _LogWalk()
     if not files:
         return walk
+    walk.min_offset = files[0].file_from_offset
     total = files[-1].file_from_offset + files[-1].file_size - files[0].file_from_offset
     try:
         known = load_damaged(reader.root)  # ranges recovery resynchronised over: {start: end}
@@ -202,6 +277,11 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
                     report.add(f"commit log: record at {offset} says its offset is {request.commit_log_offset}")
                 walk.records[offset] = (size, request.topic, request.queue_id, request.queue_offset,
                                         request.tags_code, request.sys_flag)
+                if (request.keys or request.uniq_key) and request.sys_flag & SysFlag.TRANSACTION_MASK != \
+                        SysFlag.TRANSACTION_ROLLBACK_TYPE:
+                    names = index_key_names(request.topic, request.uniq_key, request.keys)
+                    walk.key_names += names
+                    walk.key_offsets += [offset] * len(names)
                 report.records += 1
                 pos += size
                 report.log_end = offset + size
