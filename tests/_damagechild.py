@@ -350,10 +350,14 @@ def check_store(root: str, model: dict[str, Any]) -> dict[str, Any]:
     tap = _LogTap()
     logging.getLogger("mqlite").addHandler(tap)
     verdict: dict[str, Any] = {"raw": []}
-    report = verify_store(root)
-    verdict["verify_ok"] = report.ok
-    verdict["verify_problems"] = report.problems[:4]
-    if report.ok:
+    try:
+        report = verify_store(root)
+        verdict["verify_ok"] = report.ok
+        verdict["verify_problems"] = report.problems[:4]
+    except Exception as exc:  # verify promises a report, never an exception, on damage
+        verdict["raw"].append("verify: " + _raw(exc))
+        verdict["verify_ok"] = False  # it did not say OK: the read-only probe is not needed
+    if verdict["verify_ok"]:
         # Only needed to judge a silent verify: did the damage, as it lies, hide acknowledged data?
         try:
             with mqlite.open(root, read_only=True) as reader:
