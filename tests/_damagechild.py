@@ -9,7 +9,8 @@
         wait for the parent's SIGKILL, so the store is left as a crashed writer leaves it.
     python tests/_damagechild.py serve
         A fork server: import mqlite once, then for each JSON line on stdin
-        (``{"root", "model", "timeout"}``) fork a process that runs `check_store` on the
+        (``{"root", "model", "timeout"}``, and ``"selftest": "sigbus"|"hang"`` to test the
+        harness itself) fork a process that runs `check_store` on the
         damaged copy and print its verdict as one JSON line. A case that crashes the
         interpreter (SIGBUS, SIGSEGV) or hangs past `timeout` costs only its forked
         process: the verdict says `crash` (with the signal) or `hang` (with every
@@ -316,6 +317,36 @@ def _check_offsets(broker: Any, model: dict[str, Any], losses: _Losses) -> None:
                 losses.add("offsets-back", f"{topic}/{queue_id}", f"committed offset {committed} became {now}")
 
 
+def _check_append(broker: Any, losses: _Losses) -> None:
+    """After the recovery a new message is stored, and found by its queue offset, its id and its key."""
+    import mqlite
+
+    producer = mqlite.Producer(broker, "campaign-after")
+    producer.start()
+    try:
+        body = b"after-recovery"
+        result = producer.send(mqlite.Message("DmgC", body, tags="After", keys="after-recovery"),
+                               queue=mqlite.MessageQueue("DmgC", broker.broker_name, 0))
+    except Exception as exc:
+        if not _documented(exc):
+            raise
+        losses.add("append", "after", f"a send after the recovery failed: {type(exc).__name__}: {exc}")
+        return
+    finally:
+        producer.shutdown()
+    try:
+        by_offset = broker.query_message_by_offset("DmgC", 0, result.queue_offset)
+        by_id = broker.view_message(result.msg_id)
+        by_key = broker.query_message("DmgC", "after-recovery")
+    except Exception as exc:
+        if not _documented(exc):
+            raise
+        losses.add("append", "after", f"the message sent after the recovery: {type(exc).__name__}: {exc}")
+        return
+    if by_offset.body != body or by_id.body != body or not any(m.msg_id == result.msg_id for m in by_key):
+        losses.add("append", "after", f"the message sent after the recovery reads back wrong ({result!r})")
+
+
 def _find_losses(broker: Any, model: dict[str, Any], writer: bool) -> list[dict[str, Any]]:
     losses = _Losses()
     _check_messages(broker, model, losses)
@@ -323,6 +354,7 @@ def _find_losses(broker: Any, model: dict[str, Any], writer: bool) -> list[dict[
     if writer:
         _check_pending(broker, model, losses)
         _check_offsets(broker, model, losses)
+        _check_append(broker, losses)
     return losses.items
 
 
@@ -407,6 +439,7 @@ def _run_forked(case: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
                 faulthandler.enable(stacks)  # SIGBUS/SIGSEGV: the stack goes to the file
                 faulthandler.dump_traceback_later(case["timeout"] - 1, exit=True, file=stacks)
                 try:
+                    _selftest(case.get("selftest"))
                     data = json.dumps(check_store(case["root"], model))
                 except BaseException as exc:
                     data = json.dumps({"outcome": "harness-error", "error": _raw(exc), "raw": []})
@@ -436,20 +469,28 @@ def _run_forked(case: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     if timed_out:
         os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
-    stacks = ""
+    stack_text = ""
     try:
         with open(stack_path) as f:
-            stacks = f.read()[-4000:]
+            stack_text = f.read()[-4000:]
         os.unlink(stack_path)
     except OSError:
         pass
     if chunks and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
         verdict: dict[str, Any] = json.loads(b"".join(chunks))
         return verdict
-    if timed_out or "Timeout" in stacks:
-        return {"outcome": "hang", "error": stacks, "raw": []}
+    if timed_out or "Timeout" in stack_text:
+        return {"outcome": "hang", "error": stack_text, "raw": []}
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.WEXITSTATUS(status)}"
-    return {"outcome": "crash", "error": f"{how}\n{stacks}", "raw": []}
+    return {"outcome": "crash", "error": f"{how}\n{stack_text}", "raw": []}
+
+
+def _selftest(kind: str | None) -> None:
+    """The harness's own tests: a case that dies of SIGBUS, or one that never ends."""
+    if kind == "sigbus":
+        os.kill(os.getpid(), signal.SIGBUS)
+    elif kind == "hang":
+        select.select([], [], [])  # no descriptor, no timeout: only the watchdog ends it
 
 
 def serve() -> None:

@@ -12,7 +12,7 @@ pid in `lock`, an index and checkpoint as the flush service left them).
 
 Cases. File kinds: the first, a middle and the last commit-log segment; the first, a middle
 and the last file of one consume queue; the first and last index file; `checkpoint`, `abort`,
-`lock`; each config JSON alone and together with its `.bak` (`+bak`: both get the damage, so
+`lock`; the delayed and the half message's queue files; each config JSON alone and together with its `.bak` (`+bak`: both get the damage, so
 the fallback is gone too). Damage kinds: delete, truncate to half and to 0, zero the middle
 third of the written bytes or the whole file, flip three seeded bytes of the written part,
 garbage (seeded random bytes of the same size), a directory in the file's place. Every file
@@ -33,7 +33,8 @@ does). The case passes when
       still waits in its schedule queue with its level's cursor not past it; a copy of the
       half message waits at or after the check-back's committed offset; the group's
       committed offsets never move forward (and stay as committed unless the damaged file
-      is the offset table itself or a commit-log segment: a lost table only re-delivers).
+      is the offset table itself or a commit-log segment: a lost table only re-delivers);
+      and a message sent after the recovery is stored and found by offset, id and key.
 Never: a hang, a crash, an exception that is not an `mqlite.MQLiteError` (from verify, the
 read-only probe, open, any check or close).
 
@@ -82,7 +83,7 @@ CASE_TIMEOUT = 20.0  # seconds a case may take before it counts as a hang
 STATES = ("clean", "crash")
 FILE_KINDS = (
     "commitlog-first", "commitlog-middle", "commitlog-last",
-    "cq-first", "cq-middle", "cq-last",
+    "cq-first", "cq-middle", "cq-last", "cq-schedule", "cq-half",
     "index-first", "index-last",
     "checkpoint", "abort", "lock",
     "store.json", "store.json+bak", "topics.json", "topics.json+bak",
@@ -94,9 +95,13 @@ _NOT_APPLICABLE = {
     ("clean", "abort"): {"delete", "truncate-half", "truncate-0", "zero-range", "zero-all", "flip"},
     ("clean", "lock"): {"truncate-half", "truncate-0", "zero-range", "zero-all", "flip"},
 }
+#: The delayed and the half message's queues (one file each): three damages are enough there.
+_SYSTEM_QUEUE_DAMAGES = {"delete", "zero-all", "garbage"}
 CASES = [(state, kind, damage) for state in STATES for kind in FILE_KINDS for damage in DAMAGES
-         if damage not in _NOT_APPLICABLE.get((state, kind), set())]
+         if damage not in _NOT_APPLICABLE.get((state, kind), set())
+         and (kind not in ("cq-schedule", "cq-half") or damage in _SYSTEM_QUEUE_DAMAGES)]
 CQ_QUEUE = ("DmgC", "0")  # the queue with the most files
+SYSTEM_QUEUES = {"cq-schedule": ("SCHEDULE_TOPIC_XXXX", "17"), "cq-half": ("RMQ_SYS_TRANS_HALF_TOPIC", "0")}
 
 
 # -- base stores and the fork server -------------------------------------------------------------
@@ -169,17 +174,18 @@ class Server:
         return subprocess.Popen([sys.executable, CHILD, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=self._stderr, env=_env())
 
-    def check(self, root: Path, base: Base) -> dict[str, Any]:
+    def check(self, root: Path, base: Base, *, timeout: float = CASE_TIMEOUT,
+              selftest: str | None = None) -> dict[str, Any]:
         """The verdict on the damaged store at `root` (see `_damagechild.check_store`)."""
         if self.proc.poll() is not None:
             self.close_pipes()
             self.proc = self._start()
         assert self.proc.stdin is not None
-        case = {"root": str(root), "model": str(base.model_path), "timeout": CASE_TIMEOUT}
+        case = {"root": str(root), "model": str(base.model_path), "timeout": timeout, "selftest": selftest}
         self.proc.stdin.write((json.dumps(case) + "\n").encode())
         self.proc.stdin.flush()
         try:
-            verdict: dict[str, Any] = json.loads(_readline(self.proc, time.monotonic() + CASE_TIMEOUT + 30))
+            verdict: dict[str, Any] = json.loads(_readline(self.proc, time.monotonic() + timeout + 30))
         except AssertionError as exc:
             self.stop()
             self._stderr.seek(0)
@@ -233,6 +239,9 @@ def _files(root: Path, kind: str) -> list[Path]:
 
     if kind.startswith("commitlog-"):
         return [nth(pick(root / "commitlog"))]
+    if kind in SYSTEM_QUEUES:
+        topic, queue_id = SYSTEM_QUEUES[kind]
+        return pick(root / "consumequeue" / topic / queue_id)[:1]
     if kind.startswith("cq-"):
         return [nth(pick(root / "consumequeue" / CQ_QUEUE[0] / CQ_QUEUE[1]))]
     if kind.startswith("index-"):
@@ -366,6 +375,44 @@ def run_case(campaign: Campaign, tmp: Path, state: str, kinds_and_damage: list[t
     verdict = campaign.server.check(root, base)
     problems = judge(verdict, base.model(), destroyed, offsets_damaged)
     assert not problems, "\n".join(problems) + "\n" + _explain(verdict)
+
+
+# -- the harness itself ----------------------------------------------------------------------------
+def test_a_crashing_case_fails_the_case_not_pytest(campaign: Campaign, tmp_path: Path) -> None:
+    verdict = campaign.server.check(tmp_path, campaign.bases["clean"], selftest="sigbus")
+    assert verdict["outcome"] == "crash" and "signal 7" in verdict["error"], verdict
+    assert judge(verdict, campaign.bases["clean"].model(), [], False)
+
+
+def test_a_hanging_case_fails_the_case_with_its_stacks(campaign: Campaign, tmp_path: Path) -> None:
+    verdict = campaign.server.check(tmp_path, campaign.bases["clean"], timeout=1.5, selftest="hang")
+    assert verdict["outcome"] == "hang" and "_selftest" in verdict["error"], verdict
+    assert judge(verdict, campaign.bases["clean"].model(), [], False)
+
+
+def _verdict(losses: list[dict[str, Any]], verify_ok: bool, hidden: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"outcome": "opened", "raw": [], "losses": losses, "verify_ok": verify_ok, "hidden": hidden or []}
+
+
+def test_the_rule_for_lost_data() -> None:
+    """Only a destroyed record may be lost, and only with verify saying so; offsets only go back."""
+    model = {"messages": [{"offset": 0, "size": 100}, {"offset": 100, "size": 100}],
+             "delayed": {"offset": 200, "size": 50}, "half": {"offset": 250, "size": 50}}
+    lost = [{"what": "offset", "msg": 0, "detail": ""}]
+    assert judge(_verdict(lost, verify_ok=False), model, [(50, 60)], False) == []
+    assert judge(_verdict(lost, verify_ok=True), model, [(50, 60)], False)  # a silent loss
+    assert judge(_verdict(lost, verify_ok=False), model, [(100, 110)], False)  # not the destroyed record
+    assert judge(_verdict([{"what": "half", "msg": "half", "detail": ""}], False), model, [(0, 10)], False)
+    assert judge(_verdict([{"what": "stall", "msg": "DmgC/0", "detail": ""}], False), model, [(0, 300)], False)
+    back = [{"what": "offsets-back", "msg": "DmgC/0", "detail": ""}]
+    assert judge(_verdict(back, True), model, [], True) == []
+    assert judge(_verdict(back, True), model, [], False)
+    assert judge(_verdict([{"what": "offsets", "msg": "DmgC/0", "detail": ""}], True), model, [], True)
+    hidden = [{"what": "view", "msg": 1, "detail": ""}]
+    assert judge(_verdict([], verify_ok=True, hidden=hidden), model, [], False)
+    assert judge(_verdict([], verify_ok=False, hidden=hidden), model, [], False) == []
+    assert judge({"outcome": "refused", "raw": []}, model, [], False) == []
+    assert judge({"outcome": "open-raised", "raw": [], "error": "TypeError"}, model, [], False)
 
 
 # -- the matrix ----------------------------------------------------------------------------------------
