@@ -5,8 +5,9 @@
         (JSON). The store is written in two sessions (so every config file has a `.bak`):
         three topics, keys and tags, a batch, a delayed message not yet due (level 18),
         a transactional half message left UNKNOW, committed offsets of a consumer group.
-        STATE `clean`: close and print DONE. STATE `crash` (SYNC_FLUSH): print READY and
-        wait for the parent's SIGKILL, so the store is left as a crashed writer leaves it.
+        STATE `clean`: close and print DONE. STATE `crash` (SYNC_FLUSH), or `crash-async`
+        (ASYNC_FLUSH, then an explicit flush of everything): print READY and wait for the
+        parent's SIGKILL, so the store is left as a crashed writer leaves it.
     python tests/_damagechild.py serve
         A fork server: import mqlite once, then for each JSON line on stdin
         (``{"root", "model", "timeout"}``, and ``"selftest": "sigbus"|"hang"`` to test the
@@ -66,8 +67,8 @@ class _Unknown:
         return LocalTransactionState.UNKNOW
 
 
-def _session(broker: Any, rng: random.Random, first_seq: int, sent: list[dict[str, Any]]) -> None:
-    """Send SESSION_MESSAGES single messages (a third to DmgC/0) to explicit queues."""
+def _session(broker: Any, clock: Any, rng: random.Random, first_seq: int, sent: list[dict[str, Any]]) -> None:
+    """Send SESSION_MESSAGES single messages (a third to DmgC/0) to explicit queues, a second apart."""
     import mqlite
 
     producer = mqlite.Producer(broker, "campaign-pg")
@@ -82,6 +83,7 @@ def _session(broker: Any, rng: random.Random, first_seq: int, sent: list[dict[st
             assert result.send_status is mqlite.SendStatus.SEND_OK, result
             sent.append({"topic": topic, "queue_id": queue_id, "queue_offset": result.queue_offset,
                          "msg_id": result.msg_id, "body": msg.body.hex(), "keys": keys})
+            clock.advance(1000)
     finally:
         producer.shutdown()
 
@@ -132,22 +134,27 @@ def _find(broker: Any, topic: str, queue_id: int, msg_id: str) -> int:
 def build(root: str, model_path: str, state: str) -> None:
     """Write the campaign store and its model (see the module docstring)."""
     import mqlite
+    from mqlite.clock import ManualClock
     from mqlite.delay import SCHEDULE_TOPIC
     from mqlite.txn import HALF_TOPIC
 
     rng = random.Random(20261125)
-    flush = "SYNC_FLUSH" if state == "crash" else "ASYNC_FLUSH"
+    flush = "SYNC_FLUSH" if state == "crash" else "ASYNC_FLUSH"  # clean and crash-async
+    # Store times a second apart, all in the past: segments span minutes, so a current
+    # checkpoint (crash-async) makes abnormal recovery start at the newest segment, not at 0
+    # (its safe time is 3 s before the last flushed record).
+    clock = ManualClock(start_ms=int(time.time() * 1000) - 900_000)
     sent: list[dict[str, Any]] = []
     model: dict[str, Any] = {"topics": dict(TOPICS), "group": GROUP}
-    with mqlite.open(root, flush_disk_type=flush, **SETTINGS) as broker:
+    with mqlite.open(root, flush_disk_type=flush, clock=clock, **SETTINGS) as broker:
         for topic, queues in TOPICS:
             broker.create_topic(topic, queues)
-        _session(broker, rng, 0, sent)
+        _session(broker, clock, rng, 0, sent)
         _commit_offsets(broker, model, 0.25)
         assert broker.delay is not None
         broker.delay.persist()
-    broker = mqlite.open(root)  # the second session: store.json (and the rest) get a .bak
-    _session(broker, rng, SESSION_MESSAGES, sent)
+    broker = mqlite.open(root, clock=clock)  # the second session: store.json (and the rest) get a .bak
+    _session(broker, clock, rng, SESSION_MESSAGES, sent)
     _batch(broker, rng, 2 * SESSION_MESSAGES, sent)
     producer = mqlite.Producer(broker, "campaign-pg")
     producer.start()
@@ -182,7 +189,9 @@ def build(root: str, model_path: str, state: str) -> None:
     with open(model_path + ".tmp", "w") as f:
         json.dump(model, f)
     os.replace(model_path + ".tmp", model_path)
-    if state == "crash":
+    if state.startswith("crash"):
+        if state == "crash-async":
+            broker.store.flush()  # ASYNC_FLUSH: the model is what this flush made durable (all of it)
         print("READY", flush=True)
         sys.stdin.read()  # until SIGKILL: the store stays as a crashed writer leaves it
         return

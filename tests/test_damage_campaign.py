@@ -5,10 +5,12 @@ consume-queue files, 128-entry index files: three segments, up to seven files a 
 index files) holding three topics, keys and tags, a batch, a delayed message not yet due, a
 transactional half message left UNKNOW and a consumer group's committed offsets, so every file
 kind exists; the model is what was acknowledged (each `SendResult`'s topic, queue, queue
-offset, msg_id, body and keys, plus where the record lies in the commit log). Two states,
-each built once per module and copied for every case: `clean` (closed) and `crash` (written
+offset, msg_id, body and keys, plus where the record lies in the commit log). Three states,
+each built once per module and copied for every case: `clean` (closed); `crash` (written
 under SYNC_FLUSH, the writer SIGKILLed after its last acknowledgement: `abort` and a dead
-pid in `lock`, an index and checkpoint as the flush service left them).
+pid in `lock`, an index and checkpoint as the flush service left them); `crash-async`
+(ASYNC_FLUSH, SIGKILLed after an explicit flush of everything, so the model is what was
+flushed and the checkpoint is current: recovery starts late in the log).
 
 Cases. File kinds: the first, a middle and the last commit-log segment; the first, a middle
 and the last file of one consume queue; the first and last index file; `checkpoint`, `abort`,
@@ -16,7 +18,8 @@ and the last file of one consume queue; the first and last index file; `checkpoi
 the fallback is gone too). Damage kinds: delete, truncate to half and to 0, zero the middle
 third of the written bytes or the whole file, flip three seeded bytes of the written part,
 garbage (seeded random bytes of the same size), a directory in the file's place. Every file
-kind x damage kind on each state; damage that cannot apply (truncating a file that is empty
+kind x damage kind on `clean` and `crash` (on `crash-async`, the files the flush mode shapes:
+segments, queue files, index files, checkpoint); damage that cannot apply (truncating a file that is empty
 or absent in that state) is left out. Ids read `<state>-<file>-<damage>`.
 
 Oracle. Each case runs in a process forked by `_damagechild.py serve` (a SIGBUS or a hang
@@ -80,7 +83,7 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_damagechild.p
 BUILD_DEADLINE = 120.0  # seconds for a child to build a base store (a loaded 2-core machine)
 CASE_TIMEOUT = 20.0  # seconds a case may take before it counts as a hang
 
-STATES = ("clean", "crash")
+STATES = ("clean", "crash", "crash-async")
 FILE_KINDS = (
     "commitlog-first", "commitlog-middle", "commitlog-last",
     "cq-first", "cq-middle", "cq-last", "cq-schedule", "cq-half",
@@ -97,9 +100,14 @@ _NOT_APPLICABLE = {
 }
 #: The delayed and the half message's queues (one file each): three damages are enough there.
 _SYSTEM_QUEUE_DAMAGES = {"delete", "zero-all", "garbage"}
+#: The ASYNC_FLUSH crash differs from the SYNC_FLUSH one in the files the flush mode shapes (its
+#: checkpoint is current, so recovery starts late in the log): only those are damaged there.
+_ASYNC_KINDS = {"commitlog-first", "commitlog-middle", "commitlog-last", "cq-first", "cq-middle", "cq-last",
+                "index-first", "index-last", "checkpoint"}
 CASES = [(state, kind, damage) for state in STATES for kind in FILE_KINDS for damage in DAMAGES
          if damage not in _NOT_APPLICABLE.get((state, kind), set())
-         and (kind not in ("cq-schedule", "cq-half") or damage in _SYSTEM_QUEUE_DAMAGES)]
+         and (kind not in ("cq-schedule", "cq-half") or damage in _SYSTEM_QUEUE_DAMAGES)
+         and (state != "crash-async" or kind in _ASYNC_KINDS)]
 CQ_QUEUE = ("DmgC", "0")  # the queue with the most files
 SYSTEM_QUEUES = {"cq-schedule": ("SCHEDULE_TOPIC_XXXX", "17"), "cq-half": ("RMQ_SYS_TRANS_HALF_TOPIC", "0")}
 
@@ -150,7 +158,7 @@ def _build(root: Path, state: str) -> Base:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=_env())
         try:
             line = _readline(proc, time.monotonic() + BUILD_DEADLINE)
-            assert line == ("READY" if state == "crash" else "DONE"), line
+            assert line == ("READY" if state.startswith("crash") else "DONE"), line
         except AssertionError as exc:
             err.seek(0)
             raise AssertionError(f"building the {state} store failed: {exc}\n{err.read().decode()[-3000:]}") from None
