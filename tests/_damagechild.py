@@ -191,7 +191,9 @@ def build(root: str, model_path: str, state: str) -> None:
     os.replace(model_path + ".tmp", model_path)
     if state.startswith("crash"):
         if state == "crash-async":
-            broker.store.flush()  # ASYNC_FLUSH: the model is what this flush made durable (all of it)
+            store = broker.store
+            assert isinstance(store, mqlite.MessageStore)
+            store.flush()  # ASYNC_FLUSH: the model is what this flush made durable (all of it)
         print("READY", flush=True)
         sys.stdin.read()  # until SIGKILL: the store stays as a crashed writer leaves it
         return
