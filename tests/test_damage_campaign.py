@@ -14,13 +14,13 @@ flushed and the checkpoint is current: recovery starts late in the log).
 
 Cases. File kinds: the first, a middle and the last commit-log segment; the first, a middle
 and the last file of one consume queue; the first and last index file; `checkpoint`, `abort`,
-`lock`; the delayed and the half message's queue files; each config JSON alone and together with its `.bak` (`+bak`: both get the damage, so
-the fallback is gone too). Damage kinds: delete, truncate to half and to 0, zero the middle
-third of the written bytes or the whole file, flip three seeded bytes of the written part,
-garbage (seeded random bytes of the same size), a directory in the file's place. Every file
-kind x damage kind on `clean` and `crash` (on `crash-async`, the files the flush mode shapes:
-segments, queue files, index files, checkpoint); damage that cannot apply (truncating a file that is empty
-or absent in that state) is left out. Ids read `<state>-<file>-<damage>`.
+`lock`; the delayed and the half message's queue files; each config JSON alone and together
+with its `.bak` (`+bak`: both get the damage, so the fallback is gone too). Damage kinds:
+delete, truncate to half and to 0, zero the middle third of the written bytes or the whole
+file, flip three seeded bytes of the written part, garbage (seeded random bytes of the same
+size), a directory in the file's place. Every file kind x damage kind on `clean` and `crash` (on `crash-async`, the files the flush mode
+shapes: segments, queue files, index files, checkpoint); damage that cannot apply (truncating
+a file that is empty or absent in that state) is left out. Ids read `<state>-<file>-<damage>`.
 
 Oracle. Each case runs in a process forked by `_damagechild.py serve` (a SIGBUS or a hang
 fails the case with the stacks, never pytest): `mqlite.verify.verify_store` on the damaged
@@ -51,6 +51,8 @@ does) is a failure. An excused loss must be reported: `verify` on the damaged st
 the reopen, must name a problem. And whenever `verify` says OK, a read-only open of the
 damaged store must reach every acknowledged message (a clean verify of a store whose damage
 hides data is a failure too; the writer's repair at open does not excuse it).
+
+Set MQLITE_DAMAGE_REPORT=<file> to get every case's outcome as JSON lines (passes too).
 
 Randomized: `test_random_damage` draws (state, any file, damage kind, offset, length) with
 Hypothesis, derandomized, under the same oracle.
@@ -366,7 +368,7 @@ def _explain(verdict: dict[str, Any]) -> str:
             f"recovery={verdict.get('recovery')}\nlog={verdict.get('log')}")
 
 
-def run_case(campaign: Campaign, tmp: Path, state: str, kinds_and_damage: list[tuple[str, str]],
+def run_case(campaign: Campaign, tmp: Path, case_id: str, state: str, kinds_and_damage: list[tuple[str, str]],
              seed: int, offset: int | None = None, length: int | None = None) -> None:
     """Copy `state`'s base store, apply the damage, and assert the oracle on the fork server's verdict."""
     base = campaign.bases[state]
@@ -382,7 +384,20 @@ def run_case(campaign: Campaign, tmp: Path, state: str, kinds_and_damage: list[t
             offsets_damaged |= path.name.startswith("consumerOffset.json")
     verdict = campaign.server.check(root, base)
     problems = judge(verdict, base.model(), destroyed, offsets_damaged)
+    _record(case_id, verdict, problems)
     assert not problems, "\n".join(problems) + "\n" + _explain(verdict)
+
+
+def _record(case_id: str, verdict: dict[str, Any], problems: list[str]) -> None:
+    """With MQLITE_DAMAGE_REPORT=<file>, append every case's outcome as a JSON line (passes too:
+    whether a case passed by a repair or by a refusal is worth knowing)."""
+    path = os.environ.get("MQLITE_DAMAGE_REPORT")
+    if path:
+        row = {"case": case_id, "outcome": verdict.get("outcome"), "verify_ok": verdict.get("verify_ok"),
+               "recovery": verdict.get("recovery"), "error": (verdict.get("error") or "")[:300],
+               "problems": problems}
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 # -- the harness itself ----------------------------------------------------------------------------
@@ -427,12 +442,13 @@ def test_the_rule_for_lost_data() -> None:
 @pytest.mark.parametrize("state", STATES)
 def test_undamaged_base_passes_the_oracle(campaign: Campaign, tmp_path: Path, state: str) -> None:
     """The control: an undamaged copy passes (so a failing case is the damage's doing, not the harness's)."""
-    run_case(campaign, tmp_path, state, [], seed=0)
+    run_case(campaign, tmp_path, f"{state}-undamaged", state, [], seed=0)
 
 
 @pytest.mark.parametrize(("state", "kind", "damage"), CASES, ids=[f"{s}-{k}-{d}" for s, k, d in CASES])
 def test_damage(campaign: Campaign, tmp_path: Path, state: str, kind: str, damage: str) -> None:
-    run_case(campaign, tmp_path, state, [(kind, damage)], seed=zlib.crc32(f"{state}-{kind}-{damage}".encode()))
+    case_id = f"{state}-{kind}-{damage}"
+    run_case(campaign, tmp_path, case_id, state, [(kind, damage)], seed=zlib.crc32(case_id.encode()))
 
 
 # -- random damage ----------------------------------------------------------------------------------
@@ -455,4 +471,5 @@ def test_random_damage(campaign: Campaign, tmp_path_factory: pytest.TempPathFact
     offset = data.draw(st.integers(0, max(size - 1, 0)), label="offset")
     length = data.draw(st.integers(1, 4096), label="length")
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
-    run_case(campaign, tmp_path_factory.mktemp("random"), state, [("/" + name, damage)], seed, offset, length)
+    run_case(campaign, tmp_path_factory.mktemp("random"), f"random-{state}-{name}-{damage}@{offset}+{length}",
+             state, [("/" + name, damage)], seed, offset, length)
