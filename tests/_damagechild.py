@@ -3,7 +3,8 @@
     python tests/_damagechild.py build DIR MODEL STATE
         Build a campaign store at DIR and write the model of what it acknowledged to MODEL
         (JSON). The store is written in two sessions (so every config file has a `.bak`):
-        three topics, keys and tags, a batch, a delayed message not yet due (level 18),
+        three topics, keys and tags, a batch, a delayed message (level 18: not due while
+        building; store times are fixed in the past, so due when a case reopens the store),
         a transactional half message left UNKNOW, committed offsets of a consumer group.
         STATE `clean`: close and print DONE. STATE `crash` (SYNC_FLUSH), or `crash-async`
         (ASYNC_FLUSH, then an explicit flush of everything): print READY and wait for the
@@ -46,11 +47,17 @@ SETTINGS: dict[str, Any] = {
 TOPICS = (("DmgA", 4), ("DmgB", 2), ("DmgC", 1))
 GROUP = "campaign-cg"  # the consumer group whose offsets are committed
 FRESH_GROUP = "campaign-fresh"  # the group that reads every queue from its first offset in the check
-DELAY_LEVEL = 18  # 2 h: never due while a case runs
+DELAY_LEVEL = 18  # 2 h
+STORE_EPOCH_MS = 1_760_000_000_000  # the build's store time starts here (2025-10-09)
 SESSION_MESSAGES = 80  # single sends per session (two sessions, plus a batch)
 
 
 # -- building a store ---------------------------------------------------------------------------
+def _uniq(seq: int) -> dict[str, str]:
+    """A fixed msg_id (UNIQ_KEY, which the producer keeps): the index's layout is the same every run."""
+    return {"UNIQ_KEY": f"DA{seq:030X}"}
+
+
 def _body(rng: random.Random, seq: int) -> bytes:
     return f"msg-{seq}|".encode() + rng.randbytes(rng.randint(300, 1200))
 
@@ -78,7 +85,8 @@ def _session(broker: Any, clock: Any, rng: random.Random, first_seq: int, sent: 
             topic, queues = TOPICS[2] if seq % 3 == 0 else rng.choice(TOPICS[:2])
             queue_id = rng.randrange(queues)
             keys = [f"key-{seq}", f"shard-{seq % 4}"] if seq % 4 == 0 else ([f"key-{seq}"] if seq % 4 == 1 else [])
-            msg = mqlite.Message(topic, _body(rng, seq), tags=f"Tag{seq % 3}", keys=keys or None)
+            msg = mqlite.Message(topic, _body(rng, seq), tags=f"Tag{seq % 3}", keys=keys or None,
+                                 properties=_uniq(seq))
             result = producer.send(msg, queue=mqlite.MessageQueue(topic, broker.broker_name, queue_id))
             assert result.send_status is mqlite.SendStatus.SEND_OK, result
             sent.append({"topic": topic, "queue_id": queue_id, "queue_offset": result.queue_offset,
@@ -95,7 +103,7 @@ def _batch(broker: Any, rng: random.Random, first_seq: int, sent: list[dict[str,
     producer.start()
     try:
         mq = mqlite.MessageQueue("DmgB", broker.broker_name, 1)
-        msgs = [mqlite.Message("DmgB", _body(rng, seq), tags="Batch", keys=[f"key-{seq}"])
+        msgs = [mqlite.Message("DmgB", _body(rng, seq), tags="Batch", keys=[f"key-{seq}"], properties=_uniq(seq))
                 for seq in range(first_seq, first_seq + 3)]
         result = producer.send_batch(msgs, queue=mq)
         assert result.send_status is mqlite.SendStatus.SEND_OK, result
@@ -140,10 +148,12 @@ def build(root: str, model_path: str, state: str) -> None:
 
     rng = random.Random(20261125)
     flush = "SYNC_FLUSH" if state == "crash" else "ASYNC_FLUSH"  # clean and crash-async
-    # Store times a second apart, all in the past: segments span minutes, so a current
-    # checkpoint (crash-async) makes abnormal recovery start at the newest segment, not at 0
-    # (its safe time is 3 s before the last flushed record).
-    clock = ManualClock(start_ms=int(time.time() * 1000) - 900_000)
+    # Store times a second apart from a fixed past instant: segments span minutes, so a current
+    # checkpoint (crash-async) makes abnormal recovery start at the newest segment, not at 0 (its
+    # safe time is 3 s before the last flushed record); and every run writes the same bytes (with
+    # the fixed msg_ids), so seeded damage hits the same fields. The delayed message is due by
+    # the time a case reopens the store: the check accepts it delivered or still pending.
+    clock = ManualClock(start_ms=STORE_EPOCH_MS)
     sent: list[dict[str, Any]] = []
     model: dict[str, Any] = {"topics": dict(TOPICS), "group": GROUP}
     with mqlite.open(root, flush_disk_type=flush, clock=clock, **SETTINGS) as broker:
@@ -159,12 +169,13 @@ def build(root: str, model_path: str, state: str) -> None:
     producer = mqlite.Producer(broker, "campaign-pg")
     producer.start()
     delayed = producer.send(mqlite.Message("DmgA", b"delayed|" + rng.randbytes(200), tags="Later",
-                                           delay_time_level=DELAY_LEVEL),
+                                           delay_time_level=DELAY_LEVEL, properties=_uniq(1000)),
                             queue=mqlite.MessageQueue("DmgA", broker.broker_name, 0))
     producer.shutdown()
     txn = mqlite.TransactionProducer(broker, "campaign-txn", listener=_Unknown())
     txn.start()
-    half = txn.send_message_in_transaction(mqlite.Message("DmgB", b"half|" + rng.randbytes(200), tags="Half"))
+    half = txn.send_message_in_transaction(mqlite.Message("DmgB", b"half|" + rng.randbytes(200), tags="Half",
+                                                          properties=_uniq(1001)))
     txn.shutdown()
     _commit_offsets(broker, model, 0.5)
     assert broker.delay is not None
@@ -178,7 +189,7 @@ def build(root: str, model_path: str, state: str) -> None:
     model["messages"] = sent
     level_queue = DELAY_LEVEL - 1
     model["delayed"] = {"msg_id": delayed.msg_id, "topic": SCHEDULE_TOPIC, "queue_id": level_queue,
-                        "level": DELAY_LEVEL,
+                        "level": DELAY_LEVEL, "real_topic": "DmgA",
                         "queue_offset": _find(broker, SCHEDULE_TOPIC, level_queue, delayed.msg_id)}
     model["half"] = {"msg_id": half.msg_id, "topic": HALF_TOPIC, "queue_id": 0,
                      "queue_offset": _find(broker, HALF_TOPIC, 0, half.msg_id)}
@@ -280,23 +291,27 @@ def _check_pull(broker: Any, model: dict[str, Any], losses: _Losses) -> None:
 
 
 def _check_pending(broker: Any, model: dict[str, Any], losses: _Losses) -> None:
-    """The delayed message still waits (and its level's cursor is not past it); the half still waits."""
+    """The delayed message waits in its schedule queue or was delivered to its topic; the half still waits."""
     from mqlite.txn import CID_SYS_TRANS
 
     delayed = model["delayed"]
+    assert broker.delay is not None
+    # The cursor first: delivery stores the message in its topic before the cursor passes it.
+    cursor = broker.delay.offset_table().get(delayed["level"], 0)
     try:
-        msg = broker.query_message_by_offset(delayed["topic"], delayed["queue_id"], delayed["queue_offset"])
-        if msg.msg_id != delayed["msg_id"]:
-            losses.add("delayed", "delayed", f"the schedule queue holds {msg.msg_id} at {delayed['queue_offset']}")
+        if cursor > delayed["queue_offset"]:
+            if not any(m.msg_id == delayed["msg_id"] for m in broker.query_message(delayed["real_topic"],
+                                                                                 delayed["msg_id"])):
+                losses.add("delayed", "delayed", f"level {delayed['level']}'s cursor {cursor} passed the message "
+                                                 f"at {delayed['queue_offset']}, which is not in {delayed['real_topic']}")
+        else:
+            msg = broker.query_message_by_offset(delayed["topic"], delayed["queue_id"], delayed["queue_offset"])
+            if msg.msg_id != delayed["msg_id"]:
+                losses.add("delayed", "delayed", f"the schedule queue holds {msg.msg_id} at {delayed['queue_offset']}")
     except Exception as exc:
         if not _documented(exc):
             raise
         losses.add("delayed", "delayed", f"{type(exc).__name__}: {exc}")
-    assert broker.delay is not None
-    cursor = broker.delay.offset_table().get(delayed["level"], 0)
-    if cursor > delayed["queue_offset"]:
-        losses.add("delayed", "delayed", f"level {delayed['level']}'s cursor {cursor} is past the pending "
-                                         f"message at {delayed['queue_offset']}")
     half = model["half"]
     mq_offset = broker.store.min_offset(half["topic"], half["queue_id"])
     committed = broker.offsets.query(CID_SYS_TRANS, half["topic"], half["queue_id"])  # read before the scan

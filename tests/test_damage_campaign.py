@@ -2,7 +2,8 @@
 
 Stores. `_damagechild.py build` writes a small store (64 KiB commit-log segments, 8-unit
 consume-queue files, 128-entry index files: three segments, up to seven files a queue, three
-index files) holding three topics, keys and tags, a batch, a delayed message not yet due, a
+index files) holding three topics, keys and tags, a batch, a delayed message (not due while
+building: due when a case reopens the store, as store times are fixed in the past), a
 transactional half message left UNKNOW and a consumer group's committed offsets, so every file
 kind exists; the model is what was acknowledged (each `SendResult`'s topic, queue, queue
 offset, msg_id, body and keys, plus where the record lies in the commit log). Three states,
@@ -33,7 +34,8 @@ does). The case passes when
       (the index must be rebuilt when it was damaged), by `query_message` for each of its
       keys, and through a fresh group's pulls of each queue from its first offset (which
       must never stall: each pull advances or reports the queue's end); the delayed message
-      still waits in its schedule queue with its level's cursor not past it; a copy of the
+      waits in its schedule queue at or after its level's cursor, or (cursor past it) was
+      delivered to its topic; a copy of the
       half message waits at or after the check-back's committed offset; the group's
       committed offsets never move forward (and stay as committed unless the damaged file
       is the offset table itself or a commit-log segment: a lost table only re-delivers);
@@ -386,6 +388,7 @@ def run_case(campaign: Campaign, tmp: Path, case_id: str, state: str, kinds_and_
     problems = judge(verdict, base.model(), destroyed, offsets_damaged)
     _record(case_id, verdict, problems)
     assert not problems, "\n".join(problems) + "\n" + _explain(verdict)
+    shutil.rmtree(root)  # a passing case's copy is not worth its disk (a failing one stays to be looked at)
 
 
 def _record(case_id: str, verdict: dict[str, Any], problems: list[str]) -> None:
