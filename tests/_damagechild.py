@@ -4,7 +4,8 @@
         Build a campaign store at DIR and write the model of what it acknowledged to MODEL
         (JSON). The store is written in two sessions (so every config file has a `.bak`):
         three topics, keys and tags, a batch, a delayed message (level 18: not due while
-        building; store times are fixed in the past, so due when a case reopens the store),
+        building, nor when a case reopens the store by the model's `check_clock_ms`), a timer
+        message due in a day,
         a transactional half message left UNKNOW, committed offsets of a consumer group.
         STATE `clean`: close and print DONE. STATE `crash` (SYNC_FLUSH), or `crash-async`
         (ASYNC_FLUSH, then an explicit flush of everything): print READY and wait for the
@@ -143,7 +144,7 @@ def build(root: str, model_path: str, state: str) -> None:
     """Write the campaign store and its model (see the module docstring)."""
     import mqlite
     from mqlite.clock import ManualClock
-    from mqlite.delay import SCHEDULE_TOPIC
+    from mqlite.delay import SCHEDULE_TOPIC, TIMER_TOPIC
     from mqlite.txn import HALF_TOPIC
 
     rng = random.Random(20261125)
@@ -151,8 +152,8 @@ def build(root: str, model_path: str, state: str) -> None:
     # Store times a second apart from a fixed past instant: segments span minutes, so a current
     # checkpoint (crash-async) makes abnormal recovery start at the newest segment, not at 0 (its
     # safe time is 3 s before the last flushed record); and every run writes the same bytes (with
-    # the fixed msg_ids), so seeded damage hits the same fields. The delayed message is due by
-    # the time a case reopens the store: the check accepts it delivered or still pending.
+    # the fixed msg_ids), so seeded damage hits the same fields. A case reopens the store by this
+    # clock a minute on (`check_clock_ms`), so what waits here still waits there.
     clock = ManualClock(start_ms=STORE_EPOCH_MS)
     sent: list[dict[str, Any]] = []
     model: dict[str, Any] = {"topics": dict(TOPICS), "group": GROUP}
@@ -171,6 +172,9 @@ def build(root: str, model_path: str, state: str) -> None:
     delayed = producer.send(mqlite.Message("DmgA", b"delayed|" + rng.randbytes(200), tags="Later",
                                            delay_time_level=DELAY_LEVEL, properties=_uniq(1000)),
                             queue=mqlite.MessageQueue("DmgA", broker.broker_name, 0))
+    timer_msg = mqlite.Message("DmgA", b"timer|" + rng.randbytes(200), tags="Timer", properties=_uniq(1002))
+    timer_msg.deliver_time_ms = clock.now_ms() + 86_400_000  # a timer message due in a day
+    timer = producer.send(timer_msg, queue=mqlite.MessageQueue("DmgA", broker.broker_name, 1))
     producer.shutdown()
     txn = mqlite.TransactionProducer(broker, "campaign-txn", listener=_Unknown())
     txn.start()
@@ -191,9 +195,13 @@ def build(root: str, model_path: str, state: str) -> None:
     model["delayed"] = {"msg_id": delayed.msg_id, "topic": SCHEDULE_TOPIC, "queue_id": level_queue,
                         "level": DELAY_LEVEL, "real_topic": "DmgA",
                         "queue_offset": _find(broker, SCHEDULE_TOPIC, level_queue, delayed.msg_id)}
+    model["timer"] = {"msg_id": timer.msg_id, "topic": TIMER_TOPIC, "queue_id": 0, "real_topic": "DmgA",
+                      "queue_offset": _find(broker, TIMER_TOPIC, 0, timer.msg_id)}
     model["half"] = {"msg_id": half.msg_id, "topic": HALF_TOPIC, "queue_id": 0,
                      "queue_offset": _find(broker, HALF_TOPIC, 0, half.msg_id)}
-    for key in ("delayed", "half"):
+    # A case reopens the store a minute after the build by this clock: nothing above is due.
+    model["check_clock_ms"] = clock.now_ms() + 60_000
+    for key in ("delayed", "timer", "half"):
         entry = model[key]
         msg = broker.query_message_by_offset(entry["topic"], entry["queue_id"], entry["queue_offset"])
         entry["offset"], entry["size"] = msg.commit_log_offset, msg.store_size
@@ -290,28 +298,34 @@ def _check_pull(broker: Any, model: dict[str, Any], losses: _Losses) -> None:
                 losses.add("pull", i, f"a fresh group's pulls of {topic}/{queue_id} miss offset {qoff}")
 
 
-def _check_pending(broker: Any, model: dict[str, Any], losses: _Losses) -> None:
-    """The delayed message waits in its schedule queue or was delivered to its topic; the half still waits."""
-    from mqlite.txn import CID_SYS_TRANS
-
-    delayed = model["delayed"]
-    assert broker.delay is not None
-    # The cursor first: delivery stores the message in its topic before the cursor passes it.
-    cursor = broker.delay.offset_table().get(delayed["level"], 0)
+def _check_waiting(broker: Any, name: str, entry: dict[str, Any], passed: bool, losses: _Losses) -> None:
+    """A delayed or timer message waits in its system queue, or (its cursor `passed` it) is in its topic."""
     try:
-        if cursor > delayed["queue_offset"]:
-            if not any(m.msg_id == delayed["msg_id"] for m in broker.query_message(delayed["real_topic"],
-                                                                                 delayed["msg_id"])):
-                losses.add("delayed", "delayed", f"level {delayed['level']}'s cursor {cursor} passed the message "
-                                                 f"at {delayed['queue_offset']}, which is not in {delayed['real_topic']}")
-        else:
-            msg = broker.query_message_by_offset(delayed["topic"], delayed["queue_id"], delayed["queue_offset"])
-            if msg.msg_id != delayed["msg_id"]:
-                losses.add("delayed", "delayed", f"the schedule queue holds {msg.msg_id} at {delayed['queue_offset']}")
+        if passed:  # delivered early would be a bug of its own, but not a loss
+            if not any(m.msg_id == entry["msg_id"] for m in broker.query_message(entry["real_topic"], entry["msg_id"])):
+                losses.add(name, name, f"the delivery cursor passed the {name} message at {entry['queue_offset']}, "
+                                       f"which is not in {entry['real_topic']}")
+            return
+        msg = broker.query_message_by_offset(entry["topic"], entry["queue_id"], entry["queue_offset"])
+        if msg.msg_id != entry["msg_id"]:
+            losses.add(name, name, f"{entry['topic']} holds {msg.msg_id} at {entry['queue_offset']}")
     except Exception as exc:
         if not _documented(exc):
             raise
-        losses.add("delayed", "delayed", f"{type(exc).__name__}: {exc}")
+        losses.add(name, name, f"{type(exc).__name__}: {exc}")
+
+
+def _check_pending(broker: Any, model: dict[str, Any], losses: _Losses) -> None:
+    """The delayed and the timer message still wait (or were delivered); the half message still waits."""
+    from mqlite.txn import CID_SYS_TRANS
+
+    assert broker.delay is not None
+    # The cursors first: delivery stores a message in its topic before its cursor passes it.
+    delayed, timer = model["delayed"], model["timer"]
+    cursor = broker.delay.offset_table().get(delayed["level"], 0)
+    low, done = broker.delay.timer_state()
+    _check_waiting(broker, "delayed", delayed, cursor > delayed["queue_offset"], losses)
+    _check_waiting(broker, "timer", timer, timer["queue_offset"] < low or timer["queue_offset"] in done, losses)
     half = model["half"]
     mq_offset = broker.store.min_offset(half["topic"], half["queue_id"])
     committed = broker.offsets.query(CID_SYS_TRANS, half["topic"], half["queue_id"])  # read before the scan
@@ -403,6 +417,7 @@ class _LogTap(logging.Handler):
 def check_store(root: str, model: dict[str, Any]) -> dict[str, Any]:
     """The facts about one damaged store: verify before reopen, a read-only probe, then a writer's open."""
     import mqlite
+    from mqlite.clock import ManualClock
     from mqlite.verify import verify_store
 
     tap = _LogTap()
@@ -425,7 +440,8 @@ def check_store(root: str, model: dict[str, Any]) -> dict[str, Any]:
             if not _documented(exc):
                 verdict["raw"].append("read-only open/read: " + _raw(exc))
     try:
-        broker = mqlite.open(root)
+        # The build's clock, a minute on: the delayed and timer messages are not due yet.
+        broker = mqlite.open(root, clock=ManualClock(start_ms=model["check_clock_ms"]))
     except mqlite.StoreCorruptedError as exc:
         verdict["outcome"] = "refused"
         verdict["error"] = str(exc)[:500]

@@ -2,9 +2,8 @@
 
 Stores. `_damagechild.py build` writes a small store (64 KiB commit-log segments, 8-unit
 consume-queue files, 128-entry index files: three segments, up to seven files a queue, three
-index files) holding three topics, keys and tags, a batch, a delayed message (not due while
-building: due when a case reopens the store, as store times are fixed in the past), a
-transactional half message left UNKNOW and a consumer group's committed offsets, so every file
+index files) holding three topics, keys and tags, a batch, a delayed message (level 18) and a
+timer message (due in a day), a transactional half message left UNKNOW and a consumer group's committed offsets, so every file
 kind exists; the model is what was acknowledged (each `SendResult`'s topic, queue, queue
 offset, msg_id, body and keys, plus where the record lies in the commit log). Three states,
 each built once per module and copied for every case: `clean` (closed); `crash` (written
@@ -15,7 +14,7 @@ flushed and the checkpoint is current: recovery starts late in the log).
 
 Cases. File kinds: the first, a middle and the last commit-log segment; the first, a middle
 and the last file of one consume queue; the first and last index file; `checkpoint`, `abort`,
-`lock`; the delayed and the half message's queue files; each config JSON alone and together
+`lock`; the delayed, timer and half messages' queue files; each config JSON alone and together
 with its `.bak` (`+bak`: both get the damage, so the fallback is gone too). Damage kinds:
 delete, truncate to half and to 0, zero the middle third of the written bytes or the whole
 file, flip three seeded bytes of the written part, garbage (seeded random bytes of the same
@@ -26,16 +25,17 @@ a file that is empty or absent in that state) is left out. Ids read `<state>-<fi
 Oracle. Each case runs in a process forked by `_damagechild.py serve` (a SIGBUS or a hang
 fails the case with the stacks, never pytest): `mqlite.verify.verify_store` on the damaged
 store, then `mqlite.open` (a writer, no settings: it reads `store.json` as a user's reopen
-does). The case passes when
+does; its clock is the build's `ManualClock` a minute on, so the store's bytes and what is
+due are the same every run). The case passes when
   (a) open refuses with `mqlite.StoreCorruptedError` (the only clean refusal: the message
       names the file and the fix), or
   (b) open succeeds and every acknowledged message is reachable: by `query_message_by_offset`
       at its acknowledged (topic, queue, offset) with its body, by `view_message(msg_id)`
       (the index must be rebuilt when it was damaged), by `query_message` for each of its
       keys, and through a fresh group's pulls of each queue from its first offset (which
-      must never stall: each pull advances or reports the queue's end); the delayed message
-      waits in its schedule queue at or after its level's cursor, or (cursor past it) was
-      delivered to its topic; a copy of the
+      must never stall: each pull advances or reports the queue's end); the delayed and the
+      timer message wait in their system queues at or after their delivery cursors (or, a
+      cursor past them, were delivered to their topic); a copy of the
       half message waits at or after the check-back's committed offset; the group's
       committed offsets never move forward (and stay as committed unless the damaged file
       is the offset table itself or a commit-log segment: a lost table only re-delivers);
@@ -90,7 +90,7 @@ CASE_TIMEOUT = 20.0  # seconds a case may take before it counts as a hang
 STATES = ("clean", "crash", "crash-async")
 FILE_KINDS = (
     "commitlog-first", "commitlog-middle", "commitlog-last",
-    "cq-first", "cq-middle", "cq-last", "cq-schedule", "cq-half",
+    "cq-first", "cq-middle", "cq-last", "cq-schedule", "cq-timer", "cq-half",
     "index-first", "index-last",
     "checkpoint", "abort", "lock",
     "store.json", "store.json+bak", "topics.json", "topics.json+bak",
@@ -102,7 +102,9 @@ _NOT_APPLICABLE = {
     ("clean", "abort"): {"delete", "truncate-half", "truncate-0", "zero-range", "zero-all", "flip"},
     ("clean", "lock"): {"truncate-half", "truncate-0", "zero-range", "zero-all", "flip"},
 }
-#: The delayed and the half message's queues (one file each): three damages are enough there.
+#: The delayed, timer and half messages' queues (one file each): three damages are enough there.
+SYSTEM_QUEUES = {"cq-schedule": ("SCHEDULE_TOPIC_XXXX", "17"), "cq-timer": ("rmq_sys_wheel_timer", "0"),
+                 "cq-half": ("RMQ_SYS_TRANS_HALF_TOPIC", "0")}
 _SYSTEM_QUEUE_DAMAGES = {"delete", "zero-all", "garbage"}
 #: The ASYNC_FLUSH crash differs from the SYNC_FLUSH one in the files the flush mode shapes (its
 #: checkpoint is current, so recovery starts late in the log): only those are damaged there.
@@ -110,10 +112,9 @@ _ASYNC_KINDS = {"commitlog-first", "commitlog-middle", "commitlog-last", "cq-fir
                 "index-first", "index-last", "checkpoint"}
 CASES = [(state, kind, damage) for state in STATES for kind in FILE_KINDS for damage in DAMAGES
          if damage not in _NOT_APPLICABLE.get((state, kind), set())
-         and (kind not in ("cq-schedule", "cq-half") or damage in _SYSTEM_QUEUE_DAMAGES)
+         and (kind not in SYSTEM_QUEUES or damage in _SYSTEM_QUEUE_DAMAGES)
          and (state != "crash-async" or kind in _ASYNC_KINDS)]
 CQ_QUEUE = ("DmgC", "0")  # the queue with the most files
-SYSTEM_QUEUES = {"cq-schedule": ("SCHEDULE_TOPIC_XXXX", "17"), "cq-half": ("RMQ_SYS_TRANS_HALF_TOPIC", "0")}
 
 
 # -- base stores and the fork server -------------------------------------------------------------
@@ -328,7 +329,7 @@ def _overlaps(entry: dict[str, Any], ranges: list[tuple[int, int]]) -> bool:
 def _entry(model: dict[str, Any], msg: Any) -> dict[str, Any] | None:
     if isinstance(msg, int):
         return model["messages"][msg]  # type: ignore[no-any-return]
-    if msg in ("delayed", "half"):
+    if msg in ("delayed", "timer", "half"):
         return model[msg]  # type: ignore[no-any-return]
     return None
 
@@ -424,12 +425,14 @@ def _verdict(losses: list[dict[str, Any]], verify_ok: bool, hidden: list[dict[st
 def test_the_rule_for_lost_data() -> None:
     """Only a destroyed record may be lost, and only with verify saying so; offsets only go back."""
     model = {"messages": [{"offset": 0, "size": 100}, {"offset": 100, "size": 100}],
-             "delayed": {"offset": 200, "size": 50}, "half": {"offset": 250, "size": 50}}
+             "delayed": {"offset": 200, "size": 50}, "timer": {"offset": 300, "size": 50},
+             "half": {"offset": 250, "size": 50}}
     lost = [{"what": "offset", "msg": 0, "detail": ""}]
     assert judge(_verdict(lost, verify_ok=False), model, [(50, 60)], False) == []
     assert judge(_verdict(lost, verify_ok=True), model, [(50, 60)], False)  # a silent loss
     assert judge(_verdict(lost, verify_ok=False), model, [(100, 110)], False)  # not the destroyed record
     assert judge(_verdict([{"what": "half", "msg": "half", "detail": ""}], False), model, [(0, 10)], False)
+    assert judge(_verdict([{"what": "timer", "msg": "timer", "detail": ""}], False), model, [(310, 311)], False) == []
     assert judge(_verdict([{"what": "stall", "msg": "DmgC/0", "detail": ""}], False), model, [(0, 300)], False)
     back = [{"what": "offsets-back", "msg": "DmgC/0", "detail": ""}]
     assert judge(_verdict(back, True), model, [], True) == []
