@@ -426,7 +426,7 @@ def check_store(root: str, model: dict[str, Any]) -> dict[str, Any]:
     try:
         report = verify_store(root)
         verdict["verify_ok"] = report.ok
-        verdict["verify_problems"] = report.problems[:4]
+        verdict["verify_problems"] = report.problems[:50]
     except Exception as exc:  # verify promises a report, never an exception, on damage
         verdict["raw"].append("verify: " + _raw(exc))
         verdict["verify_ok"] = False  # it did not say OK: the read-only probe is not needed
