@@ -37,6 +37,7 @@ from mqlite.delay import (
     rewrite_for_delay,
 )
 from mqlite.errors import MQClientError
+from mqlite.mappedfile import offset_to_file_name
 from mqlite.message import SysFlag, UniqIdGenerator, tags_code
 from mqlite.store import MessageStore
 from mqlite.storebase import GetMessageStatus
@@ -512,3 +513,22 @@ def test_a_large_backlog_costs_no_cpu_while_nothing_is_due(make_env: Any) -> Non
     assert service.cpu_time - cpu_before < 0.05
     assert service._rounds_finished - rounds_before <= 3  # about one per max_wait, no busy loop
     assert env.real() == [] and service.delivered_count == 0
+
+
+def test_a_damaged_unit_in_a_level_never_stalls_it(make_env: Any) -> None:
+    # Issue 11: a unit in the middle of an old consume-queue file that does not point at its
+    # record (open checks only the tails) stopped the level's delivery at it forever. Now the
+    # service reads it through the store, which repairs the unit from the log.
+    env = make_env(consumequeue_file_size=8 * 20)
+    for i in range(20):
+        env.send("Real", f"m{i}".encode(), {"DELAY": "1"})
+    cq = env.store.consume_queue(SCHEDULE_TOPIC, 0)
+    assert cq is not None and cq.max_offset == 20
+    with open(os.path.join(env.root, "consumequeue", SCHEDULE_TOPIC, "0", offset_to_file_name(0)), "r+b") as f:
+        f.seek(3 * 20)
+        f.write(bytes(20))  # the map is shared: the open store sees the zeroed unit
+    assert cq.unit_at(3) is None
+    env.start()
+    env.advance(5_000)
+    assert _poll(lambda: len(env.real()) == 20), [m.body for m in env.real()]
+    assert sorted(m.body for m in env.real()) == sorted(f"m{i}".encode() for i in range(20))

@@ -526,6 +526,9 @@ class DelayService(Service):
                 offset = cq.min_offset
                 self._set_level_offset(level, offset)
             head = cq.unit_at(offset)  # O(1): the level is FIFO, only its head can be due
+            if head is None and offset < cq.max_offset:
+                offset = self._mend_head(level, cq, offset)
+                head = cq.unit_at(offset)
             if head is None:
                 continue
             due = self._due(level, head[2], now)
@@ -534,6 +537,19 @@ class DelayService(Service):
                 continue
             next_due = _earliest(next_due, self._drain_level(level, cq, offset, now))
         return next_due
+
+    def _mend_head(self, level: int, cq: Any, offset: int) -> int:
+        """A level's head unit is damaged (written, but not a unit): read it through the store,
+        which repairs it from the log when its record is there; when the record is gone, skip
+        past it (logged) so the level never stalls. Returns the level's offset to go on from."""
+        result = self._store.get_messages(SCHEDULE_TOPIC, cq.queue_id, offset, 1)
+        if cq.unit_at(offset) is not None:
+            return offset  # repaired in place
+        resume = max(result.next_begin_offset, offset + 1)
+        log.error("delay level %d: the unit at queue offset %d of %s is damaged and its record is gone; "
+                  "skipped to %d", level, offset, SCHEDULE_TOPIC, resume)
+        self._set_level_offset(level, resume)
+        return resume
 
     def _drain_level(self, level: int, cq: Any, offset: int, now: int) -> int | None:
         for qoff, commit_log_offset, _size, code in cq.iter_units(offset, cq.max_offset):
