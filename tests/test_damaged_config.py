@@ -95,11 +95,12 @@ def store(template: Path, tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("kind", list(DAMAGE))
-@pytest.mark.parametrize("name", CONFIG_FILES)
+# The broadcasting file's offsetTable is a list, so "wrong shape" is its right shape (rows are checked alone).
+REFUSED = [(name, kind) for name in CONFIG_FILES for kind in DAMAGE if (name, kind) != (BROADCAST, "wrong shape")]
+
+
+@pytest.mark.parametrize(("name", "kind"), REFUSED)
 def test_a_damaged_file_without_bak_is_refused_by_name(store: Path, name: str, kind: str) -> None:
-    if kind == "wrong shape" and name == BROADCAST:
-        pytest.skip("the broadcasting file's offsetTable is a list: '[1]' is its shape (rows are checked alone)")
     _damage(store / name, DAMAGE[kind])
     (store / (name + ".bak")).unlink()
     with pytest.raises(StoreCorruptedError, match=f"{os.path.basename(name)}.*delete it"):
