@@ -532,3 +532,26 @@ def test_a_damaged_unit_in_a_level_never_stalls_it(make_env: Any) -> None:
     env.advance(5_000)
     assert _poll(lambda: len(env.real()) == 20), [m.body for m in env.real()]
     assert sorted(m.body for m in env.real()) == sorted(f"m{i}".encode() for i in range(20))
+
+
+def test_a_unit_pointing_at_another_record_is_repaired_not_trusted(make_env: Any) -> None:
+    # A level unit damaged into another record's offset (a valid record start, not its own) was
+    # trusted: that record was delivered twice and the unit's own message lost, though the log
+    # holds it. The service now checks the record is the unit's and reads it through the store.
+    env = make_env(consumequeue_file_size=8 * 20)
+    for i in range(20):
+        env.send("Real", f"m{i}".encode(), {"DELAY": "1"})
+    cq = env.store.consume_queue(SCHEDULE_TOPIC, 0)
+    assert cq is not None and cq.max_offset == 20
+    for damaged, other in ((3, 2), (11, 12)):  # an earlier record's offset, a later one's
+        unit = cq.unit_at(other)
+        assert unit is not None
+        name = offset_to_file_name(damaged * 20 // (8 * 20) * (8 * 20))
+        with open(os.path.join(env.root, "consumequeue", SCHEDULE_TOPIC, "0", name), "r+b") as f:
+            f.seek(damaged * 20 % (8 * 20))
+            f.write(unit[0].to_bytes(8, "big"))  # the map is shared: the open store sees it
+    env.start()
+    env.advance(5_000)
+    assert _poll(lambda: len(env.real()) >= 20), [m.body for m in env.real()]
+    env.stop()
+    assert sorted(m.body for m in env.real()) == sorted(f"m{i}".encode() for i in range(20))
