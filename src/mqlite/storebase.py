@@ -525,7 +525,10 @@ class _ReadRepair:
     def _good_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         """The unit at `queue_offset` when it points at its own record."""
         unit = self.cq.unit_at(queue_offset)
-        raw = self.files.commitlog.read(unit[0], unit[1]) if unit is not None else None
+        commitlog = self.files.commitlog
+        if unit is None or unit[0] in commitlog.set_aside:
+            return None  # not read: `read` would log each set-aside one (a damaged range has thousands)
+        raw = commitlog.read(unit[0], unit[1])
         if raw is None or len(raw) < _RECORD_KEY.size:
             return None
         _, _, record_qid, record_qoff = _RECORD_KEY.unpack_from(raw)
