@@ -367,3 +367,22 @@ def test_a_reader_of_a_full_last_file_maps_it_once_and_sees_the_next(store: Path
         with MessageStore(str(store)) as writer:  # the writer rolls to a new file
             writer.put(TOPIC, 0, b"rolled")
             assert [m.body for m in reader.get_messages(TOPIC, 0, PER_QUEUE, 5).messages] == [b"rolled"]
+
+
+def test_read_repair_beside_set_aside_records_logs_one_line(store: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Read repair looks for good neighbours of a bad unit through `CommitLog.read`, which logs each
+    # set-aside record it refuses: a bad unit beside a run of them (a damaged range's thousands
+    # of placeholders) logged a line per unit, on every read.
+    with StoreReader(str(store)) as reader:
+        neighbours = reader.get_messages(TOPIC, 0, 11, 3).messages  # queue offsets 11..13
+    for victim in neighbours:
+        _flip(store / "commitlog" / f"{0:020d}", victim.commit_log_offset + victim.store_size - 30)  # body CRC
+    (store / "abort").write_text("1")  # a crash: recovery re-checks the records and sets them aside
+    with MessageStore(str(store)) as writer:
+        assert len(writer.recovery.set_aside) == 3
+    _damage_unit_14(store, "zeroed")
+    with StoreReader(str(store)) as reader, caplog.at_level(logging.DEBUG, logger="mqlite"):
+        caplog.clear()
+        result = reader.get_messages(TOPIC, 0, 14, 2)
+    assert [m.queue_offset for m in result.messages] == [14, 15]
+    assert len(caplog.records) == 1 and "found the records" in caplog.records[0].getMessage(), caplog.records

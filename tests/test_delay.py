@@ -515,20 +515,53 @@ def test_a_large_backlog_costs_no_cpu_while_nothing_is_due(make_env: Any) -> Non
     assert env.real() == [] and service.delivered_count == 0
 
 
-def test_a_damaged_unit_in_a_level_never_stalls_it(make_env: Any) -> None:
-    # Issue 11: a unit in the middle of an old consume-queue file that does not point at its
-    # record (open checks only the tails) stopped the level's delivery at it forever. Now the
-    # service reads it through the store, which repairs the unit from the log.
-    env = make_env(consumequeue_file_size=8 * 20)
+_UNITS_A_FILE = 8  # level queue files of 8 units: the damaged units lie in old files
+
+
+def _level_of_twenty(make_env: Any) -> tuple[Any, Any]:
+    """An env whose level 1 holds m0..m19 (not started) and that level's consume queue."""
+    env = make_env(consumequeue_file_size=_UNITS_A_FILE * 20)
     for i in range(20):
         env.send("Real", f"m{i}".encode(), {"DELAY": "1"})
     cq = env.store.consume_queue(SCHEDULE_TOPIC, 0)
     assert cq is not None and cq.max_offset == 20
-    with open(os.path.join(env.root, "consumequeue", SCHEDULE_TOPIC, "0", offset_to_file_name(0)), "r+b") as f:
-        f.seek(3 * 20)
-        f.write(bytes(20))  # the map is shared: the open store sees the zeroed unit
-    assert cq.unit_at(3) is None
+    return env, cq
+
+
+def _write_unit(env: Any, queue_offset: int, data: bytes) -> None:
+    """Overwrite the start of a level-1 unit in its file (the map is shared: the open store sees it)."""
+    file_size = _UNITS_A_FILE * 20
+    name = offset_to_file_name(queue_offset * 20 // file_size * file_size)
+    with open(os.path.join(env.root, "consumequeue", SCHEDULE_TOPIC, "0", name), "r+b") as f:
+        f.seek(queue_offset * 20 % file_size)
+        f.write(data)
+
+
+def _all_twenty_delivered_once(env: Any) -> None:
     env.start()
     env.advance(5_000)
-    assert _poll(lambda: len(env.real()) == 20), [m.body for m in env.real()]
+    assert _poll(lambda: len(env.real()) >= 20), [m.body for m in env.real()]
+    env.stop()
     assert sorted(m.body for m in env.real()) == sorted(f"m{i}".encode() for i in range(20))
+
+
+def test_a_damaged_unit_in_a_level_never_stalls_it(make_env: Any) -> None:
+    # Issue 11: a unit in the middle of an old consume-queue file that does not point at its
+    # record (open checks only the tails) stopped the level's delivery at it forever. Now the
+    # service reads it through the store, which repairs the unit from the log.
+    env, cq = _level_of_twenty(make_env)
+    _write_unit(env, 3, bytes(20))
+    assert cq.unit_at(3) is None
+    _all_twenty_delivered_once(env)
+
+
+def test_a_unit_pointing_at_another_record_is_repaired_not_trusted(make_env: Any) -> None:
+    # A level unit damaged into another record's offset (a valid record start, not its own) was
+    # trusted: that record was delivered twice and the unit's own message lost, though the log
+    # holds it. The service now checks the record is the unit's and reads it through the store.
+    env, cq = _level_of_twenty(make_env)
+    for damaged, other in ((3, 2), (11, 12)):  # an earlier record's offset, a later one's
+        unit = cq.unit_at(other)
+        assert unit is not None
+        _write_unit(env, damaged, unit[0].to_bytes(8, "big"))
+    _all_twenty_delivered_once(env)

@@ -635,6 +635,36 @@ def test_a_bad_crc_in_the_middle_sets_one_record_aside(tmp_path: Path, queue_los
         assert [m.body for m in reader.get_messages(TOPIC, 0, 74, 3).messages] == [_body(148), _body(152)]
 
 
+class _Everything:
+    """A message filter that matches every message (a subscription to `*` with a filter in place)."""
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return True
+
+    def is_matched_by_commit_log(self, msg: object) -> bool:
+        return True
+
+
+def test_a_filtered_pull_skips_set_aside_records_with_one_line(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    # The filtered read once took set-aside records for a damaged consume queue: a read-repair
+    # walk, an error line saying so, and a warning per record (twice for most).
+    root = tmp_path / "store"
+    with _open(root, _config(check_crc_on_recover=True)) as store:
+        results = [_put(store, i) for i in range(60)]
+    for victim in (20, 21, 22):
+        _flip_body_byte(root, results[victim])
+    _create_abort(root)
+    with _open(root) as store:
+        assert len(store.recovery.set_aside) == 3
+        caplog.clear()
+        with caplog.at_level("DEBUG", logger="mqlite"):
+            result = store.get_messages(TOPIC, 0, 15, 32, message_filter=_Everything())
+        assert [m.queue_offset for m in result.messages] == [*range(15, 20), *range(23, 50)]
+        assert [r.levelname for r in caplog.records] == ["WARNING"]
+        assert "set aside" in caplog.records[0].getMessage()
+
+
 def test_a_bad_crc_in_the_last_record_is_still_a_torn_tail(tmp_path: Path) -> None:
     root = tmp_path / "store"
     with _open(root, _config()) as store:
@@ -742,3 +772,60 @@ def test_the_empty_index_file_survives_reopens(tmp_path: Path) -> None:
     with _open(root):  # (after a crash it is dropped and made again, as any empty index file is)
         pass
     assert sorted(os.listdir(root / "index")) == names
+
+
+def test_a_clean_reopen_does_not_walk_keyless_records_after_the_index(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Keyless records after the last index entry (Spark rows without producer properties, store
+    # puts) once made every clean open's coverage check walk all of them: O(store size) per open.
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        keyed = [_put(store, i) for i in range(3)]
+        keyless = [store.put(TOPIC, 1, _body(i)) for i in range(300)]  # several segments
+        end = store.commitlog.max_offset
+    walked: list[tuple[int, int]] = []
+    keyed_record_in = mqlite.recovery._keyed_record_in
+
+    def watched(commitlog: object, start: int, stop: int, *, include_start: bool) -> bool:
+        walked.append((start, stop))
+        return keyed_record_in(commitlog, start, stop, include_start=include_start)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mqlite.recovery, "_keyed_record_in", watched)
+    with _open(root) as store:
+        assert store.recovery.index_rebuilt_from is None
+        assert all(start >= end for start, _ in walked), walked  # nothing below the log's end is walked
+        assert [m.body for m in store.query_message(TOPIC, "key-2")] == [_body(2)]
+        assert store.index.verify() == []
+    # A cut below the recorded end (a torn keyless tail) lowers it: records appended there are indexed.
+    _tear(root, keyless[200], len(_body(200)))
+    with _open(root) as store:
+        assert store.commitlog.max_offset == keyless[200].commit_log_offset
+        again = store.put(TOPIC, 0, b"again", {"KEYS": "again"})
+        assert keyed[-1].commit_log_offset < again.commit_log_offset < end
+        assert store.wait_dispatched()
+        assert [m.body for m in store.query_message(TOPIC, "again")] == [b"again"]
+    with _open(root) as store:
+        assert store.index.verify() == []
+        assert [m.body for m in store.query_message(TOPIC, "again")] == [b"again"]
+
+
+def test_an_index_rebuild_steps_over_damage_in_an_old_segment(tmp_path: Path) -> None:
+    # A clean open re-checks only the log's last MiB; an index rebuilt at that open walks the whole
+    # log and once stopped at damage there, leaving every later record's keys unfindable (the scan
+    # and a queue rebuild step over such damage, `_resync`).
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        results = [_put(store, i, queue_id=i % 4) for i in range(3000)]  # 1.2 MiB: segment 0 is not re-checked
+    victim = results[10]
+    _damage(root, victim.commit_log_offset, len(_body(10)))
+    shutil.rmtree(root / "index")
+    with _open(root, deadline=30) as store:
+        assert not store.recovery.abnormal and store.recovery.index_rebuilt_from == 0
+        assert [m.body for m in store.query_message(TOPIC, "key-11")] == [_body(11)]
+        assert [m.body for m in store.query_message(TOPIC, "key-2999")] == [_body(2999)]
+        assert store.query_message(TOPIC, "key-10") == []
+        start, end = victim.commit_log_offset, results[11].commit_log_offset
+        assert store.recovery.damaged == [(start, end)]
+        assert mqlite.recovery.load_damaged(str(root)) == {start: end}
+    with _open(root) as store:  # the range is known: reads skip the lost record's unit
+        assert store.get_messages(TOPIC, 2, 2, 1).status is GetMessageStatus.MESSAGE_WAS_REMOVING

@@ -558,7 +558,7 @@ class DelayService(Service):
             due = self._due(level, code, now)
             if due > now:
                 return due
-            if not self._deliver_record(commit_log_offset, None):
+            if not self._deliver_record(commit_log_offset, None, (SCHEDULE_TOPIC, cq.queue_id, qoff)):
                 self._retry_at[level] = now + _RETRY_AFTER_MS
                 return now + _RETRY_AFTER_MS
             self._set_level_offset(level, qoff + 1)
@@ -591,7 +591,7 @@ class DelayService(Service):
             qoff = heap[0][1]
             unit = cq.unit_at(qoff)
             # A unit gone (the clean-up deleted its file) has nothing left to deliver.
-            if unit is not None and not self._deliver_record(unit[0], now):
+            if unit is not None and not self._deliver_record(unit[0], now, (TIMER_TOPIC, 0, qoff)):
                 self._retry_at[0] = now + _RETRY_AFTER_MS
                 return now + _RETRY_AFTER_MS
             heapq.heappop(heap)
@@ -632,13 +632,27 @@ class DelayService(Service):
                 done.add(qoff)
             self._dirty = True
 
-    def _deliver_record(self, commit_log_offset: int, timer_now: int | None) -> bool:
-        """Put the record's message into its real queue; False to try again later."""
+    def _deliver_record(self, commit_log_offset: int, timer_now: int | None, unit: tuple[str, int, int]) -> bool:
+        """Put the record of the unit (topic, queue id, queue offset) at `commit_log_offset` into its
+        real queue; False to try again later."""
+        store = self._store
         try:
-            msg = self._store.look_message_by_offset(commit_log_offset)
+            msg: MessageExt | None = store.look_message_by_offset(commit_log_offset)
         except MessageNotFoundError:
+            msg = None
+        if msg is None and commit_log_offset < store.commitlog.min_offset:
             log.warning("delay: no record at commit-log offset %d any more; skipped", commit_log_offset)
             return True
+        if msg is None or (msg.topic, msg.queue_id, msg.queue_offset) != unit:
+            # A damaged unit (open checks only the queues' tails): read it through the store,
+            # which finds the unit's own record in the log (and repairs the unit), or skips it.
+            msg = self._own_record(*unit)
+            if msg is None:
+                log.error("delay: the unit at queue offset %d of %s/%d does not point at its record and the "
+                          "commit log does not hold that record (or recovery set it aside); skipped",
+                          unit[2], unit[0], unit[1])
+                return True
+            commit_log_offset = msg.commit_log_offset
         due = rebuild_due_message(msg, dequeue_ms=timer_now)
         if due is not None and commit_log_offset < self._replay_until and self._delivered_before(due):
             return True
@@ -658,6 +672,11 @@ class DelayService(Service):
         self.delivered_count += 1
         return True
 
+
+    def _own_record(self, topic: str, queue_id: int, queue_offset: int) -> MessageExt | None:
+        """The message of queue offset `queue_offset`, read through the store (read repair)."""
+        messages = self._store.get_messages(topic, queue_id, queue_offset, 1).messages
+        return messages[0] if messages and messages[0].queue_offset == queue_offset else None
 
     def _delivered_before(self, due: DueMessage) -> bool:
         """True when the real topic already holds this message (delivered before a crash)."""

@@ -494,8 +494,8 @@ class IndexFile:
         hdr, problems = self._hdr, []
         if hdr[_BEGIN_PHY] != ends[0]:
             problems.append(f"beginPhyOffset {hdr[_BEGIN_PHY]} != first entry's offset {ends[0]}")
-        if hdr[_END_PHY] != ends[1]:
-            problems.append(f"endPhyOffset {hdr[_END_PHY]} != last entry's offset {ends[1]}")
+        if hdr[_END_PHY] < ends[1]:  # above it: keyless records after the last entry (`mark_indexed_to`)
+            problems.append(f"endPhyOffset {hdr[_END_PHY]} < last entry's offset {ends[1]}")
         return problems
 
     def flush(self) -> None:
@@ -545,13 +545,30 @@ class IndexFile:
             INDEX_SLOT.pack_into(m, slot_at, prev if 0 < prev < number else 0)
             if prev == 0:
                 hdr[_SLOT_COUNT] = max(0, hdr[_SLOT_COUNT] - 1)
-        if keep < count:
+        if keep < count or hdr[_END_PHY] > phy_offset:  # also an end `mark_indexed_to` moved past the cut
             m[entries_at + keep * entry_size : entries_at + count * entry_size] = bytes((count - keep) * entry_size)
             hdr[_INDEX_COUNT] = keep
             if keep > 1:
                 hdr[_END_PHY] = INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1]
             INDEX_HEADER.pack_into(m, 0, *hdr)
         return keep - 1
+
+    def mark_indexed_to(self, phy_offset: int) -> None:
+        """Move ``endPhyOffset`` up to `phy_offset`: every record below it is indexed or has no keys.
+
+        RocketMQ's ``endPhyOffset`` is the newest entry's offset and serves to skip records
+        below it (``buildIndex``) and to expire the file; moving it past keyless records keeps
+        both right and spares the next open's coverage check (`recovery.index_coverage_gap`)
+        a walk of those records, however many. An empty file's begin moves with it (it
+        inherits, see the class docstring). Writable mode; a header write.
+        """
+        hdr = self._hdr
+        if self.read_only or phy_offset <= hdr[_END_PHY]:
+            return
+        if hdr[_INDEX_COUNT] <= 1:
+            hdr[_BEGIN_PHY] = phy_offset
+        hdr[_END_PHY] = phy_offset
+        INDEX_HEADER.pack_into(self._require_map(), 0, *hdr)
 
     def destroy(self) -> None:
         """Close and delete the file. Writable mode only."""
@@ -873,16 +890,19 @@ class IndexService:
                 self._files.pop()
 
     def mark_indexed_to(self, phy_offset: int, timestamp: int) -> None:
-        """Without index files, create an empty one that records `phy_offset` as indexed up to.
+        """Record `phy_offset` as indexed up to: in the newest file (`IndexFile.mark_indexed_to`),
+        or, without index files, in a new empty one.
 
         RocketMQ's own rule (a new file inherits the previous file's end): records below a
         file's ``endPhyOffset`` count as indexed. The store calls this once records below
         `phy_offset` were indexed (or had no keys), so that an empty ``index/`` directory
-        afterwards means the index was lost. No-op when a file exists. Writable mode.
+        afterwards means the index was lost, and the next open's coverage check starts at
+        `phy_offset` rather than walking the keyless records after the last entry. Writable mode.
         """
         with self._lock:
             self._check_open(writing=True)
             if self._files:
+                self._files[-1].mark_indexed_to(phy_offset)
                 return
             os.makedirs(self.index_dir, exist_ok=True)
             self._files.append(IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num,

@@ -76,7 +76,7 @@ from .message import SysFlag
 __all__ = ["recover_store", "RecoveryReport", "NORMAL_TAIL_BYTES", "TAIL_UNITS", "walk_records",
            "load_set_aside", "save_set_aside", "set_aside_path", "load_damaged",
            "log_head_path", "load_log_head", "save_log_head", "check_log_head", "index_coverage_gap",
-           "find_queue_records"]
+           "find_queue_records", "resync_noting"]
 
 log = logging.getLogger("mqlite")
 
@@ -726,12 +726,15 @@ def find_queue_records(commitlog: CommitLog, damaged: Mapping[int, int], topic: 
 
 
 def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
-                 damaged: Mapping[int, int] | None = None) -> Iterator[DispatchRequest]:
+                 damaged: Mapping[int, int] | None = None,
+                 resync: Callable[[int], int | None] | None = None) -> Iterator[DispatchRequest]:
     """The records from `start` (a record's offset) to `end`, described, in log order.
 
     For rebuilding the key index after recovery: records to set aside are skipped,
     BLANKs move to the next segment, a damaged range (`damaged`: {start: end}, what
-    recovery resynchronised over) is stepped over, and the walk stops early at any
+    recovery resynchronised over) is stepped over, other damage too where `resync(offset)`
+    says the log goes on (`resync_noting`: a clean open re-checks only the log's tail, so
+    an index rebuilt then walks segments the scan did not), and the walk stops at any
     other invalid record.
     """
     find = commitlog.mapped_files.find
@@ -753,10 +756,28 @@ def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
             offset = damaged[offset]
             continue
         elif kind == _INVALID:
+            resume = resync(offset) if resync is not None else None
+            if resume is not None:
+                offset = resume
+                continue
             if any(mf.mm[pos : pos + 8]):  # zeros are the log's end, not damage
                 log.warning("commit log: invalid record at offset %d; the walk stops there", offset)
             return
         offset += size
+
+
+def resync_noting(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]], check_crc: bool,
+                  report: RecoveryReport) -> Callable[[int], int | None]:
+    """A `resync` for a walk after recovery (`walk_records`): damage stepped over is logged and listed
+    in `report.damaged`, and the units pointing into it in `report.lost_units` (read as set aside)."""
+    def resync(damaged_at: int) -> int | None:
+        known = len(report.damaged)
+        resume = _resync_noted(commitlog, queues_now(), damaged_at, check_crc, report)
+        if resume is not None and len(report.damaged) > known:
+            for cq in queues_now().values():
+                report.lost_units += _units_in(cq, damaged_at, resume)
+        return resume
+    return resync
 
 
 def _rebuild_queue_table(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue]) -> None:

@@ -40,6 +40,7 @@ from .recovery import (
     load_damaged,
     load_log_head,
     recover_store,
+    resync_noting,
     save_log_head,
     save_set_aside,
     walk_records,
@@ -439,23 +440,24 @@ class MessageStore(StoreFiles):
         cut = self.recovery.process_offset
         # Records cut off or aged out are forgotten: new records may take a cut one's place.
         low = self.commitlog.min_offset
-        set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if low <= offset < cut}
-        set_aside.update(self.recovery.set_aside)
-        # Units into damaged ranges are read as set aside: the bytes they point at are not their records.
-        set_aside.update(self.recovery.lost_units)
         known = load_damaged(self.root)
         #: {start: end} of damaged commit-log ranges recovery stepped over (`RecoveryReport.damaged`), persisted.
         self.damaged: dict[int, int] = {start: end for start, end in known.items() if low <= start < cut}
         self.damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
+        index = self.config.message_index_enable
+        if index:
+            self.index.truncate_dirty(cut)
+            if rebuild_index:  # before the set-aside list is saved: the walk may find damage (`resync_noting`)
+                self._rebuild_index(self.index.rebuild_from or 0, cut)
+                self.damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
+        set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if low <= offset < cut}
+        set_aside.update(self.recovery.set_aside)
+        # Units into damaged ranges are read as set aside: the bytes they point at are not their records.
+        set_aside.update(self.recovery.lost_units)
         if set_aside != self.commitlog.set_aside or self.damaged != known:
             save_set_aside(self.root, set_aside, self.damaged)
             self.commitlog.set_aside = set_aside
-        if not self.config.message_index_enable:
-            return
-        self.index.truncate_dirty(cut)
-        if rebuild_index:
-            self._rebuild_index(self.index.rebuild_from or 0, cut)
-        if self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
+        if index and self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
             self.index.mark_indexed_to(cut, self.commitlog.last_store_timestamp)
 
     def _check_index_coverage(self) -> None:
@@ -494,7 +496,10 @@ class MessageStore(StoreFiles):
         log.warning("rebuilding the key index of %s from commit-log offset %d", self.root, start)
         self.recovery.index_rebuilt_from = start
         chunk: list[DispatchRequest | BatchDispatch] = []
-        for request in walk_records(self.commitlog, start, end, self.config.check_crc_on_recover, self.damaged):
+        check_crc = self.config.check_crc_on_recover
+        # Damage in segments the scan did not re-check (a clean open) is stepped over, as a queue rebuild does.
+        resync = resync_noting(self.commitlog, lambda: self.consume_queues, check_crc, self.recovery)
+        for request in walk_records(self.commitlog, start, end, check_crc, self.damaged, resync):
             if request.keys or request.uniq_key:
                 chunk.append(request)
             if len(chunk) >= _REBUILD_CHUNK:

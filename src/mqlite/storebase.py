@@ -365,6 +365,8 @@ class StoreFiles:
         read = self.commitlog.read
         min_log = self.commitlog.min_offset
         bad: list[int] = []
+        aside: list[int] = []
+        set_aside = self.commitlog.set_aside
         repair: _ReadRepair | None = None
         stop = min(high, offset + scan_limit)
         while qoff < stop:
@@ -375,6 +377,9 @@ class StoreFiles:
             for phys, size, code in CQ_UNIT_STRUCT.iter_unpack(data):
                 qoff += 1
                 if phys >= 0 and size > 0 and not message_filter.is_matched_by_consume_queue(code):
+                    continue
+                if set_aside and phys in set_aside:
+                    aside.append(qoff - 1)  # as `get_messages`: known, one line per read, never handed out
                     continue
                 raw = read(phys, size) if phys >= 0 and size > 0 else None
                 if raw is None or len(raw) < _RECORD_KEY.size or (
@@ -401,6 +406,8 @@ class StoreFiles:
                 break
         if bad:
             _log_bad_units(cq, bad)
+        if aside:
+            _log_set_aside_units(cq, aside)
         if repair is not None:
             repair.log()
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
@@ -518,7 +525,10 @@ class _ReadRepair:
     def _good_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
         """The unit at `queue_offset` when it points at its own record."""
         unit = self.cq.unit_at(queue_offset)
-        raw = self.files.commitlog.read(unit[0], unit[1]) if unit is not None else None
+        commitlog = self.files.commitlog
+        if unit is None or unit[0] in commitlog.set_aside:
+            return None  # not read: `read` would log each set-aside one (a damaged range has thousands)
+        raw = commitlog.read(unit[0], unit[1])
         if raw is None or len(raw) < _RECORD_KEY.size:
             return None
         _, _, record_qid, record_qoff = _RECORD_KEY.unpack_from(raw)
