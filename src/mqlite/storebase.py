@@ -343,12 +343,7 @@ class StoreFiles:
                 if total_bytes >= MAX_PULL_MSG_SIZE:
                     stop = qoff
                     break
-        if bad:
-            _log_bad_units(cq, bad)
-        if aside:
-            _log_set_aside_units(cq, aside)
-        if repair is not None:
-            repair.log()
+        _log_skips(cq, bad, aside, repair)
         if messages:
             status = GetMessageStatus.FOUND
         elif removed:
@@ -404,12 +399,7 @@ class StoreFiles:
                     break
             if done:
                 break
-        if bad:
-            _log_bad_units(cq, bad)
-        if aside:
-            _log_set_aside_units(cq, aside)
-        if repair is not None:
-            repair.log()
+        _log_skips(cq, bad, aside, repair)
         status = GetMessageStatus.FOUND if messages else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, qoff, low, high, messages)
 
@@ -542,6 +532,17 @@ class _ReadRepair:
             log.warning("%s: %d unit(s) from queue offset %d did not point at their records (damaged consume "
                         "queue); found the records in the commit log and handed them out; %s",
                         self.cq.name, len(self.fixed), self.fixed[0], done)
+
+
+def _log_skips(cq: ConsumeQueue, bad: list[int], aside: list[int], repair: _ReadRepair | None) -> None:
+    """A read's log lines: one each for the damaged units it skipped, the set-aside records it
+    skipped and the units it repaired (never a line per unit)."""
+    if bad:
+        _log_bad_units(cq, bad)
+    if aside:
+        _log_set_aside_units(cq, aside)
+    if repair is not None:
+        repair.log()
 
 
 def _log_bad_units(cq: ConsumeQueue, bad: list[int]) -> None:
