@@ -103,3 +103,14 @@ def test_a_closed_broker_is_not_closed_again_at_exit(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "mq")], capture_output=True, text=True,
                           timeout=EXIT_TIMEOUT, env={**os.environ, "PYTHONPATH": str(Path(mqlite.__file__).parents[1])})
     assert done.returncode == 0 and done.stderr == ""
+
+
+
+def test_a_signal_handler_may_close_a_broker_while_another_opens(tmp_path: Path) -> None:
+    # A SIGTERM-style handler that closes a broker runs on the main thread between two bytecodes,
+    # also while that thread registers another broker for exit. Before the fix the close waited for
+    # a lock its own thread held: the child hung (and this test fails on the timeout).
+    done = _run(str(tmp_path), "signal")
+    assert done.returncode == 0, done.stderr
+    assert "CLOSED BY HANDLER True" in done.stdout
+    assert "was not closed" not in done.stderr  # both were closed by the program
