@@ -335,6 +335,18 @@ def test_a_broadcasting_consumer_writes_nothing_outside_its_directory(env: Env, 
     assert list(outside.iterdir()) == []
 
 
+def test_a_broadcasting_consumer_does_not_follow_a_link_out_of_the_store(env: Env, tmp_path: Path) -> None:
+    # Without offset_store_dir the offsets live under <store>/broadcast_offsets: a link planted there
+    # (the store's files are data, not code) must not carry them outside the store.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    Path(env.broker.path, "broadcast_offsets").symlink_to(outside)
+    consumer = LitePullConsumer(env.broker, "g", message_model=MessageModel.BROADCASTING, client_id="c1")
+    with pytest.raises(MQClientError, match="outside"):
+        consumer.start()
+    assert list(outside.iterdir()) == []
+
+
 # -- Broker methods ----------------------------------------------------------------------------------------------
 Call = Callable[[Env], Any]
 BROKER_CALLS: list[tuple[str, Call]] = []
