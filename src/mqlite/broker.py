@@ -117,6 +117,8 @@ class Broker:
         self._store = store
         self._closed = False
         self._closing = False
+        self._pid = os.getpid()  # a forked child disowns the broker (`_disown_in_child`)
+        _OPENED.add(self)
         self.config = store.config
         self.topics = TopicTable(store.root, read_only=store.read_only, clock=store.clock)
         self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
@@ -233,6 +235,9 @@ class Broker:
 
     def _check(self) -> StoreFiles:
         if self._closed:
+            if self._pid != os.getpid():
+                raise IllegalStateError(f"the broker at {self.path} was opened by process {self._pid} before this "
+                                        "process forked from it; open the store (or build clients) in this process")
             raise IllegalStateError(f"the broker at {self.path} is closed")
         return self._store
 
@@ -888,6 +893,23 @@ def _check_queue(mq: object) -> None:
 
 _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
+_OPENED: weakref.WeakSet[Broker] = weakref.WeakSet()
+
+
+def _disown_in_child() -> None:
+    """A forked child inherits the parent's brokers without their threads but with their maps of
+    the parent's files: writing through one would put records where the parent writes next (lost,
+    though acknowledged), and closing one would flush and unlock the parent's store. Every inherited
+    broker counts as closed in the child, and clients given a path there open their own."""
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()  # the parent may have held it while forking
+    _SHARED.clear()
+    for broker in list(_OPENED):
+        broker._closed = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_in_child)
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open
