@@ -414,6 +414,12 @@ BROKER_CALLS += [
     ("add_send_hook not callable", lambda e: Producer(e.broker, "pgh").add_send_hook(5)),
     ("open with no clock", lambda e: mqlite.open(e.broker.path + "-clock", clock=5)),
     ("MessageStore of no path", lambda e: mqlite.MessageStore(5)),
+    # A topic of the wrong type (a list is unhashable) was a raw TypeError from a dict look-up.
+    ("create_topic list topic", lambda e: e.broker.create_topic([TOPIC])),
+    ("delete_topic list topic", lambda e: e.broker.delete_topic([TOPIC])),
+    ("fetch_subscribe_queues list topic", lambda e: e.broker.fetch_subscribe_queues([TOPIC])),
+    ("topic_status list topic", lambda e: e.broker.topic_status([TOPIC])),
+    ("query_message_by_offset list topic", lambda e: e.broker.query_message_by_offset([TOPIC], 0, 0)),
 ]
 
 

@@ -260,7 +260,7 @@ class Broker:
         """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`);
         `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2)."""
         self._writer()
-        before = self.topics.get(topic)
+        before = self.topics.get(_topic_str(topic))
         config = self.topics.create(topic, queue_nums, perm=perm, order=order)
         if before is None or before.read_queue_nums != config.read_queue_nums:
             self.consumer_groups.notify_all()
@@ -276,7 +276,7 @@ class Broker:
         may be deleted.
         """
         store = self._writer()
-        if isinstance(topic, str) and is_system_topic(topic):
+        if is_system_topic(_topic_str(topic)):
             raise MQClientError(f"the topic {topic!r} is a system topic (the broker keeps its own messages there: "
                                 "delayed, transactional, timer or trace); it cannot be deleted")
         if topic not in self.topics and topic not in store.topics():
@@ -319,7 +319,7 @@ class Broker:
 
     def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
         """The queues consumers of `topic` read (its read queues; none for an unknown topic)."""
-        config = self.topics.get(topic)
+        config = self.topics.get(_topic_str(topic))
         if config is None:
             store = self._check()
             ids = store.queue_ids(topic)
@@ -455,6 +455,7 @@ class Broker:
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of `topic`: min and max offsets and the store time of the newest message."""
         store = self._check()
+        _topic_str(topic)
         if store.read_only:
             store.refresh()
         rows = []
@@ -521,6 +522,7 @@ class Broker:
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
         """The message at a queue offset; `MessageNotFoundError` when absent."""
         store = self._check()
+        _topic_str(topic)
         check_int("queue_id", queue_id, 0, JAVA_INT_MAX)
         check_int("offset", offset, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
         result = store.get_messages(topic, queue_id, offset, 1)
@@ -884,6 +886,13 @@ def _bad_field(exc: Exception, **fields: object) -> MQClientError:
     shown = ", ".join(f"{k}={v!r}" for k, v in fields.items() if v is not None)
     return MQClientError(f"a message field does not fit the record ({exc}); flag, sys_flag and "
                          f"reconsume_times are Java ints, born_timestamp a Java long: {shown}")
+
+
+def _topic_str(topic: object) -> str:
+    """`topic` when it is a str (a wrong type would fail a dict look-up with a raw `TypeError`)."""
+    if not isinstance(topic, str):
+        raise MQClientError(f"topic must be a str, got {type(topic).__name__} {topic!r}")
+    return topic
 
 
 def _check_queue(mq: object) -> None:
