@@ -411,6 +411,8 @@ BROKER_CALLS += [
     ("pull no filter", lambda e: e.broker.pull("cg", e.mq, 0, 5, 5)),
     ("wait_idle str timeout", lambda e: e.broker.wait_idle(timeout="1")),
     ("send_async callback not callable", lambda e: e.producer.send_async(Message(TOPIC, b"x"), callback=5)),
+    ("send selector not callable", lambda e: e.producer.send(Message(TOPIC, b"x"), selector=5)),  # raw TypeError
+    ("send_oneway selector not callable", lambda e: e.producer.send_oneway(Message(TOPIC, b"x"), selector="q")),
     ("add_send_hook not callable", lambda e: Producer(e.broker, "pgh").add_send_hook(5)),
     ("open with no clock", lambda e: mqlite.open(e.broker.path + "-clock", clock=5)),
     ("MessageStore of no path", lambda e: mqlite.MessageStore(5)),
@@ -453,6 +455,7 @@ LITE_CALLS: list[tuple[str, Call]] = [
     ("assign int", lambda e: e.consumer.assign(5)),
     ("assign ints", lambda e: e.consumer.assign([1])),
     ("seek str", lambda e: e.consumer.seek(e.mq, "0")),
+    ("seek list queue", lambda e: e.consumer.seek([TOPIC], 0)),  # was a raw TypeError (unhashable)
     ("seek beyond", lambda e: e.consumer.seek(e.mq, e.broker.max_offset(e.mq) + 1)),
     ("offset_for_timestamp str", lambda e: e.consumer.offset_for_timestamp(e.mq, "0")),
 ]
