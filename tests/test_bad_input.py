@@ -277,7 +277,8 @@ def test_consumers_refuse_bad_options(env: Env, kind: str, options: dict[str, An
 @pytest.mark.parametrize("options", [{"consume_timeout": 0}, {"consume_timeout": math.nan},
                                      {"pull_interval": math.inf}, {"suspend_current_queue_time": -1},
                                      {"max_reconsume_times": -2}, {"max_reconsume_times": "3"},
-                                     {"consume_thread_nums": 0}, {"pull_batch_size": 0}])
+                                     {"consume_thread_nums": 0}, {"pull_batch_size": 0},
+                                     {"subscription": ["T"]}])  # a list: was a raw AttributeError
 def test_push_consumer_refuses_bad_options(env: Env, options: dict[str, Any]) -> None:
     with pytest.raises(MQClientError):
         PushConsumer(env.broker, "cg", **options)
