@@ -13,6 +13,9 @@
         As `writer ASYNC_FLUSH end`, but first fork a child that ends at once; the parent
         prints ``CHILD <status> ABORT <True|False>`` (the store's abort marker after the child
         exited) and sends one more message.
+    python tests/_exitchild.py DIR signal
+        Open a writer in DIR/a with a SIGUSR1 handler that closes it; open DIR/b with the signal
+        raised while the exit machinery registers it; print ``CLOSED BY HANDLER <bool>``, close b.
     python tests/_exitchild.py DIR reader
         Open the store read-only, print ``READ <n>`` (messages in topic `t`), end without close.
 """
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 
@@ -51,6 +55,23 @@ def _writer(path: str, flush: str) -> mqlite.Producer:
     return _clients(broker)
 
 
+def _signal_during_open(path: str) -> None:
+    from mqlite import _service
+
+    first = mqlite.open(os.path.join(path, "a"), **SETTINGS)
+    register = _service._hook_interpreter_exit
+
+    def interrupted_register() -> None:  # runs under the exit machinery's lock
+        signal.raise_signal(signal.SIGUSR1)  # the handler runs before the next bytecode
+        register()
+
+    signal.signal(signal.SIGUSR1, lambda signum, frame: first.close())
+    _service._hook_interpreter_exit = interrupted_register  # type: ignore[assignment]
+    second = mqlite.open(os.path.join(path, "b"), **SETTINGS)
+    print("CLOSED BY HANDLER", first.closed, flush=True)
+    second.close()
+
+
 def main(path: str, mode: str, *args: str) -> None:
     if mode == "writer":
         _writer(path, args[0])
@@ -79,6 +100,8 @@ def main(path: str, mode: str, *args: str) -> None:
         alive = os.path.exists(os.path.join(path, "abort"))  # a close in the child would have removed it
         producer.send(mqlite.Message(TOPIC, b"after-fork"))
         print("CHILD", os.waitstatus_to_exitcode(status), "ABORT", alive, flush=True)
+    elif mode == "signal":
+        _signal_during_open(path)
     elif mode == "reader":
         global READER  # a script's top-level variable: still open when the interpreter exits
         READER = mqlite.open(path, read_only=True)

@@ -277,7 +277,8 @@ def test_consumers_refuse_bad_options(env: Env, kind: str, options: dict[str, An
 @pytest.mark.parametrize("options", [{"consume_timeout": 0}, {"consume_timeout": math.nan},
                                      {"pull_interval": math.inf}, {"suspend_current_queue_time": -1},
                                      {"max_reconsume_times": -2}, {"max_reconsume_times": "3"},
-                                     {"consume_thread_nums": 0}, {"pull_batch_size": 0}])
+                                     {"consume_thread_nums": 0}, {"pull_batch_size": 0},
+                                     {"subscription": ["T"]}])  # a list: was a raw AttributeError
 def test_push_consumer_refuses_bad_options(env: Env, options: dict[str, Any]) -> None:
     with pytest.raises(MQClientError):
         PushConsumer(env.broker, "cg", **options)
@@ -330,6 +331,18 @@ def test_a_broadcasting_consumer_writes_nothing_outside_its_directory(env: Env, 
     (offsets_dir / "c1" / "g").symlink_to(outside)
     consumer = LitePullConsumer(env.broker, "g", message_model=MessageModel.BROADCASTING, client_id="c1",
                                 offset_store_dir=str(offsets_dir))
+    with pytest.raises(MQClientError, match="outside"):
+        consumer.start()
+    assert list(outside.iterdir()) == []
+
+
+def test_a_broadcasting_consumer_does_not_follow_a_link_out_of_the_store(env: Env, tmp_path: Path) -> None:
+    # Without offset_store_dir the offsets live under <store>/broadcast_offsets: a link planted there
+    # (the store's files are data, not code) must not carry them outside the store.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    Path(env.broker.path, "broadcast_offsets").symlink_to(outside)
+    consumer = LitePullConsumer(env.broker, "g", message_model=MessageModel.BROADCASTING, client_id="c1")
     with pytest.raises(MQClientError, match="outside"):
         consumer.start()
     assert list(outside.iterdir()) == []
@@ -399,9 +412,17 @@ BROKER_CALLS += [
     ("pull no filter", lambda e: e.broker.pull("cg", e.mq, 0, 5, 5)),
     ("wait_idle str timeout", lambda e: e.broker.wait_idle(timeout="1")),
     ("send_async callback not callable", lambda e: e.producer.send_async(Message(TOPIC, b"x"), callback=5)),
+    ("send selector not callable", lambda e: e.producer.send(Message(TOPIC, b"x"), selector=5)),  # raw TypeError
+    ("send_oneway selector not callable", lambda e: e.producer.send_oneway(Message(TOPIC, b"x"), selector="q")),
     ("add_send_hook not callable", lambda e: Producer(e.broker, "pgh").add_send_hook(5)),
     ("open with no clock", lambda e: mqlite.open(e.broker.path + "-clock", clock=5)),
     ("MessageStore of no path", lambda e: mqlite.MessageStore(5)),
+    # A topic of the wrong type (a list is unhashable) was a raw TypeError from a dict look-up.
+    ("create_topic list topic", lambda e: e.broker.create_topic([TOPIC])),
+    ("delete_topic list topic", lambda e: e.broker.delete_topic([TOPIC])),
+    ("fetch_subscribe_queues list topic", lambda e: e.broker.fetch_subscribe_queues([TOPIC])),
+    ("topic_status list topic", lambda e: e.broker.topic_status([TOPIC])),
+    ("query_message_by_offset list topic", lambda e: e.broker.query_message_by_offset([TOPIC], 0, 0)),
 ]
 
 
@@ -435,6 +456,7 @@ LITE_CALLS: list[tuple[str, Call]] = [
     ("assign int", lambda e: e.consumer.assign(5)),
     ("assign ints", lambda e: e.consumer.assign([1])),
     ("seek str", lambda e: e.consumer.seek(e.mq, "0")),
+    ("seek list queue", lambda e: e.consumer.seek([TOPIC], 0)),  # was a raw TypeError (unhashable)
     ("seek beyond", lambda e: e.consumer.seek(e.mq, e.broker.max_offset(e.mq) + 1)),
     ("offset_for_timestamp str", lambda e: e.consumer.offset_for_timestamp(e.mq, "0")),
 ]

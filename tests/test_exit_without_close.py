@@ -103,3 +103,71 @@ def test_a_closed_broker_is_not_closed_again_at_exit(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "mq")], capture_output=True, text=True,
                           timeout=EXIT_TIMEOUT, env={**os.environ, "PYTHONPATH": str(Path(mqlite.__file__).parents[1])})
     assert done.returncode == 0 and done.stderr == ""
+
+
+
+def test_a_signal_handler_may_close_a_broker_while_another_opens(tmp_path: Path) -> None:
+    # A SIGTERM-style handler that closes a broker runs on the main thread between two bytecodes,
+    # also while that thread registers another broker for exit. Before the fix the close waited for
+    # a lock its own thread held: the child hung (and this test fails on the timeout).
+    done = _run(str(tmp_path), "signal")
+    assert done.returncode == 0, done.stderr
+    assert "CLOSED BY HANDLER True" in done.stdout
+    assert "was not closed" not in done.stderr  # both were closed by the program
+
+
+def test_a_forked_child_never_writes_through_the_parents_shared_broker(tmp_path: Path) -> None:
+    # A child forked while clients given a path share a broker (multiprocessing's default start
+    # method on Linux) inherits that broker without its threads, and its maps of the parent's files.
+    # A client the child builds on the same path must not write through it: the parent overwrites
+    # what the child was told was stored. It gets a fresh broker, which the parent's lock refuses.
+    import signal
+
+    from support import deadline
+
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SETTINGS) as broker:
+        broker.create_topic(TOPIC, 1)
+    producer = mqlite.Producer(path, "pg")
+    producer.start()
+    try:
+        producer.send(mqlite.Message(TOPIC, b"before"))
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave at once (no interpreter exit, no pytest)
+            def send_from_a_new_producer() -> None:
+                child = mqlite.Producer(path, "pg")
+                child.start()
+                child.send(mqlite.Message(TOPIC, b"child"))
+
+            outcomes = []
+            for send in (lambda: producer.send(mqlite.Message(TOPIC, b"inherited")),  # the parent's client
+                         send_from_a_new_producer):
+                try:
+                    send()
+                    outcomes.append("SENT")
+                except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                    outcomes.append(type(exc).__name__)
+            os.write(write, " ".join(outcomes).encode())
+            os._exit(0)
+        os.close(write)
+        try:
+            with deadline(60):
+                outcome = os.read(read, 100).decode()
+                os.waitpid(pid, 0)
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        finally:
+            os.close(read)
+        for i in range(5):
+            producer.send(mqlite.Message(TOPIC, b"after%d" % i))
+    finally:
+        producer.shutdown()
+    with mqlite.open(path, **SETTINGS) as broker:
+        bodies = [m.body for m in broker.store.get_messages(TOPIC, 0, 0, 100).messages]
+    assert "SENT" not in outcome or b"child" in bodies, f"the child's acknowledged message is lost: {bodies}"
+    # The inherited broker counts as closed; a fresh one is refused: the parent holds the store.
+    assert outcome == "IllegalStateError StoreLockedError", outcome
+    assert bodies == [b"before"] + [b"after%d" % i for i in range(5)]

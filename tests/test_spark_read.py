@@ -357,6 +357,16 @@ def test_stream_only_checks() -> None:
     assert opts.starting.default == -1
 
 
+@pytest.mark.parametrize("group", ["etl.daily", "etl job", "../etl", "x" * 256])
+def test_stream_group_follows_rocketmq_group_rule(group: str) -> None:
+    # The stream's progress is recorded as the group's offsets, which `Broker.consumer_progress`
+    # and every consumer check with `Validators.checkGroup`: a name they refuse is refused here.
+    with pytest.raises(ConfigError, match="option group"):
+        parse_read_options({"path": "/p", "subscribe": "a", "group": group}, streaming=True)
+    opts = parse_read_options({"path": "/p", "subscribe": "a", "group": "etl_daily-1"}, streaming=True)
+    assert opts.group == "etl_daily-1"
+
+
 # -- through Spark --------------------------------------------------------------------------------------
 def spark_rows(df: Any) -> list[dict[str, Any]]:
     return normalise(df.toArrow())

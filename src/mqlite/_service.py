@@ -125,7 +125,9 @@ class Closeable(Protocol):
 
 
 _open_owners: weakref.WeakSet[Closeable] = weakref.WeakSet()
-_exit_lock = threading.Lock()
+# Reentrant: a signal handler (closing a broker at SIGTERM, say) runs on the main thread between
+# any two bytecodes, also while that thread holds this lock to register or forget another owner.
+_exit_lock = threading.RLock()
 _exit_hooked = False
 
 
@@ -229,7 +231,7 @@ def _forget_all_in_child() -> None:
     """A forked child inherits the parent's open owners but not their threads; closing them there would
     release the parent's store lock (an flock is shared across fork), so the child forgets them."""
     global _exit_lock
-    _exit_lock = threading.Lock()  # the parent may have held it while forking
+    _exit_lock = threading.RLock()  # the parent may have held it while forking
     _open_owners.clear()
 
 

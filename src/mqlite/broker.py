@@ -117,6 +117,8 @@ class Broker:
         self._store = store
         self._closed = False
         self._closing = False
+        self._pid = os.getpid()  # a forked child disowns the broker (`_disown_in_child`)
+        _OPENED.add(self)
         self.config = store.config
         self.topics = TopicTable(store.root, read_only=store.read_only, clock=store.clock)
         self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
@@ -233,6 +235,9 @@ class Broker:
 
     def _check(self) -> StoreFiles:
         if self._closed:
+            if self._pid != os.getpid():
+                raise IllegalStateError(f"the broker at {self.path} was opened by process {self._pid} before this "
+                                        "process forked from it; open the store (or build clients) in this process")
             raise IllegalStateError(f"the broker at {self.path} is closed")
         return self._store
 
@@ -255,7 +260,7 @@ class Broker:
         """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`);
         `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2)."""
         self._writer()
-        before = self.topics.get(topic)
+        before = self.topics.get(_topic_str(topic))
         config = self.topics.create(topic, queue_nums, perm=perm, order=order)
         if before is None or before.read_queue_nums != config.read_queue_nums:
             self.consumer_groups.notify_all()
@@ -271,7 +276,7 @@ class Broker:
         may be deleted.
         """
         store = self._writer()
-        if isinstance(topic, str) and is_system_topic(topic):
+        if is_system_topic(_topic_str(topic)):
             raise MQClientError(f"the topic {topic!r} is a system topic (the broker keeps its own messages there: "
                                 "delayed, transactional, timer or trace); it cannot be deleted")
         if topic not in self.topics and topic not in store.topics():
@@ -314,7 +319,7 @@ class Broker:
 
     def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
         """The queues consumers of `topic` read (its read queues; none for an unknown topic)."""
-        config = self.topics.get(topic)
+        config = self.topics.get(_topic_str(topic))
         if config is None:
             store = self._check()
             ids = store.queue_ids(topic)
@@ -450,6 +455,7 @@ class Broker:
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """Per queue of `topic`: min and max offsets and the store time of the newest message."""
         store = self._check()
+        _topic_str(topic)
         if store.read_only:
             store.refresh()
         rows = []
@@ -516,6 +522,7 @@ class Broker:
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
         """The message at a queue offset; `MessageNotFoundError` when absent."""
         store = self._check()
+        _topic_str(topic)
         check_int("queue_id", queue_id, 0, JAVA_INT_MAX)
         check_int("offset", offset, -_JAVA_LONG_MAX - 1, _JAVA_LONG_MAX)
         result = store.get_messages(topic, queue_id, offset, 1)
@@ -881,6 +888,13 @@ def _bad_field(exc: Exception, **fields: object) -> MQClientError:
                          f"reconsume_times are Java ints, born_timestamp a Java long: {shown}")
 
 
+def _topic_str(topic: object) -> str:
+    """`topic` when it is a str (a wrong type would fail a dict look-up with a raw `TypeError`)."""
+    if not isinstance(topic, str):
+        raise MQClientError(f"topic must be a str, got {type(topic).__name__} {topic!r}")
+    return topic
+
+
 def _check_queue(mq: object) -> None:
     if not isinstance(mq, MessageQueue) or not isinstance(mq.topic, str) or not isinstance(mq.queue_id, int):
         raise MQClientError(f"expected an mqlite.MessageQueue (topic str, queue_id int), got {mq!r}")
@@ -888,6 +902,23 @@ def _check_queue(mq: object) -> None:
 
 _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
+_OPENED: weakref.WeakSet[Broker] = weakref.WeakSet()
+
+
+def _disown_in_child() -> None:
+    """A forked child inherits the parent's brokers without their threads but with their maps of
+    the parent's files: writing through one would put records where the parent writes next (lost,
+    though acknowledged), and closing one would flush and unlock the parent's store. Every inherited
+    broker counts as closed in the child, and clients given a path there open their own."""
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()  # the parent may have held it while forking
+    _SHARED.clear()
+    for broker in list(_OPENED):
+        broker._closed = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_in_child)
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open

@@ -353,6 +353,8 @@ class Producer:
                 raise MQClientError(f"{queue} does not exist: {msg.topic!r} has queues 0..{len(queues) - 1}")
             return queue
         if selector is not None:
+            if not callable(selector):
+                raise MQClientError(f"selector must be a callable (queues, msg, arg) -> MessageQueue, got {selector!r}")
             chosen = selector(list(queues), msg, arg)
             if not isinstance(chosen, MessageQueue) or chosen not in queues:
                 raise MQClientError(f"the selector returned {chosen!r}, not one of the topic's queues")

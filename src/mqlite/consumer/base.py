@@ -199,8 +199,12 @@ class ConsumerBase(abc.ABC):
             if self.clustering:
                 self.offset_store = RemoteBrokerOffsetStore(broker, self.group)
             else:
-                directory = self._offset_store_dir or os.path.join(broker.path, "broadcast_offsets")
-                self.offset_store = LocalFileOffsetStore(local_offsets_path(directory, self._client_id, self.group))
+                if self._offset_store_dir is not None:  # the caller's directory: wherever it resolves
+                    path = local_offsets_path(self._offset_store_dir, self._client_id, self.group)
+                else:  # inside the store: it must stay there
+                    path = local_offsets_path(os.path.join(broker.path, "broadcast_offsets"), self._client_id,
+                                              self.group, within=broker.path)
+                self.offset_store = LocalFileOffsetStore(path)
         except BaseException:
             broker.release()
             raise

@@ -505,6 +505,8 @@ class LitePullConsumer(ConsumerBase):
         `[min_offset, max_offset]`.
         """
         broker = self._running()
+        if not isinstance(mq, MessageQueue):
+            raise MQClientError(f"seek takes a MessageQueue, got {mq!r}")
         with self._cv:
             assigned = mq in self._assigned
             rebalancing = self._mode == "SUBSCRIBE"

@@ -99,17 +99,21 @@ def check_client_id(client_id: object) -> str:
     return client_id
 
 
-def local_offsets_path(directory: str | os.PathLike[str], client_id: str, group: str) -> str:
+def local_offsets_path(directory: str | os.PathLike[str], client_id: str, group: str, *,
+                       within: str | os.PathLike[str] | None = None) -> str:
     """`<dir>/<client_id>/<group>/offsets.json` (RocketMQ: `~/.rocketmq_offsets/<clientId>/<group>/offsets.json`).
 
     The names are checked (`check_client_id`, `check_group`) and the result must lie inside
-    `directory` once resolved: no id or group ever names a file elsewhere (`MQClientError`).
+    `within` (default: `directory`) once resolved: no id or group ever names a file elsewhere,
+    nor does a link planted in the tree (`MQClientError`). A directory inside a store passes the
+    store as `within`, so a link in the directory's own place is caught too.
     """
     base = os.path.realpath(os.fspath(directory))
+    bound = base if within is None else os.path.realpath(os.fspath(within))
     path = os.path.join(base, check_client_id(client_id), check_group(group), "offsets.json")
-    if os.path.commonpath([base, os.path.realpath(path)]) != base:  # a symlink planted in the tree
+    if os.path.commonpath([bound, os.path.realpath(path)]) != bound:  # a symlink planted in the tree
         raise MQClientError(f"the offsets file of client {client_id!r}, group {group!r} would resolve to "
-                            f"{os.path.realpath(path)}, outside {base}; remove the link under {base}")
+                            f"{os.path.realpath(path)}, outside {bound}; remove the link under {bound}")
     return path
 
 

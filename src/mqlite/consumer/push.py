@@ -150,6 +150,8 @@ class PushConsumer(ConsumerBase):
         # `join()` callers wait here; rounds of the pull thread and orderly workers notify it.
         self._join_cv = threading.Condition()
         self._joiners = 0
+        if subscription is not None and not isinstance(subscription, Mapping):
+            raise MQClientError(f"subscription must map topics to expressions ({{'orders': '*'}}), got {subscription!r}")
         for topic, expression in (subscription or {}).items():
             self.subscribe(topic, expression)
         if listener is not None:

@@ -274,6 +274,17 @@ def _topic_name(topic: str, option: str) -> str:
         raise ConfigError(f"option {option}: {exc}") from None
 
 
+def _group_name(group: str) -> str:
+    """`group` as RocketMQ's `Validators.checkGroup` allows it (no `@` either): the stream's progress
+    becomes the group's offsets, which `Broker.consumer_progress` and consumers look up by that rule."""
+    from ..topics import check_group
+
+    try:
+        return check_group(group, "option group")
+    except MQClientError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _subscription(options: Mapping[str, str]) -> dict[str, Any]:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k) is not None]
     if len(given) != 1:
@@ -361,8 +372,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                               f"include")
     schema_name, include_properties = parse_schema_options(options)
     group = options.get("group")
-    if group is not None and (not str(group).strip() or "@" in str(group)):
-        raise ConfigError(f"option group must be a non-blank consumer group name without '@', got {group!r}")
+    if group is not None:
+        group = _group_name(str(group).strip())
     return ReadOptions(
         starting=starting, ending=ending,
         sub_expression=_selector(options, "subexpression"), sql_filter=_selector(options, "filter"),
@@ -370,7 +381,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         fail_on_data_loss=parse_bool(options, "failondataloss", True),
         include_properties=include_properties, schema_name=schema_name,
         max_offsets_per_trigger=_positive_int(options, "maxoffsetspertrigger"),
-        group=str(group).strip() if group is not None else None,
+        group=group,
         **fields,
     )
 
