@@ -9,6 +9,7 @@ offset table are the same after the call as before. Also: names that could becom
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from mqlite import (
     TransactionProducer,
 )
 from mqlite.consumer.offsetstore import check_client_id, local_offsets_path
-from mqlite.topics import check_group, check_topic
+from mqlite.topics import TopicTable, check_group, check_topic
 
 SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 16, "consumequeue_file_size": 20 * 64,
                          "max_hash_slot_num": 64, "max_index_num": 256}
@@ -557,3 +558,19 @@ def test_push_consumer_join_refuses_bad_timeouts(env: Env, timeout: Any) -> None
 
 def test_is_paused_of_what_is_no_queue_is_false(env: Env) -> None:
     assert env.consumer.is_paused([1]) is False  # type: ignore[arg-type]
+
+
+def test_topics_json_from_a_rocketmq_broker_keeps_its_host_named_topic(tmp_path: Path) -> None:
+    # A RocketMQ broker's table holds topics named after the broker or its host (dots included),
+    # which a client may not create; loading them must not drop them as damage. A name that is a
+    # path is still dropped (topics name directories).
+    config = tmp_path / "config"
+    config.mkdir()
+
+    table = {"rmq-broker-0.rmq.default.svc": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6,
+                                              "topicName": "rmq-broker-0.rmq.default.svc"},
+             "../escape": {"readQueueNums": 1, "writeQueueNums": 1, "perm": 6, "topicName": "../escape"}}
+    (config / "topics.json").write_text(json.dumps({"topicConfigTable": table, "dataVersion": {"counter": 1}}))
+    topics = TopicTable(str(tmp_path))
+    assert topics.get("rmq-broker-0.rmq.default.svc") is not None
+    assert topics.get("../escape") is None

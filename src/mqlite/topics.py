@@ -89,6 +89,16 @@ def check_topic(topic: object, *, max_length: int | None = MAX_TOPIC_LENGTH) -> 
     return topic
 
 
+def _check_stored_name(name: object) -> None:
+    """A topic name read from `topics.json` is safe as a directory name.
+
+    Looser than `check_topic`: a RocketMQ broker's own table holds topics a client may not
+    create (one named after the broker or its host, dots included), and they must load.
+    """
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\x00" in name:
+        raise MQClientError(f"topic {name!r} cannot name a directory")
+
+
 def check_group(group: object, what: str = "consumer group") -> str:
     """`Validators.checkGroup`: a non-blank name of [%|a-zA-Z0-9_-], at most 255 characters.
 
@@ -177,7 +187,7 @@ class TopicTable:
         if document is not None:
             for name, doc in (document.get("topicConfigTable") or {}).items():
                 try:
-                    check_topic(name, max_length=None)  # a topic names directories: never a path
+                    _check_stored_name(name)  # a topic names directories: never a path
                     self._topics[name] = TopicConfig.from_json(doc)
                 except (KeyError, TypeError, ValueError, AttributeError):  # MQClientError is a ValueError
                     # The queues on disk still say the topic exists: it is learned back from them.
