@@ -13,8 +13,8 @@ every test
   `mqlite_clock.advance(2 * 3600)` delivers a delay-level-18 message (2 h) at
   once, `advance(10)` the first retry of a message a listener failed (delay
   level 3 + reconsume times, RocketMQ's retry schedule), `advance(7)` the
-  check-back of a transaction left UNKNOW (older than `transaction_timeout`,
-  6 s). Consumers' timers follow it too: an orderly queue suspended by
+  first check-back of a transaction left UNKNOW (older than `transaction_timeout`,
+  6 s; later checks follow `transaction_check_interval`, as in RocketMQ). Consumers' timers follow it too: an orderly queue suspended by
   SUSPEND_CURRENT_QUEUE_A_MOMENT resumes once the clock passes its suspension.
 - `wait_idle(broker, *consumers)`: returns when everything sent is readable,
   what is due is delivered and each consumer has consumed and committed all it
