@@ -829,3 +829,22 @@ def test_an_index_rebuild_steps_over_damage_in_an_old_segment(tmp_path: Path) ->
         assert mqlite.recovery.load_damaged(str(root)) == {start: end}
     with _open(root) as store:  # the range is known: reads skip the lost record's unit
         assert store.get_messages(TOPIC, 2, 2, 1).status is GetMessageStatus.MESSAGE_WAS_REMOVING
+
+
+def test_an_open_that_fails_while_recovering_leaves_abort(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Open changes files before it ends (queues rebuilt, index files dropped, the log cut): a crash
+    # in the middle must make the next open recover as after a crash, never trust what was half done.
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        _put(store, 0)
+
+    def crash(self: object, rebuild_index: bool) -> None:
+        raise RuntimeError("crashed while recovering")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MessageStore, "_after_recovery", crash)
+        with pytest.raises(RuntimeError):
+            _open(root)
+    assert (root / "abort").exists()
+    with _open(root) as store:
+        assert store.recovery.abnormal

@@ -236,6 +236,9 @@ class MessageStore(StoreFiles):
             # A checkpoint that cannot be trusted gets a full abnormal recovery (from the first segment).
             self.last_exit_ok = not _abort_present(self._abort_path) and checkpoint_damage is None
             self.load_files(self.last_exit_ok)
+            # From here open changes files (drops index files, rebuilds queues, cuts the log): a crash
+            # before it ends must make the next open check everything again, so `abort` goes first.
+            _write_abort(self._abort_path)
             self._check_index_coverage()
             report = RecoveryReport(abnormal=not self.last_exit_ok)
             report.checkpoint_damage = checkpoint_damage
@@ -258,7 +261,6 @@ class MessageStore(StoreFiles):
                                                       self.checkpoint.logics_msg_timestamp)
             # Settings are recorded only once the files opened with them.
             _record_config(root, config)
-            _write_abort(self._abort_path)
         except BaseException as exc:
             self.close_files()
             self._lock.release()
