@@ -333,3 +333,25 @@ def test_verify_reports_a_damaged_range_once_with_its_lost_units(tmp_path: Path)
     assert len(ranges) == 1 and f"{destroyed} consume-queue units point past it" in ranges[0], report.problems
     # The records after the range were walked: the log's end is the real end, not the damage.
     assert report.log_end == results[-1].commit_log_offset + results[-1].wrote_bytes
+
+
+def test_placeholders_for_a_damaged_range_over_2_gib_fit_a_unit(tmp_path: Path) -> None:
+    # A unit's size is a Java int: placeholders spanning a range of several GiB (two whole 1 GiB
+    # segments destroyed) must still be units, not a struct.error that stops the open.
+    from mqlite.commitlog import DispatchRequest
+    from mqlite.consumequeue import ConsumeQueue
+
+    cq = ConsumeQueue(str(tmp_path / "consumequeue"), TOPIC, 0, 20 * 64)
+    cq.load()
+    cq.put(0, 100, 0, 0)  # queue offset 0: a record before the damage
+    report = mqlite.recovery.RecoveryReport(abnormal=True)
+    start, end = 1 << 30, 3 << 30
+    report.damaged.append((start, end))
+    dispatched: list[DispatchRequest] = []
+    fill = mqlite.recovery._filling_gaps(dispatched.append, lambda: {(TOPIC, 0): cq}, report)
+    after = DispatchRequest(TOPIC, 0, end, 300, 0, 0, 3, None, None, 0)  # queue offset 3: two were destroyed
+    fill(after)
+    assert dispatched == [after]
+    units = [cq.unit_at(q) for q in (1, 2)]
+    assert all(u is not None and start <= u[0] < end and 0 < u[1] < 2**31 - 1 for u in units), units
+    cq.close()

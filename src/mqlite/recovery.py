@@ -599,6 +599,9 @@ def _resync_noted(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQue
     return resume
 
 
+#: The largest size a consume-queue unit can hold (a signed 32-bit int).
+_MAX_UNIT_SIZE = 2**31 - 2  # 2**31 - 1 marks a blank unit
+
 #: Units tried per queue for resynchronising: their records may be damaged too.
 _UNITS_TRIED = 16
 
@@ -677,7 +680,9 @@ def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
                           "they stay (reads skip them)", request.topic, request.queue_id, cq.max_offset,
                           request.queue_offset, start, end)
                 # Ends rise to `end` at most: below the record dispatched next, or its put is skipped.
-                size = end - low - missing + 1
+                # A unit's size is a Java int: a range of more than 2 GiB gets shorter placeholders
+                # (still inside the range, and still distinct by their offsets).
+                size = min(end - low - missing + 1, _MAX_UNIT_SIZE)
                 for k in range(missing):
                     cq.put(low + k, size, 0, cq.max_offset)
         dispatch(request)
