@@ -355,3 +355,29 @@ def test_placeholders_for_a_damaged_range_over_2_gib_fit_a_unit(tmp_path: Path) 
     units = [cq.unit_at(q) for q in (1, 2)]
     assert all(u is not None and start <= u[0] < end and 0 < u[1] < 2**31 - 1 for u in units), units
     cq.close()
+
+
+def test_a_batch_cut_off_mid_copy_is_a_torn_tail(tmp_path: Path) -> None:
+    # A kill during a batch's copy into the segment can leave whole records behind a broken first one
+    # (a large memcpy stores its first bytes last) and no units for any of them: nothing of the batch was
+    # acknowledged, so it is a torn tail, cut, not damage with valid records after it (which would leave a
+    # set-aside hole in the queue). Found by the kill -9 test with three writers.
+    root = tmp_path / "store"
+    with _open(root, _config()) as store:
+        for i in range(20):
+            _put(store, i)
+        batch = store.put_batch(TOPIC, 0, [_body(100 + i) for i in range(4)])
+    assert batch.queue_offset == 20
+    first = batch.commit_log_offset
+    _write(root, first, bytes(32))  # the first record's header start never landed
+    cq_file = root / "consumequeue" / TOPIC / "0" / offset_to_file_name(0)
+    units = bytearray(cq_file.read_bytes())
+    units[20 * 20 : 24 * 20] = bytes(4 * 20)  # the batch's units were never written
+    cq_file.write_bytes(bytes(units))
+    _create_abort(root)
+    with _open(root) as store:
+        assert store.recovery.damaged == [] and store.recovery.set_aside == []
+        assert store.commitlog.max_offset == first
+        assert store.get_messages(TOPIC, 0, 0, 100).next_begin_offset == 20
+        assert [m.body for m in store.get_messages(TOPIC, 0, 0, 100).messages] == [_body(i) for i in range(20)]
+        assert _put(store, 20).queue_offset == 20  # appends go on where the batch would have been

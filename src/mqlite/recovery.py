@@ -149,7 +149,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     """
     report = report or RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
-    damaged, ends = _recover_queues(commitlog, queues)
+    damaged, ends, witnesses = _recover_queues(commitlog, queues)
     dispatched_to = max((cq.max_physic_offset for cq in queues.values()), default=-1)
     files = commitlog.mapped_files.files
     if not files:
@@ -166,8 +166,11 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     # Placeholders for records a damaged range destroyed go in first, so the guard sees no gap there.
     guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root, index), queues_now, report,
                             skip=damaged)
+    # Ranges an earlier recovery stepped over are known: their units are placeholders, no evidence.
+    known = load_damaged(os.path.dirname(commitlog.mapped_files.directory))
     process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, guarded, set_aside, report,
-                           lambda at: _resync(commitlog, queues_now(), at, check_crc))
+                           lambda at: known[at] if at in known else _resync(commitlog, queues_now(), at, check_crc,
+                                                                           witnesses), known)
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
     if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
@@ -188,7 +191,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     if damaged:
         _rebuild_queues(commitlog, queues_now, damaged, ends, process_offset,
                         _filling_gaps(dispatch, queues_now, report), dict(report.damaged),
-                        lambda at: _resync_noted(commitlog, queues_now(), at, check_crc, report))
+                        lambda at: _resync_noted(commitlog, queues_now(), at, check_crc, report, witnesses))
         report.queues_repaired.update(
             {f"consumequeue/{topic}/{qid}": f"{why}; rebuilt" for (topic, qid), why in damaged.items()})
     # After the rebuild: a rebuilt queue's placeholders for destroyed records are lost units too.
@@ -200,14 +203,18 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
 
 
 # -- consume queues against the log (see the module docstring) ------------------------------------------------
-def _recover_queues(commitlog: CommitLog, queues: dict[Key, ConsumeQueue]) -> tuple[dict[Key, str], dict[Key, int]]:
+def _recover_queues(commitlog: CommitLog,
+                    queues: dict[Key, ConsumeQueue]) -> tuple[dict[Key, str], dict[Key, int], list[int]]:
     """`recover` every sound queue, then check its tail units; discard the damaged ones.
 
     Before the scan, because the scan starts from the queues' ends: one unit pointing far
-    past the log would move that start past every record. Returns {key: why} and {key: old end}.
+    past the log would move that start past every record. Returns {key: why}, {key: old end}
+    and the witnesses: commit-log offsets of whole records that a discarded queue's last
+    units pointed at (completed writes, evidence for `_resync` that the log goes on).
     """
     damaged: dict[Key, str] = {}
     ends: dict[Key, int] = {}
+    witnesses: list[int] = []
     min_log = commitlog.min_offset
     for key, cq in queues.items():
         if cq.is_light:
@@ -219,8 +226,20 @@ def _recover_queues(commitlog: CommitLog, queues: dict[Key, ConsumeQueue]) -> tu
             why = _tail_damage(commitlog, cq)
         if why:
             damaged[key] = why
+            witnesses += _witnesses(commitlog, cq)
             _discard(cq, ends)
-    return damaged, ends
+    return damaged, ends, sorted(witnesses)
+
+
+def _witnesses(commitlog: CommitLog, cq: ConsumeQueue) -> list[int]:
+    """Offsets of whole records the queue's last units point at (read before the queue is discarded)."""
+    found = []
+    min_log = commitlog.min_offset
+    for qoff in range(max(cq.min_offset, cq.max_offset - TAIL_UNITS), cq.max_offset):
+        unit = cq.unit_at(qoff)
+        if unit is not None and unit[0] >= min_log and _record_starts_at(commitlog, unit[0], False):
+            found.append(unit[0])
+    return found
 
 
 def _lost_first_file(cq: ConsumeQueue, min_log: int) -> str | None:
@@ -515,8 +534,11 @@ def _classify(mm: object, pos: int, limit: int, check_crc: bool, fn: TagsCodeFn,
 
 def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int, last_exit_ok: bool,
           dispatch: Callable[[DispatchRequest], None], set_aside: Callable[[DispatchRequest], None] | None,
-          report: RecoveryReport, resync: Callable[[int], int | None]) -> int:
+          report: RecoveryReport, resync: Callable[[int], int | None],
+          known: Mapping[int, int] | None = None) -> int:
     """Walk records from `start`; returns the offset just after the last valid one.
+
+    `known`: damaged ranges an earlier recovery reported ({start: end}), stepped over quietly.
 
     At an invalid record, `resync(offset)` says where the log goes on (`_resync`): the
     damaged range is reported and the walk resumes there; None means a torn tail.
@@ -558,8 +580,9 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
             resume = resync(offset)
             if resume is not None:
                 report.damaged.append((offset, resume))
-                log.error("commit log: bytes [%d, %d) are damaged and valid records follow them; the records "
-                          "in that range are lost, recovery goes on at %d", offset, resume, resume)
+                if not known or offset not in known:
+                    log.error("commit log: bytes [%d, %d) are damaged and valid records follow them; the records "
+                              "in that range are lost, recovery goes on at %d", offset, resume, resume)
                 offset = resume
                 continue
             if any(mf.mm[pos : pos + 8]):
@@ -569,28 +592,42 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
 
 
 def _resync(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], damaged_at: int,
-            check_crc: bool) -> int | None:
+            check_crc: bool, witnesses: Sequence[int] = ()) -> int | None:
     """Where the log goes on after the invalid record at `damaged_at`, or None when nothing
     valid follows it (a torn tail, the only thing recovery may cut).
 
-    Evidence, cheapest first: the consume queues' units past `damaged_at` whose records
-    check out (units are record boundaries), which bound the search; then the first
-    valid record found by searching forward (`_next_record`), across later segments too,
-    so a segment whose head is destroyed resumes at its first valid record. Cost: one
-    pass over the data regions between `damaged_at` and the resume point (or the log's
-    end); paid only when recovery meets an invalid record.
+    The log goes on only where a write completed after the damage says so: a consume-queue
+    unit past `damaged_at` whose record checks out (a unit is written once its record and
+    every record before it are whole), or a valid record in a later segment (the writer
+    moved past this one). Valid frames found only by searching the same segment are not
+    enough: a batch cut off mid-copy by a crash can leave whole records behind a broken
+    first one (a large memcpy stores its first bytes last), and none of it was
+    acknowledged; that is a torn tail, cut. With evidence, the first valid record after
+    `damaged_at` (`_next_record`, up to the evidence) is where the scan goes on, so a
+    segment whose head is destroyed resumes at its first valid record. Cost: one pass over
+    the data regions between `damaged_at` and the resume point; paid only when recovery
+    meets an invalid record.
     """
     bound = _unit_evidence(commitlog, queues, damaged_at, check_crc)
-    files = commitlog.mapped_files.files
-    end = files[-1].file_from_offset + files[-1].file_size if bound is None else bound
-    found = _next_record(commitlog, damaged_at + 1, end, check_crc)
+    # Units of queues discarded as damaged, read before they went (`_recover_queues`).
+    witness = next((w for w in witnesses if w > damaged_at), None)
+    if witness is not None and (bound is None or witness < bound):
+        bound = witness
+    if bound is None:
+        files = commitlog.mapped_files.files
+        mf = commitlog.mapped_files.find(damaged_at)
+        next_segment = mf.file_from_offset + mf.file_size if mf is not None else damaged_at
+        bound = _next_record(commitlog, next_segment, files[-1].file_from_offset + files[-1].file_size, check_crc)
+        if bound is None:
+            return None
+    found = _next_record(commitlog, damaged_at + 1, bound, check_crc)
     return found if found is not None else bound
 
 
 def _resync_noted(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQueue], damaged_at: int,
-                  check_crc: bool, report: RecoveryReport) -> int | None:
+                  check_crc: bool, report: RecoveryReport, witnesses: Sequence[int] = ()) -> int | None:
     """`_resync` for a walk after the scan: a damaged range found is logged and listed in the report."""
-    resume = _resync(commitlog, queues, damaged_at, check_crc)
+    resume = _resync(commitlog, queues, damaged_at, check_crc, witnesses)
     if resume is not None and (damaged_at, resume) not in report.damaged:
         log.error("commit log: bytes [%d, %d) are damaged and valid records follow them; the records in that "
                   "range are lost, the walk goes on at %d", damaged_at, resume, resume)
