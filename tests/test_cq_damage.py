@@ -353,7 +353,7 @@ def test_a_rebuild_keeps_the_place_of_a_record_with_a_bad_body_crc(store: Path) 
     _flip(store / "commitlog" / f"{0:020d}", victim.commit_log_offset + 88 + 10)  # a body byte (IPv4 hosts)
     assert "body CRC mismatch" in verify_store(str(store)).problems[0]
     with StoreReader(str(store)) as reader:
-        walked = list(mqlite.recovery._records(reader.commitlog, 0, SEGMENT, {0}.__contains__))
+        walked = list(mqlite.recovery.walk_records(reader.commitlog, 0, SEGMENT, False, wanted={0}.__contains__))
     assert [(r.queue_id, r.queue_offset) for r in walked if r.topic == TOPIC] == [(0, i) for i in range(PER_QUEUE)]
 
 

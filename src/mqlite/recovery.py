@@ -295,41 +295,6 @@ def _guard(dispatch: Callable[[DispatchRequest], None], queues_now: Callable[[],
     return guarded
 
 
-def _records(commitlog: CommitLog, start: int, end: int, wanted: Callable[[int], bool] | None = None,
-             damaged: Mapping[int, int] | None = None,
-             resync: Callable[[int], int | None] | None = None) -> Iterator[DispatchRequest]:
-    """Describe the records in [start, end) (those of a queue id `wanted` allows); a broken one ends the walk,
-    except at the start of a range the scan resynchronised over (`damaged`: {start: end}), which is stepped over.
-
-    The body CRC is not checked: a record set aside for a CRC mismatch keeps its queue
-    offset's place (its unit exists; without it the queue's later units could not follow).
-    `resync(offset)` says where the log goes on after other damage (None: it ends there).
-    """
-    find = commitlog.mapped_files.find
-    offset = start
-    while offset < end:
-        mf = find(offset)
-        if mf is None:
-            return
-        pos = offset - mf.file_from_offset
-        describe = wanted is None or (pos + _QUEUE_ID_POS + 4 <= mf.file_size
-                                      and wanted(_QUEUE_ID.unpack_from(mf.mm, pos + _QUEUE_ID_POS)[0]))
-        size, request = check_record(mf.mm, pos, mf.file_size, False, commitlog.tags_code_fn, describe)
-        if size > 0:
-            if request is not None:
-                yield request
-            offset += size
-        elif size == 0:
-            offset = mf.file_from_offset + mf.file_size
-        elif damaged and offset in damaged:
-            offset = damaged[offset]
-        else:
-            resume = resync(offset) if resync is not None else None
-            if resume is None:
-                return
-            offset = resume
-
-
 def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, ConsumeQueue]],
                   damaged: dict[Key, str], mended: dict[Key, int], cq_root: str, start: int, end: int,
                   report: RecoveryReport) -> None:
@@ -339,7 +304,7 @@ def _check_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, Consu
     tail); a record further on is a gap, and the queue is rebuilt.
     """
     queues = queues_now()
-    for request in _records(commitlog, start, end, damaged=dict(report.damaged)):
+    for request in walk_records(commitlog, start, end, False, dict(report.damaged), warn=False):
         key = (request.topic, request.queue_id)
         if key in damaged or request.sys_flag & SysFlag.TRANSACTION_MASK in _NOT_IN_QUEUE:
             continue
@@ -427,7 +392,8 @@ def _rebuild_queues(commitlog: CommitLog, queues_now: Callable[[], dict[Key, Con
         if cq is not None and cq.mapped_files.files:
             _discard(cq, ends)
     queue_ids = {queue_id for _, queue_id in damaged}
-    for request in _records(commitlog, commitlog.min_offset, end, queue_ids.__contains__, damaged_ranges, resync):
+    for request in walk_records(commitlog, commitlog.min_offset, end, False, damaged_ranges, resync,
+                                wanted=queue_ids.__contains__, warn=False):
         if (request.topic, request.queue_id) in damaged:
             dispatch(request)
     queues = queues_now()
@@ -758,7 +724,8 @@ def find_queue_records(commitlog: CommitLog, damaged: Mapping[int, int], topic: 
     def resync(offset: int) -> int | None:
         return _next_record(commitlog, offset + 1, end, False)
 
-    for request in _records(commitlog, start, end, lambda qid: qid == queue_id, damaged, resync):
+    for request in walk_records(commitlog, start, end, False, damaged, resync, wanted=lambda qid: qid == queue_id,
+                                warn=False):
         if (request.topic == topic and request.queue_id == queue_id and request.queue_offset in queue_offsets
                 and request.sys_flag & SysFlag.TRANSACTION_MASK not in _NOT_IN_QUEUE):
             found[request.queue_offset] = request
@@ -769,15 +736,18 @@ def find_queue_records(commitlog: CommitLog, damaged: Mapping[int, int], topic: 
 
 def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
                  damaged: Mapping[int, int] | None = None,
-                 resync: Callable[[int], int | None] | None = None) -> Iterator[DispatchRequest]:
+                 resync: Callable[[int], int | None] | None = None, *,
+                 wanted: Callable[[int], bool] | None = None, warn: bool = True) -> Iterator[DispatchRequest]:
     """The records from `start` (a record's offset) to `end`, described, in log order.
 
-    For rebuilding the key index after recovery: records to set aside are skipped,
-    BLANKs move to the next segment, a damaged range (`damaged`: {start: end}, what
-    recovery resynchronised over) is stepped over, other damage too where `resync(offset)`
-    says the log goes on (`resync_noting`: a clean open re-checks only the log's tail, so
-    an index rebuilt then walks segments the scan did not), and the walk stops at any
-    other invalid record.
+    The one walk of the log after the scan (rebuilding queues and the key index, read repair,
+    index coverage): BLANKs move to the next segment; with `check_crc` records to set aside are
+    skipped (without it they keep their queue offset's place: their unit exists); a damaged range
+    (`damaged`: {start: end}, what recovery resynchronised over) is stepped over, other damage too
+    where `resync(offset)` says the log goes on (`resync_noting`: a clean open re-checks only the
+    log's tail, so a walk then crosses segments the scan did not); the walk stops at any other
+    invalid record (logged when `warn` and the bytes are not zeros, the log's end). Only records
+    of a queue id `wanted` allows are described (the others are only framed).
     """
     find = commitlog.mapped_files.find
     fn = commitlog.tags_code_fn
@@ -787,24 +757,26 @@ def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
         if mf is None:
             return
         pos = offset - mf.file_from_offset
-        kind, size, request = _classify(mf.mm, pos, mf.file_size, check_crc, fn, True)
+        describe = wanted is None or (pos + _QUEUE_ID_POS + 4 <= mf.file_size
+                                      and wanted(_QUEUE_ID.unpack_from(mf.mm, pos + _QUEUE_ID_POS)[0]))
+        kind, size, request = _classify(mf.mm, pos, mf.file_size, check_crc, fn, describe)
         if kind == _RECORD:
-            assert request is not None
-            yield request
+            if request is not None:
+                yield request
         elif kind == _BLANK:
             offset = mf.file_from_offset + mf.file_size
             continue
-        elif kind == _INVALID and damaged and offset in damaged:
-            offset = damaged[offset]
-            continue
         elif kind == _INVALID:
-            resume = resync(offset) if resync is not None else None
-            if resume is not None:
-                offset = resume
-                continue
-            if any(mf.mm[pos : pos + 8]):  # zeros are the log's end, not damage
-                log.warning("commit log: invalid record at offset %d; the walk stops there", offset)
-            return
+            if damaged and offset in damaged:
+                resume: int | None = damaged[offset]
+            else:
+                resume = resync(offset) if resync is not None else None
+            if resume is None:
+                if warn and any(mf.mm[pos : pos + 8]):  # zeros are the log's end, not damage
+                    log.warning("commit log: invalid record at offset %d; the walk stops there", offset)
+                return
+            offset = resume
+            continue
         offset += size
 
 
@@ -952,7 +924,7 @@ def index_coverage_gap(commitlog: CommitLog, index_files: Sequence[IndexFile]) -
 def _keyed_record_in(commitlog: CommitLog, start: int, end: int, *, include_start: bool) -> bool:
     """Whether a record in [start, end) (after the one at `start` unless `include_start`) gets index entries."""
     # Quietly: the last gap runs to the end of the newest segment, whose zeros end the walk.
-    for request in _records(commitlog, start, end):
+    for request in walk_records(commitlog, start, end, False, warn=False):
         if request.commit_log_offset == start and not include_start:
             continue
         if ((request.keys or request.uniq_key)
