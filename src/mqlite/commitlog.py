@@ -665,6 +665,8 @@ class CommitLog:
         self.appended_count = 0  # dispatch entries appended by this process; reput counts the ones it did
         #: {offset: size} of records recovery set aside (body CRC wrong): reads treat them as removed.
         self.set_aside: dict[int, int] = {}
+        #: {start: end} of damaged ranges recovery stepped over; walks of the log step over them too.
+        self.damaged: dict[int, int] = {}
         # Set by the store once recovered: consume-queue units are then written under
         # the put lock (into `unit_queues`, the store's queue table), and only index
         # work goes through `dispatch_queue`.

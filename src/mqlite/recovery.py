@@ -167,7 +167,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     guarded = _filling_gaps(_guard(dispatch, queues_now, damaged, cq_root, index), queues_now, report,
                             skip=damaged)
     # Ranges an earlier recovery stepped over are known: their units are placeholders, no evidence.
-    known = load_damaged(os.path.dirname(commitlog.mapped_files.directory))
+    known = commitlog.damaged
     process_offset = _scan(commitlog, start, check_crc, dispatched_to, last_exit_ok, guarded, set_aside, report,
                            lambda at: known[at] if at in known else _resync(commitlog, queues_now(), at, check_crc,
                                                                            witnesses), known)

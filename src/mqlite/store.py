@@ -37,7 +37,6 @@ from .recovery import (
     RecoveryReport,
     check_log_head,
     index_coverage_gap,
-    load_damaged,
     load_log_head,
     recover_store,
     resync_noting,
@@ -442,22 +441,24 @@ class MessageStore(StoreFiles):
         cut = self.recovery.process_offset
         # Records cut off or aged out are forgotten: new records may take a cut one's place.
         low = self.commitlog.min_offset
-        known = load_damaged(self.root)
-        #: {start: end} of damaged commit-log ranges recovery stepped over (`RecoveryReport.damaged`), persisted.
-        self.damaged: dict[int, int] = {start: end for start, end in known.items() if low <= start < cut}
-        self.damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
+        known = self.commitlog.damaged
+        # Damaged commit-log ranges recovery stepped over (`RecoveryReport.damaged`), persisted; walks of
+        # the log (the index rebuild below, read repair) step over them.
+        damaged = {start: end for start, end in known.items() if low <= start < cut}
+        damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
+        self.commitlog.damaged = damaged
         index = self.config.message_index_enable
         if index:
             self.index.truncate_dirty(cut)
             if rebuild_index:  # before the set-aside list is saved: the walk may find damage (`resync_noting`)
                 self._rebuild_index(self.index.rebuild_from or 0, cut)
-                self.damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
+                damaged.update((start, end) for start, end in self.recovery.damaged if start < cut)
         set_aside = {offset: size for offset, size in self.commitlog.set_aside.items() if low <= offset < cut}
         set_aside.update(self.recovery.set_aside)
         # Units into damaged ranges are read as set aside: the bytes they point at are not their records.
         set_aside.update(self.recovery.lost_units)
-        if set_aside != self.commitlog.set_aside or self.damaged != known:
-            save_set_aside(self.root, set_aside, self.damaged)
+        if set_aside != self.commitlog.set_aside or damaged != known:
+            save_set_aside(self.root, set_aside, damaged)
             self.commitlog.set_aside = set_aside
         if index and self.commitlog.max_offset > max(self.commitlog.min_offset, 0):
             self.index.mark_indexed_to(cut, self.commitlog.last_store_timestamp)
@@ -501,7 +502,7 @@ class MessageStore(StoreFiles):
         check_crc = self.config.check_crc_on_recover
         # Damage in segments the scan did not re-check (a clean open) is stepped over, as a queue rebuild does.
         resync = resync_noting(self.commitlog, lambda: self.consume_queues, check_crc, self.recovery)
-        for request in walk_records(self.commitlog, start, end, check_crc, self.damaged, resync):
+        for request in walk_records(self.commitlog, start, end, check_crc, self.commitlog.damaged, resync):
             if request.keys or request.uniq_key:
                 chunk.append(request)
             if len(chunk) >= _REBUILD_CHUNK:

@@ -144,6 +144,7 @@ class StoreFiles:
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_lock = threading.Lock()
         self.commitlog.set_aside = load_set_aside(root)
+        self.commitlog.damaged = load_damaged(root)
         self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=read_only)
         self.index = IndexService(os.path.join(root, "index"), config.max_hash_slot_num, config.max_index_num,
                                   max_msgs_num_batch=config.max_msgs_num_batch, read_only=read_only,
@@ -509,7 +510,7 @@ class _ReadRepair:
                 start = unit[0] + unit[1]
                 break
             before -= 1
-        return find_queue_records(commitlog, load_damaged(self.files.root), cq.topic, cq.queue_id,
+        return find_queue_records(commitlog, commitlog.damaged, cq.topic, cq.queue_id,
                                   max(start, commitlog.min_offset), end, range(before + 1, after))
 
     def _good_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
