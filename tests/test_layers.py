@@ -29,11 +29,11 @@ LAYERS: dict[str, int] = {
     # L2 broker
     "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "sendback": 2, "groups": 2, "longpoll": 2, "broker": 2,
     "inbox": 2, "trace": 2, "traceview": 2,
-    "admin": 2,
+    "admin": 2, "port": 2,
     # L3 clients (consumer/ and filter/ are packages)
     "producer": 3, "consumer": 3, "rebalance": 3, "filter": 3,
     # L4 adapters (spark/ is a package)
-    "spark": 4, "cli": 4, "testing": 4, "_pytest_plugin": 4, "aio": 4, "__main__": 4,
+    "spark": 4, "cli": 4, "testing": 4, "_pytest_plugin": 4, "aio": 4, "__main__": 4, "remoting": 4,
 }
 #: `mqlite/__init__.py` may import anything; importing the package itself counts as importing
 #: its top (what it re-exports), so only L4 adapters may do it.

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import IllegalStateError
 from .message import MessageQueue
 
-__all__ = ["GroupMember", "ConsumerGroups", "QueueLocks", "LOCK_MAX_LIVE_MS"]
+__all__ = ["GroupMember", "ConsumerData", "ConsumerGroups", "QueueLocks", "LOCK_MAX_LIVE_MS"]
 
 #: `RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`: a lock nobody renews expires after 60 s.
 LOCK_MAX_LIVE_MS = 60_000
@@ -52,6 +53,24 @@ class GroupMember(Protocol):
     def shutdown(self) -> None:
         """Stop consuming (the broker is closing); idempotent."""
         ...
+
+    def consumer_data(self) -> ConsumerData:
+        """What a heartbeat to a remote broker carries about this member."""
+        ...
+
+
+@dataclass(frozen=True)
+class ConsumerData:
+    """RocketMQ's `ConsumerData` of a heartbeat: how a member consumes and what it subscribes."""
+
+    message_model: str
+    """`"CLUSTERING"` or `"BROADCASTING"`."""
+    consume_type: str
+    """`"CONSUME_PASSIVELY"` (push) or `"CONSUME_ACTIVELY"` (lite pull)."""
+    consume_from_where: str
+    """The `ConsumeFromWhere` name new queues start from."""
+    subscriptions: dict[str, tuple[str, str]]
+    """Topic -> (expression type, expression), the retry topic's included."""
 
 
 class ConsumerGroups:

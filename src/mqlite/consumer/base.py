@@ -22,6 +22,7 @@ from ..broker import Broker
 from ..config import check_int
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
+from ..groups import ConsumerData
 from ..longpoll import Waker
 from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, _local_ip
 from ..rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy, allocate
@@ -91,6 +92,8 @@ class ConsumerBase(abc.ABC):
     """Shared state and rebalance of one consumer instance (not used directly)."""
 
     _kind = "consumer"
+    #: RocketMQ's `ConsumeType` of this kind of consumer (a heartbeat carries it).
+    consume_type = "CONSUME_PASSIVELY"
 
     def __init__(self, broker: Broker | str | os.PathLike[str], group: str, *,
                  message_model: MessageModel = MessageModel.CLUSTERING,
@@ -179,6 +182,12 @@ class ConsumerBase(abc.ABC):
     def subscribed_topics(self) -> set[str]:
         """Topics subscribed (retry topic included)."""
         return set(self._subscriptions)
+
+    def consumer_data(self) -> ConsumerData:
+        """How this consumer consumes and what it subscribes (a remote broker's heartbeat carries it)."""
+        return ConsumerData(self.message_model.value, self.consume_type, self.consume_from_where.value,
+                            {topic: (str(selector.expression_type), selector.expression)
+                             for topic, selector in list(self._subscriptions.items())})
 
     def assigned_queues(self) -> set[MessageQueue]:
         """Queues this instance consumes now."""
