@@ -7,7 +7,9 @@ functions with `@handles(code, mode=...)`:
   read of mapped memory);
 - `BLOCKING` handlers run on the server's bounded executor (a put that may wait for SYNC_FLUSH, an
   admin call that writes files);
-- `ASYNC` handlers are coroutines on the loop (a long-polling pull parks there, not on a thread).
+- `ASYNC` handlers are coroutines on the loop (a long-polling pull parks there, not on a thread);
+- `PUT` handlers write to the store: inline when the store flushes asynchronously (a put returns
+  without waiting), on the executor under SYNC_FLUSH (a put waits for the group commit).
 
 A handler returns the response (`request.reply(...)`), or None for a oneway request. It refuses
 bad input by raising `RequestError(code, remark)`; `MQClientError` from the broker becomes
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import MQClientError
 from ..message import MessageQueue
-from .protocol import RemotingCommand, ResponseCode
+from .protocol import RemotingCommand, ResponseCode, from_wire_json
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -44,6 +46,8 @@ class Mode(enum.Enum):
     INLINE = "inline"
     BLOCKING = "blocking"
     ASYNC = "async"
+    PUT = "put"
+    """A store write: inline under ASYNC_FLUSH (a put does not wait), on the executor under SYNC_FLUSH."""
 
 
 class RequestError(Exception):
@@ -126,6 +130,11 @@ class Peer(Protocol):
         """`host:port` of the client."""
         ...
 
+    @property
+    def local_address(self) -> str:
+        """`host:port` the client reached this server at (what routes name)."""
+        ...
+
     def send_oneway(self, cmd: RemotingCommand) -> None:
         """Send a request that expects no answer (thread-safe; dropped when the connection is gone)."""
         ...
@@ -157,6 +166,19 @@ class ServerState(Protocol):
         """Run `fn` on the bounded executor; await its result on the loop."""
         ...
 
+    @property
+    def closing(self) -> bool:
+        """True once `close()` began: parked pulls answer now."""
+        ...
+
+    def park(self, waker: Any) -> None:
+        """Remember a parked request's waker: `close()` sets it."""
+        ...
+
+    def unpark(self, waker: Any) -> None:
+        """Forget a waker from `park`."""
+        ...
+
 
 class Request:
     """One request being handled: the command, its header, its connection and the server."""
@@ -181,8 +203,6 @@ class Request:
 
     def body_json(self) -> Any:
         """The body parsed as fastjson JSON; `RequestError` when absent or unreadable."""
-        from .protocol import from_wire_json  # noqa: PLC0415 - same package, kept next to its one use
-
         if not self.cmd.body:
             raise RequestError(ResponseCode.SYSTEM_ERROR, f"request {self.cmd.code} needs a JSON body")
         try:
