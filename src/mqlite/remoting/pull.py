@@ -33,7 +33,7 @@ from ..message import MessageQueue
 from .handlers import Mode, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode
 
-__all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS"]
+__all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS", "MAX_TRANSFER_BYTES"]
 
 FLAG_COMMIT_OFFSET = 0x1  # PullSysFlag
 FLAG_SUSPEND = 0x2
@@ -41,6 +41,9 @@ FLAG_SUBSCRIPTION = 0x4
 #: Longest suspension accepted (RocketMQ's clients ask 15 s for push and 20 s for lite pull).
 MAX_SUSPEND_MS = 3_600_000
 _MAX_NUMS = 1024
+#: `maxTransferBytesOnMessageInMemory`: a response carries at most this many bytes of records (and at
+#: least one record), so it stays far below the clients' 16 MiB frame limit.
+MAX_TRANSFER_BYTES = 256 * 1024
 
 _CODES = {PullStatus.FOUND: ResponseCode.SUCCESS, PullStatus.NO_MATCHED_MSG: ResponseCode.PULL_RETRY_IMMEDIATELY,
           PullStatus.NO_NEW_MSG: ResponseCode.PULL_NOT_FOUND, PullStatus.OFFSET_ILLEGAL: ResponseCode.PULL_OFFSET_MOVED}
@@ -120,7 +123,7 @@ async def pull_message(request: Request) -> RemotingCommand | None:
     result = broker.pull(group, mq, offset, max_nums, selector)
     if result.pull_status is PullStatus.NO_NEW_MSG and suspend_ms > 0 and not request.server.closing:
         result = await _park(request, group, mq, result, max_nums, selector, suspend_ms / 1000)
-    return _response(request, result)
+    return _response(request, result, min(h.int32("maxMsgBytes", MAX_TRANSFER_BYTES, low=1), MAX_TRANSFER_BYTES))
 
 
 async def _park(request: Request, group: str, mq: MessageQueue, result: PullResult, max_nums: int,
@@ -159,13 +162,22 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
         broker.unwatch_arrivals(waker, key)
 
 
-def _response(request: Request, result: PullResult) -> RemotingCommand:
-    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
-              "minOffset": result.min_offset, "maxOffset": result.max_offset}
+def _response(request: Request, result: PullResult, max_bytes: int) -> RemotingCommand:
+    next_offset = result.next_begin_offset
     body = None
     if result.pull_status is PullStatus.FOUND:
-        records = [stored_record(m) for m in result.msg_found_list]
-        if any(r is None for r in records):  # a store always hands out records; anything else is a bug here
-            raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
-        body = b"".join(records)  # type: ignore[arg-type]
+        records: list[bytes] = []
+        total = 0
+        for msg in result.msg_found_list:
+            record = stored_record(msg)
+            if record is None:  # a store hands out records only; anything else is a bug here
+                raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
+            if records and total + len(record) > max_bytes:
+                next_offset = msg.queue_offset  # the rest comes with the next pull
+                break
+            records.append(record)
+            total += len(record)
+        body = b"".join(records)
+    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_offset, "minOffset": result.min_offset,
+              "maxOffset": result.max_offset}
     return request.reply(_CODES[result.pull_status], fields, body)
