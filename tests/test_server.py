@@ -192,13 +192,26 @@ def test_pull_statuses_and_filters(broker: mqlite.Broker, client: Client) -> Non
     assert [m.body for m in records(pull(client, "t", 0, 0, subscription="b").body)] == [b"1"]
     sql = pull(client, "t", 0, 0, subscription="n >= 1", expression_type="SQL92")
     assert [m.body for m in records(sql.body)] == [b"1", b"2"]
-    assert pull(client, "t", 0, 3).code == ResponseCode.PULL_NOT_FOUND
+    not_found = pull(client, "t", 0, 3)
+    assert not_found.code == ResponseCode.PULL_NOT_FOUND and not_found.remark == "OFFSET_OVERFLOW_ONE"
+    assert not_found.ext_fields["nextBeginOffset"] == "3"  # ali-ons needs the offsets in every pull answer
+    lite = client.call(RequestCode.LITE_PULL_MESSAGE, {"consumerGroup": "lg", "topic": "t", "queueId": 0,
+                                                       "queueOffset": 1, "maxMsgNums": 10, "sysFlag": 22,
+                                                       "commitOffset": 0, "suspendTimeoutMillis": 20000,
+                                                       "subscription": "*", "subVersion": 0, "expressionType": "TAG",
+                                                       "maxMsgBytes": 2147483647, "ReqT": 0})
+    assert [m.body for m in records(lite.body)] == [b"1", b"2"]
     moved = pull(client, "t", 0, 99)
     assert moved.code == ResponseCode.PULL_OFFSET_MOVED and moved.ext_fields["nextBeginOffset"] == "3"
     assert pull(client, "t", 0, 0, subscription="zzz").code == ResponseCode.PULL_RETRY_IMMEDIATELY
     assert pull(client, "t", 0, 0, subscription="a >", expression_type="SQL92").code == \
         ResponseCode.SUBSCRIPTION_PARSE_FAILED
     assert pull(client, "t", 9, 0).code == ResponseCode.SYSTEM_ERROR  # no queue 9
+    # A push consumer with an SQL92 subscription asks first whether the broker can filter with it.
+    for expression, code in (("n >= 1", ResponseCode.SUCCESS), ("n >=", ResponseCode.SUBSCRIPTION_PARSE_FAILED)):
+        body = to_wire_json({"clientId": "c", "group": "g", "subscriptionData": {
+            "expressionType": "SQL92", "subString": expression, "topic": "t", "tagsSet": [], "codeSet": []}})
+        assert client.call(RequestCode.CHECK_CLIENT_CONFIG, None, body).code == code
     assert pull(client, "absent", 0, 0).code == ResponseCode.TOPIC_NOT_EXIST
     # Without the subscription flag, a group that never sent a heartbeat has no subscription.
     assert pull(client, "t", 0, 0, sys_flag=0, group="stranger").code == ResponseCode.SUBSCRIPTION_NOT_EXIST
@@ -332,6 +345,11 @@ def test_send_back_and_end_transaction(broker: mqlite.Broker, server: mqlite.Ser
     assert broker.query_message_by_offset("%DLQ%cg", 0, 0).body == b"x"  # max 0 reconsumes: dead letter
     missing = client.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": 1 << 40, "group": "cg", "delayLevel": 0})
     assert missing.code == ResponseCode.SYSTEM_ERROR
+    # The client's fallback re-sends to the retry topic itself; past its max reconsume times it is a dead letter.
+    again = send_v1(client, "%RETRY%cg", b"y", {"RETRY_TOPIC": "t"}, reconsumeTimes=2, maxReconsumeTimes=1)
+    assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "1"
+    broker.wait_dispatched()
+    assert broker.query_message_by_offset("%DLQ%cg", 0, 1).body == b"y"
     # A half message, then its commit (oneway, as RocketMQ's producers end transactions).
     half = send_v1(client, "t", b"tx", {"TRAN_MSG": "true", "PGROUP": "pg", "UNIQ_KEY": "T1"},
                    sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE)
@@ -361,6 +379,9 @@ def test_admin_codes(broker: mqlite.Broker, server: mqlite.Server, client: Clien
     assert created.code == ResponseCode.SUCCESS and broker.topic_config("adm").write_queue_nums == 2
     config = from_wire_json(client.call(RequestCode.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
     assert config["adm"]["writeQueueNums"] == 2
+    one = from_wire_json(client.call(RequestCode.GET_TOPIC_CONFIG, {"topic": "adm", "lo": True}).body)
+    assert (one["topicName"], one["readQueueNums"], one["perm"]) == ("adm", 2, 6)
+    assert client.call(RequestCode.GET_TOPIC_CONFIG, {"topic": "nope"}).code == ResponseCode.TOPIC_NOT_EXIST
     send_v1(client, "adm", b"x", {"KEYS": "key1"}, queue_id=1)
     broker.wait_dispatched()
     stats = from_wire_json(client.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "adm"}).body)["offsetTable"]
@@ -392,6 +413,10 @@ def test_admin_codes(broker: mqlite.Broker, server: mqlite.Server, client: Clien
     assert info["brokerVersionDesc"] == "V5_0_0"
     assert client.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "adm"}).code == ResponseCode.SUCCESS
     assert client.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "adm"}).code == ResponseCode.SUCCESS
+    # mqadmin deleteTopic then drops the topic's order config from the name server's KV store.
+    kv = {"namespace": "ORDER_TOPIC_CONFIG", "key": "adm"}
+    assert client.call(RequestCode.DELETE_KV_CONFIG, kv).code == ResponseCode.SUCCESS
+    assert client.call(RequestCode.GET_KV_CONFIG, kv).code == ResponseCode.QUERY_NOT_FOUND
     assert broker.topic_config("adm") is None
 
 

@@ -45,6 +45,7 @@ _MAX_NUMS = 1024
 #: least one record), so it stays far below the clients' 16 MiB frame limit.
 MAX_TRANSFER_BYTES = 256 * 1024
 
+_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _CODES = {PullStatus.FOUND: ResponseCode.SUCCESS, PullStatus.NO_MATCHED_MSG: ResponseCode.PULL_RETRY_IMMEDIATELY,
           PullStatus.NO_NEW_MSG: ResponseCode.PULL_NOT_FOUND, PullStatus.OFFSET_ILLEGAL: ResponseCode.PULL_OFFSET_MOVED}
 
@@ -76,7 +77,7 @@ def _selector(request: Request, group: str, topic: str, sys_flag: int) -> Messag
             if request.broker.consumer_ids(group):
                 return None  # a member in this process (or one without this topic): read everything
             raise RequestError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                               f"the consumer's subscription not exist, group: {group}, topic: {topic}")
+                               f"the consumer's group info not exist{_FAQ}")
         kind, expression = found
     if kind.upper() == "TAG" and expression.strip() in ("", "*"):
         return None
@@ -105,9 +106,11 @@ def _queue(request: Request) -> MessageQueue:
     return mq
 
 
-@handles(RequestCode.PULL_MESSAGE, mode=Mode.ASYNC)
+@handles(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, mode=Mode.ASYNC)
 async def pull_message(request: Request) -> RemotingCommand | None:
-    """Read from a queue; park when nothing is there and the request may be suspended."""
+    """Read from a queue; park when nothing is there and the request may be suspended.
+
+    `LITE_PULL_MESSAGE` (5.0.0's `DefaultLitePullConsumer`) is the same request."""
     h, broker = request.header, request.broker
     group = h.text("consumerGroup", max_length=255)
     mq = _queue(request)
@@ -179,5 +182,17 @@ def _response(request: Request, result: PullResult, max_bytes: int) -> RemotingC
             total += len(record)
         body = b"".join(records)
     fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_offset, "minOffset": result.min_offset,
-              "maxOffset": result.max_offset}
-    return request.reply(_CODES[result.pull_status], fields, body)
+              "maxOffset": result.max_offset, "topicSysFlag": 0, "groupSysFlag": 0}
+    return request.reply(_CODES[result.pull_status], fields, body, _remark(result))
+
+
+def _remark(result: PullResult) -> str:
+    """The store's `GetMessageStatus` name, which RocketMQ's broker puts in the remark."""
+    status = result.pull_status
+    if status is PullStatus.FOUND:
+        return "FOUND"
+    if status is PullStatus.NO_MATCHED_MSG:
+        return "NO_MATCHED_MESSAGE"
+    if status is PullStatus.NO_NEW_MSG:
+        return "NO_MESSAGE_IN_QUEUE" if result.max_offset == 0 else "OFFSET_OVERFLOW_ONE"
+    return "OFFSET_TOO_SMALL" if result.next_begin_offset == result.min_offset else "OFFSET_OVERFLOW_BADLY"
