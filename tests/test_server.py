@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mqlite
 from mqlite.commitlog import decode_message
@@ -34,6 +36,7 @@ from mqlite.remoting.protocol import (
     sign,
     to_wire_json,
 )
+from mqlite.remoting.handlers import HANDLERS
 from mqlite.remoting.registry import holder_address
 from support import deadline
 
@@ -511,3 +514,87 @@ def test_mqlite_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
     with mqlite.open(path, read_only=True) as reader:
         assert reader.query_message_by_offset("t", 0, 0).body == b"x"
     assert holder_address(path) is None
+
+
+_FIELDS = ["topic", "queueId", "consumerGroup", "producerGroup", "group", "offset", "queueOffset", "maxMsgNums",
+           "sysFlag", "commitOffset", "subscription", "expressionType", "timestamp", "commitLogOffset",
+           "commitOrRollback", "delayLevel", "maxReconsumeTimes", "key", "maxNum", "readQueueNums", "writeQueueNums",
+           "perm", "clientID", "properties", "bornTimestamp", "flag", "defaultTopicQueueNums", "batch", "a", "b", "e",
+           "setZeroIfNotFound", "beginTimestamp", "endTimestamp", "maxMsgBytes", "namespace"]
+_VALUES = ["", "0", "1", "-1", "7", "22", "2147483648", "-9223372036854775809", "99999999999999999999", "t", "%RETRY%x",
+           "a b", "true", "TAG", "SQL92", "a >", "*", "\x01\x02", "é", "9" * 300]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fuzzed_headers_always_get_an_answer(fuzz_server: tuple[mqlite.Broker, Client], data: st.DataObject) -> None:
+    """Any request code the server handles, with any header values and a junk body: an answer, never a crash."""
+    _, c = fuzz_server
+    code = data.draw(st.sampled_from(sorted(HANDLERS)))
+    fields = data.draw(st.dictionaries(st.sampled_from(_FIELDS), st.sampled_from(_VALUES), max_size=8))
+    body = data.draw(st.one_of(st.none(), st.binary(max_size=40), st.sampled_from([b"{}", b"[]", b'{"mqSet":[1]}'])))
+    cmd = RemotingCommand.request(code, fields, body)
+    c.send(cmd)
+    with deadline(10):
+        response = c.wait(lambda r: r.is_response and r.opaque == cmd.opaque)
+    assert response.code in set(ResponseCode), response
+    assert "Error:" not in (response.remark or "") and "Exception" not in (response.remark or ""), response
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.Broker, Client]]:
+    with mqlite.open(tmp_path_factory.mktemp("fuzz") / "mq", commitlog_file_size=1 << 20) as b:
+        b.create_topic("t", 2)
+        server = b.serve()
+        c = Client(server.address)
+        yield b, c
+        c.close()
+
+
+def test_a_client_that_does_not_read_does_not_hold_up_others(broker: mqlite.Broker, server: mqlite.Server) -> None:
+    greedy = Client(server.address)
+    for i in range(16):
+        send_v1(greedy, "big", bytes([i]) * 60_000)
+    broker.wait_dispatched()
+    greedy.sock.setblocking(False)
+    request = encode_frame(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g", "topic": "big", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
+        "sysFlag": PULL_SUBSCRIPTION, "subscription": "*"}))
+    sent = 0
+    try:
+        for _ in range(400):  # ~400 answers of ~256 KiB each, never read: far more than socket buffers hold
+            greedy.sock.sendall(request)
+            sent += 1
+    except BlockingIOError:
+        pass  # the server stopped reading this client: its answers wait unsent
+    other = Client(server.address)
+    with deadline(20):
+        for _ in range(20):
+            assert other.call(RequestCode.GET_MAX_OFFSET, {"topic": "big", "queueId": 0}).ext_fields == \
+                {"offset": "16"}
+    assert sent > 0
+    other.close()
+    greedy.close()
+
+
+def test_parked_pulls_do_not_stop_a_connection(broker: mqlite.Broker, server: mqlite.Server,
+                                               client: Client) -> None:
+    """A push consumer parks one pull per queue it owns: more than the executor's in-flight cap."""
+    broker.create_topic("many", 80)
+    with deadline(20):
+        for queue_id in range(80):
+            client.send(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "g", "topic": "many", "queueId": queue_id, "queueOffset": 0, "maxMsgNums": 32,
+                "sysFlag": PULL_SUBSCRIPTION | PULL_SUSPEND, "suspendTimeoutMillis": 30_000, "subscription": "*"}))
+        assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": "many", "queueId": 79}).ext_fields == {"offset": "0"}
+        while broker.arrivals.waiting < 80:  # every pull parked (their tasks start after the inline answer)
+            threading.Event().wait(0.005)
+        send_v1(client, "many", b"wake", queue_id=79)
+        woken = client.wait(lambda r: r.is_response and r.code == ResponseCode.SUCCESS and bool(r.body))
+    assert [m.body for m in records(woken.body)] == [b"wake"]
+
+
+def test_trace_records_of_a_traced_client_create_the_trace_topic(broker: mqlite.Broker, client: Client) -> None:
+    # RocketMQ's trace dispatcher finds no route for RMQ_SYS_TRACE_TOPIC and sends with defaultTopic TBW102.
+    assert send_v1(client, "RMQ_SYS_TRACE_TOPIC", b"Pub\x01...").code == ResponseCode.SUCCESS
+    assert broker.topic_config("RMQ_SYS_TRACE_TOPIC") is not None

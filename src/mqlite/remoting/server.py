@@ -9,8 +9,9 @@ in-flight requests, closes the connections (their consumers leave their groups),
 
 One bad peer never harms another: a malformed, truncated or oversized frame closes that connection
 only; a connection whose client stops reading is not read from either (its writes are buffered up
-to a bound, then it is dropped); each connection has at most `MAX_IN_FLIGHT` requests being
-handled, so a flood from one client queues behind itself, not in front of everyone.
+to a bound, then it is dropped); each connection has at most `MAX_IN_FLIGHT` requests on the
+executor and `MAX_PARKED` parked pulls, so a flood from one client queues behind itself, not in
+front of everyone.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ from .registry import clear_address, record_address
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["Server", "MAX_IN_FLIGHT", "CHANNEL_EXPIRED_TIMEOUT"]
+__all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "CHANNEL_EXPIRED_TIMEOUT"]
 
 log = logging.getLogger("mqlite.remoting")
 
-#: Requests one connection may have in handling at once; reading from it pauses beyond that.
+#: Requests of one connection the executor may hold at once; reading from it pauses beyond that.
 MAX_IN_FLIGHT = 64
+#: Parked pulls one connection may have (a push consumer parks one per queue it owns).
+MAX_PARKED = 4096
 #: `ClientHousekeepingService`'s channel expiry: a connection silent this long is closed (seconds).
 CHANNEL_EXPIRED_TIMEOUT = 120.0
 _WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop reading a client's requests while this much waits to be sent to it
@@ -151,6 +154,7 @@ class _Connection(asyncio.Protocol):
         self.local_address = server.address
         self.last_seen = time.monotonic()
         self.in_flight = 0
+        self.parked = 0
         self._write_paused = False
         self._read_paused = False
 
@@ -221,19 +225,27 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def started(self) -> None:
-        self.in_flight += 1
+    def started(self, on_loop: bool) -> None:
+        """A request went to the executor (or, `on_loop`, a coroutine that may park)."""
+        if on_loop:
+            self.parked += 1
+        else:
+            self.in_flight += 1
         self._update_reading()
 
-    def finished(self) -> None:
-        self.in_flight -= 1
+    def finished(self, on_loop: bool) -> None:
+        """A request from `started` was answered."""
+        if on_loop:
+            self.parked -= 1
+        else:
+            self.in_flight -= 1
         self._update_reading()
 
     def _update_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._write_paused or self.in_flight >= MAX_IN_FLIGHT
+        pause = self._write_paused or self.in_flight >= MAX_IN_FLIGHT or self.parked >= MAX_PARKED
         if pause != self._read_paused:
             self._read_paused = pause
             if pause:
@@ -449,13 +461,14 @@ class Server:
         else:
             awaitable = self.to_executor(lambda: handler.fn(request))
         future = asyncio.ensure_future(awaitable, loop=self._loop)
-        conn.started()
+        on_loop = mode is Mode.ASYNC
+        conn.started(on_loop)
         self._pending.add(future)
-        future.add_done_callback(lambda f: self._done(conn, cmd, f))
+        future.add_done_callback(lambda f: self._done(conn, cmd, f, on_loop))
 
-    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any]) -> None:
+    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any], on_loop: bool) -> None:
         self._pending.discard(future)
-        conn.finished()
+        conn.finished(on_loop)
         self._answer(conn, cmd, future.result)
 
     def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> None:
