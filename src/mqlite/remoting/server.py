@@ -157,6 +157,7 @@ class _Connection(asyncio.Protocol):
         self.parked = 0
         self._write_paused = False
         self._read_paused = False
+        self._batch: list[bytes] | None = None  # answers collected while a read is handled: one write
 
     # -- asyncio callbacks (loop thread) ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -178,9 +179,18 @@ class _Connection(asyncio.Protocol):
             log.warning("closing the connection from %s: %s", self.remote_address, exc)
             self.abort()
             return
-        for cmd in commands:
-            if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
-                self.server._dispatch(self, cmd)
+        if not commands:
+            return
+        # Answers to the requests of one read go out in one write (a pipelining client sends many).
+        self._batch = batch = []
+        try:
+            for cmd in commands:
+                if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
+                    self.server._dispatch(self, cmd)
+        finally:
+            self._batch = None
+            if batch:
+                self._write(b"".join(batch))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
@@ -202,10 +212,17 @@ class _Connection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write `cmd` (loop thread). A client that lets too much pile up unread is dropped."""
+        frame = encode_frame(cmd)
+        if self._batch is not None:
+            self._batch.append(frame)
+        else:
+            self._write(frame)
+
+    def _write(self, data: bytes) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(encode_frame(cmd))
+        transport.write(data)
         if transport.get_write_buffer_size() > self.server.max_frame_size + 16 * _WRITE_HIGH_WATER:
             log.warning("dropping the connection from %s: it does not read what it is sent", self.remote_address)
             self.abort()
