@@ -183,6 +183,10 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
     assert [(m.body, m.tags, m.queue_offset, m.flag) for m in got] == [
         (b"one", "a", 0, 0), (b"two", "b", 1, 3), (b"three", None, 2, 0), (b"four", "c", 3, 0)]
     assert got[0].offset_msg_id == first.ext_fields["msgId"] and got[0].keys == ["k1"]
+    # Records name the serving address as their store host, as a RocketMQ broker writes brokerIP1:listenPort:
+    # RocketMQ's consumers send their send-backs there.
+    host, port = client.sock.getpeername()
+    assert got[0].store_host == f"{host}:{port}" and decode_offset_msg_id(first.ext_fields["msgId"])[1] == port
     # The body is the commit log's bytes, not a re-encoding.
     assert response.body[:got[0].store_size] == broker.store.commitlog.read(got[0].commit_log_offset,
                                                                               got[0].store_size)
@@ -482,6 +486,7 @@ def test_close_leaves_no_thread_and_clears_the_holder_address(broker: mqlite.Bro
     server.close()
     server.close()  # idempotent
     assert holder_address(broker.path) is None
+    assert broker.put_message("t", 0, b"y").offset_msg_id[8:16] == "00002A9F"  # 127.0.0.1:10911 again
     assert broker.consumer_ids("cg") == []  # its consumers left with their connection
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-remoting")]
     c.close()

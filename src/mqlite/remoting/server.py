@@ -134,6 +134,16 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _primary_ipv4() -> str:
+    """This machine's outward IPv4 address (a UDP socket's choice of source; nothing is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routed like any address, never answered
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
 def _check_acl(acl: object) -> dict[str, str] | None:
     if acl is None:
         return None
@@ -182,7 +192,8 @@ class _Connection(asyncio.Protocol):
         if not commands:
             return
         # Answers to the requests of one read go out in one write (a pipelining client sends many).
-        self._batch = batch = []
+        batch: list[bytes] = []
+        self._batch = batch
         try:
             for cmd in commands:
                 if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
@@ -323,6 +334,9 @@ class Server:
                 raise RemotingError(f"cannot listen on {address}: {exc}") from exc
             raise
         self._registered = broker.path if not broker.read_only else None
+        self._store_host = self._advertised_ipv4() if not broker.read_only else None
+        if self._store_host is not None:
+            broker.set_store_host(self._store_host)  # clients send send-backs to the host in the records
         if self._registered is not None:
             record_address(self._registered, self._recorded_address())
         log.info("serving %s on %s", broker.path, self._address)
@@ -350,6 +364,18 @@ class Server:
         """What other processes on this machine should connect to (loopback for a wildcard bind)."""
         host, port = parse_address(self._address)
         return f"127.0.0.1:{port}" if host in ("0.0.0.0", "::") else self._address
+
+    def _advertised_ipv4(self) -> str | None:
+        """`ip:port` to write into records as their store host (RocketMQ's `brokerIP1:listenPort`): the bound
+        IPv4 address, this machine's for a wildcard bind; None for IPv6 (a record's host is 4 bytes here)."""
+        host, port = parse_address(self._address)
+        if host == "0.0.0.0":
+            host = _primary_ipv4()
+        try:
+            socket.inet_pton(socket.AF_INET, host)
+        except OSError:
+            return None
+        return f"{host}:{port}"
 
     @property
     def address(self) -> str:
@@ -387,6 +413,8 @@ class Server:
                 self._executor.shutdown()
                 if self._registered is not None:
                     clear_address(self._registered, self._recorded_address())
+                if self._store_host is not None and not self._broker.closed:
+                    self._broker.set_store_host(None)
                 self._closed = True
         log.info("stopped serving %s on %s", self._broker.path, self._address)
 
