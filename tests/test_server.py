@@ -497,8 +497,7 @@ def test_close_leaves_no_thread_and_clears_the_holder_address(broker: mqlite.Bro
 
 
 def test_mqlite_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
-    path = tmp_path / "mq"
-    mqlite.open(path).close()
+    path = tmp_path / "mq"  # a new store: serve creates it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-m", "mqlite", "serve", str(path), "--listen", "127.0.0.1:0",
                              "--set", "auto_create_topic=true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
