@@ -602,3 +602,21 @@ def test_trace_records_of_a_traced_client_create_the_trace_topic(broker: mqlite.
     # RocketMQ's trace dispatcher finds no route for RMQ_SYS_TRACE_TOPIC and sends with defaultTopic TBW102.
     assert send_v1(client, "RMQ_SYS_TRACE_TOPIC", b"Pub\x01...").code == ResponseCode.SUCCESS
     assert broker.topic_config("RMQ_SYS_TRACE_TOPIC") is not None
+
+
+def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "sync", flush_disk_type="SYNC_FLUSH", commitlog_file_size=1 << 20) as broker:
+        server = broker.serve()
+        c = Client(server.address)
+        pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
+            "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "queueId": 0,
+            "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d" % i) for i in range(50)]
+        c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+        with deadline(20):
+            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o) for cmd in pipelined]  # type: ignore[misc]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 50
+        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(50))
+        names = {t.name for t in threading.enumerate()}
+        assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
+        c.close()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]
