@@ -170,9 +170,9 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
           "i": encode_properties({"TAGS": "b", "UNIQ_KEY": "U2"}), "j": "0", "k": "false"}
     assert client.call(RequestCode.SEND_MESSAGE_V2, v2, b"two").ext_fields["queueOffset"] == "1"
     batch = encode_batch([(0, b"three", {"UNIQ_KEY": "U3"}), (0, b"four", {"UNIQ_KEY": "U4", "TAGS": "c"})])
-    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, {
-        "producerGroup": "pg", "topic": "orders", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-        "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0, "properties": "", "batch": True}, batch)
+    # RocketMQ's client sends batches with the V2 header (one-letter names), its own properties appended to each.
+    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, {**v2, "i": encode_properties({"UNIQ_KEY": "B"}), "m": "true"},
+                       batch)
     assert sent.code == ResponseCode.SUCCESS and sent.ext_fields["queueOffset"] == "2"
     assert len(sent.ext_fields["msgId"].split(",")) == 2
     broker.wait_dispatched()
@@ -182,6 +182,8 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
     got = records(response.body)
     assert [(m.body, m.tags, m.queue_offset, m.flag) for m in got] == [
         (b"one", "a", 0, 0), (b"two", "b", 1, 3), (b"three", None, 2, 0), (b"four", "c", 3, 0)]
+    # Each message keeps its own UNIQ_KEY (RocketMQ 5.0.0 lets the batch's override them all).
+    assert [m.properties["UNIQ_KEY"] for m in got[2:]] == ["U3", "U4"] and got[2].msg_id == "U3"
     assert got[0].offset_msg_id == first.ext_fields["msgId"] and got[0].keys == ["k1"]
     # Records name the serving address as their store host, as a RocketMQ broker writes brokerIP1:listenPort:
     # RocketMQ's consumers send their send-backs there.
