@@ -547,9 +547,10 @@ def test_fuzzed_headers_always_get_an_answer(fuzz_server: tuple[mqlite.Broker, C
     assert "Error:" not in (response.remark or "") and "Exception" not in (response.remark or ""), response
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.Broker, Client]]:
-    with mqlite.open(tmp_path_factory.mktemp("fuzz") / "mq", commitlog_file_size=1 << 20) as b:
+@pytest.fixture
+def fuzz_server(tmp_path: Path) -> Iterator[tuple[mqlite.Broker, Client]]:
+    """One server for all of a Hypothesis test's examples (a function-scoped fixture runs once per test)."""
+    with mqlite.open(tmp_path / "fuzz", commitlog_file_size=1 << 20) as b:
         b.create_topic("t", 2)
         server = b.serve()
         c = Client(server.address)
