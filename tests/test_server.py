@@ -189,6 +189,7 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
     # RocketMQ's consumers send their send-backs there.
     host, port = client.sock.getpeername()
     assert got[0].store_host == f"{host}:{port}" and decode_offset_msg_id(first.ext_fields["msgId"])[1] == port
+    assert got[0].born_host == "%s:%d" % client.sock.getsockname()  # the sender's address, as RocketMQ's
     # The body is the commit log's bytes, not a re-encoding.
     assert response.body[:got[0].store_size] == broker.store.commitlog.read(got[0].commit_log_offset,
                                                                               got[0].store_size)

@@ -112,7 +112,7 @@ def send_message(request: Request) -> RemotingCommand | None:
         body = request.cmd.body or b""
         result = request.broker.put_message(topic, queue_id, body, properties, flag=h.int32("flag"),
                                             sys_flag=sys_flag, born_timestamp=h.int64("bornTimestamp", low=0),
-                                            reconsume_times=reconsume_times)
+                                            reconsume_times=reconsume_times, born_host=request.peer.remote_address)
     except Exception as exc:  # noqa: BLE001 - put_failure re-raises what it does not know
         raise put_failure(exc) from None
     return _response(request, result, queue_id, properties)
