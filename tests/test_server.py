@@ -611,16 +611,21 @@ def test_trace_records_of_a_traced_client_create_the_trace_topic(broker: mqlite.
 def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
     with mqlite.open(tmp_path / "sync", flush_disk_type="SYNC_FLUSH", commitlog_file_size=1 << 20) as broker:
         server = broker.serve()
-        c = Client(server.address)
-        pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
-            "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "queueId": 0,
-            "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d" % i) for i in range(50)]
-        c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+        clients = [Client(server.address) for _ in range(4)]  # four connections, 25 pipelined sends each
+        sent = {}
+        for n, c in enumerate(clients):
+            pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
+                "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d-%d" % (n, i)) for i in range(25)]
+            c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+            sent[c] = pipelined
         with deadline(20):
-            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o) for cmd in pipelined]  # type: ignore[misc]
-        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 50
-        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(50))
+            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o)  # type: ignore[misc]
+                       for c, cmds in sent.items() for cmd in cmds]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 100
+        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(100))
         names = {t.name for t in threading.enumerate()}
         assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
-        c.close()
+        for c in clients:
+            c.close()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]
