@@ -30,7 +30,7 @@ from ..filter import MessageSelector
 from ..groups import ConsumerData
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
 from ..sendback import retry_topic
-from .handlers import Mode, Peer, Request, RequestError, handles
+from .handlers import Peer, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
 
 if TYPE_CHECKING:
