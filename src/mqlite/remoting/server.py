@@ -333,7 +333,8 @@ class Server:
             self._stop_loop()
             self._executor.shutdown()
             if isinstance(exc, OSError):
-                raise RemotingError(f"cannot listen on {address}: {exc}") from exc
+                raise RemotingError(f"cannot listen on {address}: {exc.strerror or exc}; pick another address or "
+                                    "port (port 0 picks a free one), or stop what listens there") from exc
             raise
         self._registered = broker.path if not broker.read_only else None
         self._store_host = self._advertised_ipv4() if not broker.read_only else None
