@@ -657,3 +657,16 @@ def test_check_back_over_the_wire_commits_once(tmp_path: Path) -> None:
         assert broker.query_message_by_offset("txt", 0, 0).body == b"tx"
         producer.close()
         server.close()
+
+
+def test_a_busy_or_bad_address_is_refused_and_leaves_no_thread(broker: mqlite.Broker, server: mqlite.Server,
+                                                               tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "other", commitlog_file_size=1 << 20) as other:
+        with pytest.raises(mqlite.RemotingError, match="port 0 picks a free one"):
+            other.serve(server.address)
+        for bad in ("nonsense", "127.0.0.1:70000", "127.0.0.1:x"):
+            with pytest.raises(ConfigError):
+                other.serve(bad)
+        with pytest.raises(ConfigError, match="acl"):
+            other.serve("127.0.0.1:0", acl={"": "x"})
+    assert [t.name for t in threading.enumerate() if t.name.startswith("mqlite-remoting")] == ["mqlite-remoting"]
