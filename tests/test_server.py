@@ -420,6 +420,10 @@ def test_admin_codes(broker: mqlite.Broker, server: mqlite.Server, client: Clien
     assert records(viewed.body)[0].keys == ["key1"]
     assert client.call(RequestCode.QUERY_MESSAGE, {"topic": "adm", "key": "nope", "maxNum": 8}).code == \
         ResponseCode.QUERY_NOT_FOUND
+    config = client.call(RequestCode.GET_BROKER_CONFIG)
+    settings = dict(line.split("=", 1) for line in config.body.decode().splitlines())
+    assert settings["maxMessageSize"] == str(broker.config.max_message_size) and settings["brokerId"] == "0"
+    assert settings["autoCreateTopicEnable"] == "true" and settings["commitlog_file_size"] == str(1 << 20)
     info = from_wire_json(client.call(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
     assert info["brokerVersionDesc"] == "V5_0_0"
     assert client.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "adm"}).code == ResponseCode.SUCCESS

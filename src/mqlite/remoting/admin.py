@@ -1,13 +1,15 @@
 """Admin requests (`AdminBrokerProcessor`, `QueryMessageProcessor`): topics, stats, offsets reset, messages.
 
 `UPDATE_AND_CREATE_TOPIC`, `DELETE_TOPIC_IN_BROKER`, `GET_ALL_TOPIC_CONFIG`, `GET_TOPIC_STATS_INFO`,
-`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
+`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_CONFIG`,
+`GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
 `VIEW_MESSAGE_BY_ID`: what `mqadmin` and the admin surface of `Broker` ask, each answered by one
 `Broker` call and rendered in RocketMQ's body classes (fastjson).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..commitlog import stored_record
@@ -15,6 +17,7 @@ from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageQueue
 from ..topics import is_system_topic
 from .handlers import Mode, Request, RequestError, handles
+from .nameserver import CLUSTER_NAME
 from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
 
 __all__: list[str] = []
@@ -112,6 +115,31 @@ def reset_offset(request: Request) -> RemotingCommand | None:
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply(body=to_wire_json({"offsetTable": table}))
+
+
+def _config_value(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+@handles(RequestCode.GET_BROKER_CONFIG)
+def broker_config(request: Request) -> RemotingCommand | None:
+    """The broker's settings as `key=value` lines (mqadmin `getBrokerConfig`): RocketMQ's names of the ones
+    it shares, then every mqlite setting (`StoreConfig`) under its own name."""
+    broker = request.broker
+    config = broker.config
+    host, _, port = request.peer.local_address.rpartition(":")
+    shared = {"brokerClusterName": CLUSTER_NAME, "brokerName": broker.broker_name, "brokerId": 0,
+              "brokerIP1": host.strip("[]"), "listenPort": port, "storePathRootDir": broker.path,
+              "maxMessageSize": config.max_message_size, "flushDiskType": config.flush_disk_type,
+              "autoCreateTopicEnable": config.auto_create_topic, "defaultTopicQueueNums": config.default_topic_queue_nums,
+              "messageDelayLevel": config.message_delay_level,
+              "transactionTimeOut": int(config.transaction_timeout * 1000),
+              "transactionCheckInterval": int(config.transaction_check_interval * 1000),
+              "transactionCheckMax": config.transaction_check_max, "aclEnable": request.server.acl_enabled}
+    lines = [f"{k}={_config_value(v)}" for k, v in shared.items()]
+    lines += [f"{f.name}={_config_value(getattr(config, f.name))}" for f in dataclasses.fields(config)]
+    version = to_wire_json({"counter": 0, "stateVersion": 0, "timestamp": _BOOT_MS}).decode()
+    return request.reply(ResponseCode.SUCCESS, {"version": version}, "\n".join(lines).encode("utf-8"))
 
 
 @handles(RequestCode.GET_BROKER_RUNTIME_INFO)

@@ -167,6 +167,11 @@ class ServerState(Protocol):
         ...
 
     @property
+    def acl_enabled(self) -> bool:
+        """True when requests must carry ACL signatures."""
+        ...
+
+    @property
     def closing(self) -> bool:
         """True once `close()` began: parked pulls answer now."""
         ...

@@ -391,6 +391,11 @@ class Server:
         return self._broker
 
     @property
+    def acl_enabled(self) -> bool:
+        """True when requests must carry ACL signatures."""
+        return self._acl is not None
+
+    @property
     def closing(self) -> bool:
         """True once `close()` began."""
         return self._closing
