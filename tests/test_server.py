@@ -674,3 +674,12 @@ def test_a_busy_or_bad_address_is_refused_and_leaves_no_thread(broker: mqlite.Br
         with pytest.raises(ConfigError, match="acl"):
             other.serve("127.0.0.1:0", acl={"": "x"})
     assert [t.name for t in threading.enumerate() if t.name.startswith("mqlite-remoting")] == ["mqlite-remoting"]
+
+
+def test_a_long_group_s_retry_topic_is_served(broker: mqlite.Broker, client: Client) -> None:
+    group = "g" * 250  # RocketMQ allows 255-character groups: the retry topic is longer than any user topic
+    heartbeat(client, "c1", group=group)
+    retry = "%RETRY%" + group
+    assert client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": retry}).code == ResponseCode.SUCCESS
+    assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": retry, "queueId": 0}).ext_fields == {"offset": "0"}
+    assert pull(client, retry, 0, 0, group=group).code == ResponseCode.PULL_NOT_FOUND
