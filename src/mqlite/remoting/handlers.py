@@ -98,9 +98,12 @@ class Header:
             if default is None:
                 raise _missing(name)
             return default
-        if not _JAVA_LONG.fullmatch(value.strip()):
+        if value.isdigit() and value.isascii() and len(value) < 20:  # the common case, without a regex
+            number = int(value)
+        elif _JAVA_LONG.fullmatch(value.strip()):
+            number = int(value.strip())
+        else:
             raise RequestError(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is not a number: {value!r}")
-        number = int(value.strip())
         if not low <= number <= high:
             raise RequestError(ResponseCode.SYSTEM_ERROR,
                                f"the custom field <{name}> is {number}; it must be in [{low}, {high}]")

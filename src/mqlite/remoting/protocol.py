@@ -423,7 +423,11 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    return _JSON_ENCODER.encode(header).encode("utf-8", "surrogatepass")
+
+
+#: One encoder for every header (`json.dumps` with options builds a new one per call).
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _java_short(value: int) -> int:

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 
 from ..commitlog import PutMessageStatus, PutResult
 from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
-from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SysFlag, decode_properties
+from ..message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    EncodedProperties,
+    SysFlag,
+    decode_properties,
+    encode_properties,
+)
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
 from ..trace import TRACE_TOPIC
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
@@ -71,6 +77,17 @@ def _target(request: Request) -> tuple[str, int]:
     return topic, queue_id
 
 
+def _properties(text: str) -> EncodedProperties:
+    """The wire's property string as the map the store writes: decoding by the separators leaves no
+    name or value that `check_properties` would refuse, so the map carries its encoding (no second check)."""
+    properties = EncodedProperties(decode_properties(text))
+    try:
+        properties.encoded = encode_properties(properties).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the message properties are not valid UTF-8 text") from None
+    return properties
+
+
 def _response(request: Request, result: PutResult, queue_id: int, properties: Mapping[str, str]) -> RemotingCommand:
     code = _STATUS_CODES.get(result.status)
     if code is None:  # FLUSH_DISK_TIMEOUT and friends: RocketMQ answers with that code and the header
@@ -104,7 +121,7 @@ def send_message(request: Request) -> RemotingCommand | None:
         return send_batch(request)
     try:
         topic, queue_id = _target(request)
-        properties = decode_properties(h.text("properties", ""))
+        properties = _properties(h.text("properties", ""))
         sys_flag = h.int32("sysFlag")
         reconsume_times = h.int32("reconsumeTimes", 0, low=0)
         if is_retry_topic(topic):
