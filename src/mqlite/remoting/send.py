@@ -33,6 +33,7 @@ V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
              "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
              "k": "unitMode", "l": "consumeRetryTimes", "m": "batch"}
 
+_V1_TO_V2 = {v1: v2 for v2, v1 in V2_FIELDS.items()}
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
 }
@@ -41,10 +42,8 @@ _STATUS_CODES = {
 def _v1(request: Request) -> None:
     """Read a V2 header (one-letter names, what `SEND_MESSAGE_V2` and `SEND_BATCH_MESSAGE` carry) as a V1 one
     (V1 names are kept, so a batch with V1 names reads too)."""
-    if request.cmd.code == RequestCode.SEND_MESSAGE:
-        return
-    fields = request.header.fields
-    request.header.fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
+    if request.cmd.code != RequestCode.SEND_MESSAGE:
+        request.header.aliases = _V1_TO_V2
 
 
 def _target(request: Request) -> tuple[str, int]:
