@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import struct
 import threading
 import weakref
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import PutResult, stored_body
+from .commitlog import STORE_HOST, PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError, StoreLockedError
@@ -70,7 +71,8 @@ _DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER
                                PROPERTY_TIMER_DELAY_SEC})
 
 __all__ = ["Broker", "QueueStatus", "QueueProgress", "open", "acquire", "set_remote_connector",
-           "check_broker_target", "RemoteConnector"]
+           "check_broker_target", "RemoteConnector",
+           "Serving", "set_server_factory"]
 
 log = logging.getLogger("mqlite")
 
@@ -111,6 +113,32 @@ class Joinable(Protocol):
         ...
 
 
+class Serving(Protocol):
+    """What `Broker.serve` returns (`mqlite.Server`), as the broker sees it."""
+
+    @property
+    def address(self) -> str:
+        """`host:port` the server listens on."""
+        ...
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        ...
+
+
+#: Builds a server for `Broker.serve`: installed by `mqlite.remoting` (an upper layer; see `set_server_factory`).
+_SERVER_FACTORY: Callable[..., Serving] | None = None
+
+
+def set_server_factory(factory: Callable[..., Serving]) -> None:
+    """Install what `Broker.serve` builds servers with (`mqlite/__init__.py` installs mqlite.remoting's).
+
+    The broker (layer L2) cannot import the remoting adapter (L4); the package wires them.
+    """
+    global _SERVER_FACTORY
+    _SERVER_FACTORY = factory
+
+
 class Broker:
     """An embedded RocketMQ broker over one directory. Use `mqlite.open()` to get one.
 
@@ -130,6 +158,7 @@ class Broker:
         self._producers: dict[str, list[TransactionChecker]] = {}
         # Traced clients' dispatchers (each owned by its client), flushed by query_trace.
         self._trace_dispatchers: weakref.WeakSet[TraceDispatcher] = weakref.WeakSet()
+        self._servers: list[Serving] = []  # from serve(): closed first by close()
         self._shared_key: str | None = None
         self._users = 0
         self._services: list[Service] = []
@@ -353,8 +382,10 @@ class Broker:
     # -- sending ------------------------------------------------------------------------------------------------
     def put_message(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
                     flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
-                    reconsume_times: int = 0) -> PutResult:
+                    reconsume_times: int = 0, born_host: str | None = None) -> PutResult:
         """Store one message sent by a client (the broker's `SendMessageProcessor` path).
+
+        `born_host` (`ip:port`) is the sender's address, which a server passes (default: the store's).
 
         Rewrites first, as RocketMQ's broker: a prepared (half) message goes to
         the half topic; a delayed one to the schedule or timer topic.
@@ -375,7 +406,7 @@ class Broker:
             self._register_system_topic(topic)
         try:
             return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                             born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+                             born_timestamp=born_timestamp, born_host=born_host, reconsume_times=reconsume_times)
         except (struct.error, OverflowError, TypeError) as exc:
             # A field that does not fit the record (flag, times beyond their Java types). The header
             # is packed last, before the write position moves: nothing was stored.
@@ -847,6 +878,49 @@ class Broker:
                 member.reset_offsets(topic, dict(table))
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
+    # -- serving ------------------------------------------------------------------------------------------------
+    def set_store_host(self, address: str | None) -> None:
+        """Write `address` (`ip:port`, IPv4) as the store host of the records stored from now on, which
+        their offset message ids name; None goes back to `127.0.0.1:10911`. `serve()` sets the address it
+        serves at, as a RocketMQ broker writes its `brokerIP1:listenPort`: RocketMQ's clients send a
+        consumer's send-back (and an admin's look-up by offset id) to the host in the record."""
+        store = self._writer()
+        if address is None:
+            host, port = STORE_HOST
+        else:
+            host, _, port_text = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+            try:
+                port = int(port_text)
+                socket.inet_aton(host)
+            except (ValueError, OSError):
+                raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}") from None
+            if not 0 <= port <= 65535 or host.count(".") != 3:
+                raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}")
+        store.commitlog.set_store_host(host, port)
+
+    def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
+              allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:
+        """Serve this broker over Apache RocketMQ's remoting protocol; returns the `mqlite.Server`.
+
+        RocketMQ's clients (any language) connect with `namesrvAddr` set to `server.address`,
+        mqlite's with `mqlite.connect(server.address)`. Port 0 picks a free port. Loopback by
+        default; any other address needs `acl={access_key: secret_key}` (RocketMQ ACL signatures)
+        or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
+        its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
+        120), `executor_threads` (8). `close()` closes the servers first. Starts two kinds of
+        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec-N`.
+        """
+        self._check()
+        if self._closing:
+            raise IllegalStateError(f"the broker at {self.path} is closing; serve before close()")
+        if _SERVER_FACTORY is None:
+            raise IllegalStateError("serving needs mqlite.remoting; import mqlite (the package) first")
+        server = _SERVER_FACTORY(self, address, acl=acl, allow_anonymous=allow_anonymous,
+                                 max_frame_size=max_frame_size, **options)
+        with self._clients_lock:
+            self._servers.append(server)
+        return server
+
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def wait_idle(self, *consumers: Joinable, timeout: float | None = None) -> bool:
         """Block until nothing is left to happen now: True when idle, False once `timeout` seconds passed.
@@ -890,6 +964,11 @@ class Broker:
             return  # a consumer shut down below may release a shared broker: that must not re-enter
         self._closing = True
         forget_at_exit(self)
+        for server in list(self._servers):  # remote clients go first: their requests finish, they leave their groups
+            try:
+                server.close()
+            except Exception:
+                log.exception("closing %s: a server failed to stop", self.path)
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
                 try:
