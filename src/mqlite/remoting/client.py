@@ -29,7 +29,6 @@ Callbacks of `request_async` run on the I/O thread and must not block or send.
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import logging
 import select
 import socket
@@ -39,8 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import check_seconds
-from ..errors import IllegalStateError, MQClientError, RemotingError
-from .protocol import FrameDecoder, ProtocolError, RemotingCommand, ResponseCode, encode_frame, sign
+from ..errors import IllegalStateError, MQClientError, ProtocolError, RemotingError
+from .protocol import ACCESS_KEY, SIGNATURE, FrameDecoder, RemotingCommand, ResponseCode, encode_frame, sign
 
 __all__ = ["RemotingClient", "parse_address", "Handler", "AsyncCallback"]
 
@@ -56,6 +55,8 @@ DEFAULT_MAX_FRAME_SIZE = 16 << 20
 #: How often the reader looks for async requests past their deadline (`scanResponseTable`: 1 s).
 _SCAN_INTERVAL = 1.0
 _RECV_SIZE = 1 << 18
+#: `RemotingCommand`'s flag bit for a request that expects no response (`RPC_ONEWAY`).
+ONEWAY_FLAG = 2
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -195,7 +196,6 @@ class RemotingClient:
         self._access_key = access_key
         self._secret_key = secret_key
         self.max_frame_size = max_frame_size
-        self._opaques = itertools.count(1)
         self._handlers: dict[int, Handler] = {}
         self._on_reconnect: list[Callable[[], None]] = []
         self._lock = threading.Lock()  # guards _conn, _closed and the thread lists
@@ -260,13 +260,11 @@ class RemotingClient:
     def oneway(self, cmd: RemotingCommand) -> None:
         """Send `cmd` flagged oneway; no response comes. `RemotingError` when it cannot be sent."""
         conn = self._connection(self.timeout)
-        cmd.opaque = next(self._opaques)
-        cmd.mark_oneway()
+        cmd.flag |= ONEWAY_FLAG
         conn.send(encode_frame(self._signed(cmd)))
 
     def _frame(self, conn: _Connection, cmd: RemotingCommand, waiter: _Pending) -> bytes:
-        cmd.opaque = next(self._opaques)
-        frame = encode_frame(self._signed(cmd))
+        frame = encode_frame(self._signed(cmd))  # RemotingCommand.request numbered it (unique in the process)
         conn.pending[cmd.opaque] = waiter
         if not conn.alive:  # it died between _connection() and here: fail now rather than wait
             conn.pending.pop(cmd.opaque, None)
@@ -275,11 +273,9 @@ class RemotingClient:
 
     def _signed(self, cmd: RemotingCommand) -> RemotingCommand:
         if self._access_key is not None and self._secret_key is not None:
-            fields = dict(cmd.ext_fields or {})
-            fields["AccessKey"] = self._access_key
-            fields.pop("Signature", None)
-            fields["Signature"] = sign(fields, cmd.body, self._secret_key)
-            cmd.ext_fields = fields
+            fields = cmd.ext_fields
+            fields[ACCESS_KEY] = self._access_key
+            fields[SIGNATURE] = sign(fields, cmd.body, self._secret_key)  # sign() leaves Signature out
         return cmd
 
     # -- the connection ---------------------------------------------------------------------------------
@@ -337,14 +333,13 @@ class RemotingClient:
         handler = self._handlers.get(cmd.code)
         try:
             if handler is None:
-                response: RemotingCommand | None = RemotingCommand.response(
-                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, cmd.opaque,
-                    remark=f"request code {cmd.code} is not supported by this client")
+                response: RemotingCommand | None = cmd.reply(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {cmd.code} is not supported by this client")
             else:
                 response = handler(cmd)
         except Exception as exc:
             log.exception("remoting: handling the server's request %s failed", cmd.code)
-            response = RemotingCommand.response(ResponseCode.SYSTEM_ERROR, cmd.opaque, remark=str(exc))
+            response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         if response is None or cmd.is_oneway or not conn.alive:
             return
         response.opaque = cmd.opaque

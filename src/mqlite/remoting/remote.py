@@ -52,7 +52,16 @@ from ..port import QueueKey, Subscription, TransactionChecker
 from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
 from .remoteadmin import RemoteAdmin, pairs
-from .protocol import RemotingCommand, RequestCode, ResponseCode, encode_batch, from_wire_json, to_wire_json
+from .protocol import (
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    encode_batch,
+    from_wire_json,
+    message_queue_of,
+    mq_wire,
+    to_wire_json,
+)
 
 __all__ = ["RemoteBroker", "connect", "DEFAULT_TOPIC", "HEARTBEAT_INTERVAL", "ROUTE_TTL"]
 
@@ -96,10 +105,6 @@ def decode_records(body: bytes | None, broker_name: str) -> list[MessageExt]:
         messages.append(decode_message(bytes(view[pos:pos + size]), broker_name))
         pos += size
     return messages
-
-
-def _mq_json(mq: MessageQueue) -> dict[str, Any]:
-    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
 
 
 class _Parked:
@@ -188,7 +193,7 @@ class RemoteBroker(RemoteAdmin):
     def _call(self, code: int, fields: Mapping[str, object] | None = None, body: bytes | None = None, *,
               ok: Iterable[int] = (ResponseCode.SUCCESS,), timeout: float | None = None) -> RemotingCommand:
         """A request whose answer must be one of `ok` (SUCCESS); anything else raises as the local broker would."""
-        cmd = RemotingCommand.request(code, _fields(fields), body)
+        cmd = RemotingCommand.request(code, fields, body)
         response = self._request(cmd, timeout)
         if response.code not in ok:
             raise _error_of(response, code, self.address)
@@ -371,7 +376,7 @@ class RemoteBroker(RemoteAdmin):
         first = properties[0] if properties else None
         if first:
             group = first.get(PROPERTY_PRODUCER_GROUP, group)
-        body = encode_batch(topic, bodies, properties, flags)
+        body = encode_batch(zip(flags or [0] * len(bodies), bodies, [p or {} for p in properties]))
         fields = {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": DEFAULT_TOPIC_QUEUE_NUMS, "e": queue_id,
                   "f": 0, "g": born_timestamp if born_timestamp is not None else SYSTEM_CLOCK.now_ms(),
                   "h": 0, "i": "", "j": 0, "k": False, "m": True}
@@ -379,7 +384,7 @@ class RemoteBroker(RemoteAdmin):
         return self._put_result(response, len(body), len(bodies))
 
     def _send(self, code: int, fields: Mapping[str, object], body: bytes) -> RemotingCommand:
-        cmd = RemotingCommand.request(code, _fields(fields), body)
+        cmd = RemotingCommand.request(code, fields, body)
         try:
             response = self._request(cmd)
         except RemotingError as exc:
@@ -469,7 +474,7 @@ class RemoteBroker(RemoteAdmin):
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         wait = check_seconds("wait", wait)
         cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE,
-                                      _fields(self._pull_fields(group, mq, offset, max_nums, expression, wait)))
+                                      self._pull_fields(group, mq, offset, max_nums, expression, wait))
         return self._pull_result(self._request(cmd, wait + self.timeout), offset, message_filter)
 
     def _pull_result(self, response: RemotingCommand, offset: int,
@@ -505,7 +510,7 @@ class RemoteBroker(RemoteAdmin):
                 waker.set()
 
         try:
-            self.remote.request_async(RemotingCommand.request(RequestCode.PULL_MESSAGE, _fields(fields)),
+            self.remote.request_async(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields),
                                       PARKED_PULL_SUSPEND + self.timeout, arrived)
         except RemotingError:
             with self._lock:
@@ -581,10 +586,10 @@ class RemoteBroker(RemoteAdmin):
         if not mqs:
             return set()
         body = to_wire_json({"consumerGroup": group, "clientId": client_id, "onlyThisBroker": False,
-                             "mqSet": [_mq_json(mq) for mq in mqs]})
+                             "mqSet": [mq_wire(mq) for mq in mqs]})
         response = self._call(RequestCode.LOCK_BATCH_MQ, None, body)
         locked = (self._json(response) or {}).get("lockOKMQSet") or []
-        return {MessageQueue(m["topic"], m["brokerName"], int(m["queueId"])) for m in locked}
+        return {message_queue_of(m) for m in locked}
 
     def unlock_queues(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
         """`UNLOCK_BATCH_MQ`: give locks back."""
@@ -592,7 +597,7 @@ class RemoteBroker(RemoteAdmin):
         if not mqs:
             return
         body = to_wire_json({"consumerGroup": group, "clientId": client_id, "onlyThisBroker": False,
-                             "mqSet": [_mq_json(mq) for mq in mqs]})
+                             "mqSet": [mq_wire(mq) for mq in mqs]})
         self._call(RequestCode.UNLOCK_BATCH_MQ, None, body)
 
     def send_message_back(self, group: str, msg: MessageExt, delay_level: int = 0,
@@ -705,10 +710,10 @@ class RemoteBroker(RemoteAdmin):
         try:
             for group in producers:
                 self.remote.request(RemotingCommand.request(
-                    RequestCode.UNREGISTER_CLIENT, _fields({"clientID": self._client_id, "producerGroup": group})))
+                    RequestCode.UNREGISTER_CLIENT, {"clientID": self._client_id, "producerGroup": group}))
             for group, cid in members:
                 self.remote.request(RemotingCommand.request(
-                    RequestCode.UNREGISTER_CLIENT, _fields({"clientID": cid, "consumerGroup": group})))
+                    RequestCode.UNREGISTER_CLIENT, {"clientID": cid, "consumerGroup": group}))
         except (RemotingError, IllegalStateError):
             pass  # the server forgets a closed connection's clients at once
 
@@ -735,7 +740,7 @@ class RemoteBroker(RemoteAdmin):
         ext = cmd.ext_fields or {}
         topic, group = ext.get("topic", ""), ext.get("group", "")
         table = (from_wire_json(cmd.body) if cmd.body else {}).get("offsetTable") or {}
-        offsets = {int(mq["queueId"]): int(offset) for mq, offset in pairs(table) if mq.get("topic") == topic}
+        offsets = {mq.queue_id: int(offset) for mq, offset in pairs(table) if mq.topic == topic}
         for member in self._members_of(group):
             if topic in member.subscribed_topics():
                 member.reset_offsets(topic, dict(offsets))
@@ -746,16 +751,6 @@ def connect(address: str, *, timeout: float = 3.0, access_key: str | None = None
             secret_key: str | None = None) -> RemoteBroker:
     """A `RemoteBroker` for the server at `address` ("host:port"); `RemotingError` when nothing answers there."""
     return RemoteBroker(address, timeout=timeout, access_key=access_key, secret_key=secret_key)
-
-
-def _fields(fields: Mapping[str, object] | None) -> dict[str, str]:
-    """Ext fields as RocketMQ's client writes them: strings, `true`/`false`, no nulls."""
-    out: dict[str, str] = {}
-    for name, value in (fields or {}).items():
-        if value is None:
-            continue
-        out[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    return out
 
 
 def _expression(message_filter: Subscription | None) -> tuple[str, str] | None:

@@ -7,15 +7,17 @@ through the request RocketMQ's `DefaultMQAdminExt` sends for it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..broker import QueueProgress, QueueStatus
 from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageExt, MessageQueue, decode_offset_msg_id
-from ..longpoll import PullStatus
+from ..longpoll import PullResult, PullStatus
+from ..port import Subscription
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig, check_topic, is_system_topic
 from ..sendback import is_dlq_topic, is_retry_topic
-from .protocol import RemotingCommand, RequestCode, ResponseCode
+from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of
 
 __all__ = ["RemoteAdmin", "TOOLS_GROUP"]
 
@@ -26,12 +28,19 @@ TOOLS_GROUP = "TOOLS_CONSUMER"
 class RemoteAdmin:
     """Topics, offsets, messages and group progress of a served broker (see `Broker` for each contract)."""
 
-    # Provided by RemoteBroker.
+    # What RemoteBroker provides.
     address: str
-    broker_name: str
 
-    def _call(self, code: int, fields: Any = None, body: bytes | None = None, *, ok: Any = (ResponseCode.SUCCESS,),
-              timeout: float | None = None) -> RemotingCommand:
+    @property
+    def broker_name(self) -> str:
+        raise NotImplementedError
+
+    def _call(self, code: int, fields: Mapping[str, object] | None = None, body: bytes | None = None, *,
+              ok: Iterable[int] = (ResponseCode.SUCCESS,), timeout: float | None = None) -> RemotingCommand:
+        raise NotImplementedError
+
+    def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
+             message_filter: Subscription | None = None, wait: float = 0.0) -> PullResult:
         raise NotImplementedError
 
     def _json(self, response: RemotingCommand) -> Any:
@@ -75,7 +84,7 @@ class RemoteAdmin:
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """`GET_TOPIC_STATS_INFO`: per queue, min and max offsets and the newest store time."""
         body = self._json(self._call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})) or {}
-        rows = [QueueStatus(int(mq["queueId"]), int(s.get("minOffset", 0)), int(s.get("maxOffset", 0)),
+        rows = [QueueStatus(mq.queue_id, int(s.get("minOffset", 0)), int(s.get("maxOffset", 0)),
                             int(s.get("lastUpdateTimestamp", 0)))
                 for mq, s in pairs(body.get("offsetTable"))]
         return sorted(rows, key=lambda r: r.queue_id)
@@ -122,7 +131,7 @@ class RemoteAdmin:
 
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
         """The message at a queue offset (a pull of one, as mqadmin's queryMsgByOffset); `MessageNotFoundError`."""
-        result = self.pull(TOOLS_GROUP, MessageQueue(topic, self.broker_name, queue_id), offset, 1)  # type: ignore[attr-defined]
+        result = self.pull(TOOLS_GROUP, MessageQueue(topic, self.broker_name, queue_id), offset, 1)
         if result.pull_status is not PullStatus.FOUND or not result.msg_found_list:
             raise MessageNotFoundError(
                 f"no message at {topic}/{queue_id} offset {offset} "
@@ -135,7 +144,7 @@ class RemoteAdmin:
         body = self._json(self._call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group})) or {}
         rows = []
         for mq, wrapper in pairs(body.get("offsetTable")):
-            rows.append(QueueProgress(mq["topic"], mq.get("brokerName", self.broker_name), int(mq["queueId"]),
+            rows.append(QueueProgress(mq.topic, mq.broker_name, mq.queue_id,
                                       int(wrapper.get("brokerOffset", 0)), max(int(wrapper.get("consumerOffset", 0)), 0),
                                       str(wrapper.get("clientId", "") or ""), int(wrapper.get("lastTimestamp", 0))))
         return sorted(rows, key=lambda r: (r.topic, r.queue_id))
@@ -148,14 +157,11 @@ class RemoteAdmin:
         response = self._call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
                               {"topic": topic, "group": group, "timestamp": timestamp, "isForce": True})
         body = self._json(response) or {}
-        return {MessageQueue(mq["topic"], mq.get("brokerName", self.broker_name), int(mq["queueId"])): int(offset)
-                for mq, offset in pairs(body.get("offsetTable"))}
+        return {mq: int(offset) for mq, offset in pairs(body.get("offsetTable"))}
 
 
-def pairs(table: Any) -> list[tuple[Any, Any]]:
-    """The entries of a fastjson map keyed by objects (a `MessageQueue` key), as `from_wire_json` returns it."""
-    if not table:
+def pairs(table: Any) -> list[tuple[MessageQueue, Any]]:
+    """The entries of a fastjson map keyed by `MessageQueue` objects, as `from_wire_json` returns it."""
+    if not isinstance(table, dict):
         return []
-    if isinstance(table, dict):
-        return list(table.items())
-    return [(key, value) for key, value in table]
+    return [(message_queue_of(key), value) for key, value in table.items()]
