@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from . import rebalance
-from .broker import Broker, QueueProgress, QueueStatus, open
+from .broker import Broker, QueueProgress, QueueStatus, set_remote_connector
 from .config import StoreConfig
 from .consumer import (
     ConsumeConcurrentlyContext,
@@ -49,14 +49,21 @@ from .producer import (
     TransactionSendResult,
 )
 from .reader import StoreReader
+from .remoting.holder import connect_to_holder
+from .remoting.holder import open_store as open
+from .remoting.remote import RemoteBroker, connect
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
 from .traceview import MessageTrack, TraceView, TrackType
+
+# Clients given the path of a store another process holds and serves connect to that process.
+set_remote_connector(connect_to_holder)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Broker",
+    "connect",
     "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
@@ -69,6 +76,7 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "RemoteBroker",
     "QueueProgress",
     "rebalance",
     "ConfigError",

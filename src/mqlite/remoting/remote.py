@@ -28,11 +28,12 @@ offset) gets the parked result without another round trip.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._service import Service, close_at_exit, forget_at_exit
 from ..clock import SYSTEM_CLOCK, Clock
@@ -48,7 +49,7 @@ from ..message import (
     decode_offset_msg_id,
     encode_properties,
 )
-from ..port import QueueKey, Subscription, TransactionChecker
+from ..port import BrokerPort, QueueKey, Subscription, TransactionChecker
 from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
 from .remoteadmin import RemoteAdmin, pairs
@@ -66,6 +67,8 @@ from .protocol import (
 __all__ = ["RemoteBroker", "connect", "DEFAULT_TOPIC", "HEARTBEAT_INTERVAL", "ROUTE_TTL"]
 
 #: RocketMQ's `TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`: sends to a new topic name it as their template.
+log = logging.getLogger("mqlite.remoting")
+
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: `MQClientInstance`: heartbeat to every broker, and refresh the routes in use, every 30 s.
@@ -265,12 +268,17 @@ class RemoteBroker(RemoteAdmin):
         for dispatcher in list(self._trace_dispatchers):
             dispatcher.flush()
         self._background.stop()
-        for group, members in list(self._members.items()):
-            for member in list(members.values()):
-                try:
-                    member.shutdown()
-                except Exception:
-                    pass
+        # As Broker.close: consumers finish in-flight batches and commit, producers stop.
+        for member in [m for table in list(self._members.values()) for m in list(table.values())]:
+            try:
+                member.shutdown()
+            except Exception:
+                log.exception("closing %s: a consumer failed to shut down", self.address)
+        for producer in [p for group in list(self._producers.values()) for p in list(group)]:
+            try:
+                producer.shutdown()
+            except Exception:
+                log.exception("closing %s: a producer failed to shut down", self.address)
         self._unregister_all()
         self.remote.close()
 
@@ -732,8 +740,9 @@ class RemoteBroker(RemoteAdmin):
             group = msg.properties.get(PROPERTY_PRODUCER_GROUP, "")
             with self._lock:
                 producers = list(self._producers.get(group, ()))
-            if producers:
-                producers[0].check_transaction(msg)
+            for producer in producers:  # a plain producer answers False: ask the next one
+                if producer.check_transaction(msg):
+                    break
         return None
 
     def _on_reset_offset(self, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -786,3 +795,8 @@ def _error_of(response: RemotingCommand, code: int, address: str) -> Exception:
     if response.code == ResponseCode.SYSTEM_ERROR and "closed" in remark:
         return IllegalStateError(text)
     return MQClientError(text)
+
+
+if TYPE_CHECKING:
+    def _remote_broker_implements_the_port(broker: RemoteBroker) -> BrokerPort:
+        return broker  # mypy checks every member of BrokerPort against RemoteBroker here
