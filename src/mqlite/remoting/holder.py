@@ -59,7 +59,7 @@ def connect_to_holder(path: str) -> RemoteBroker:
         shared = _SHARED.get(path)
         if shared is not None and not shared.closed and shared.address == address:
             return shared.share()
-        remote = connect(address)
+        remote = connect(address).share()
         _SHARED[path] = remote
         return remote
 

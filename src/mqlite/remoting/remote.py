@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._service import Service, close_at_exit, forget_at_exit
 from ..clock import SYSTEM_CLOCK, Clock
-from ..commitlog import PutMessageStatus, PutResult, decode_message, record_length
+from ..commitlog import PutMessageStatus, PutResult, StoredMessage, record_length
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError, RemotingError, SendTimeoutError
 from ..groups import GroupMember
@@ -99,13 +99,14 @@ def decode_records(body: bytes | None, broker_name: str) -> list[MessageExt]:
     if not body:
         return []
     view = memoryview(body)
+    of = StoredMessage.of
     messages: list[MessageExt] = []
     pos, end = 0, len(body)
     while pos + 4 <= end:
         size = int.from_bytes(view[pos:pos + 4], "big")
         if size <= 0 or pos + size > end:
             raise RemotingError(f"the server sent a truncated record at byte {pos} of a {end}-byte body")
-        messages.append(decode_message(bytes(view[pos:pos + size]), broker_name))
+        messages.append(of(bytes(view[pos:pos + size]), broker_name))  # decoded lazily, as a local pull's
         pos += size
     return messages
 
@@ -149,8 +150,8 @@ class RemoteBroker(RemoteAdmin):
         self.remote = RemotingClient(address, timeout=self.timeout, access_key=access_key, secret_key=secret_key)
         self._lock = threading.Lock()
         self._closed = False
-        self._users = 1
-        self._routes: dict[str, tuple[float, Any]] = {}  # topic -> (fetched at, route body or None)
+        self._users = 0  # users beyond its owner: clients given a store path share one connection
+        self._routes: dict[str, tuple[float, Any]] = {}  # topic -> (fetched at, route body)
         self._routes_version = 0
         self._members: dict[str, dict[str, GroupMember]] = {}  # group -> client id -> member
         self._producers: dict[str, list[TransactionChecker]] = {}
@@ -243,7 +244,10 @@ class RemoteBroker(RemoteAdmin):
         return path
 
     def share(self) -> RemoteBroker:
-        """One more user of this connection (`Broker.acquire` by path); `release()` gives it back."""
+        """One more client given a store path uses this connection; it closes with the last `release()`.
+
+        A connection from `mqlite.connect` is never shared: its owner closes it.
+        """
         with self._lock:
             if self._closed:
                 raise IllegalStateError(f"the connection to {self.address} is closed")
@@ -251,10 +255,12 @@ class RemoteBroker(RemoteAdmin):
         return self
 
     def release(self) -> None:
-        """A user is done: the connection closes with its last user."""
+        """A client is done with this broker: a shared connection closes with its last user."""
         with self._lock:
+            if self._users <= 0:
+                return  # owned (mqlite.connect): its owner closes it
             self._users -= 1
-            last = self._users <= 0
+            last = self._users == 0
         if last:
             self.close()
 
@@ -311,7 +317,10 @@ class RemoteBroker(RemoteAdmin):
             old = self._routes.get(topic)
             if old is not None and _queue_layout(old[1]) != _queue_layout(route):
                 self._routes_version += 1
-            self._routes[topic] = (time.monotonic(), route)
+            if route is None:
+                self._routes.pop(topic, None)  # not cached: the topic may appear any moment (a first send)
+            else:
+                self._routes[topic] = (time.monotonic(), route)
         return route
 
     def refresh_routes(self) -> None:
