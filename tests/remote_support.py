@@ -1,0 +1,40 @@
+"""Running client tests over the wire too: a test marked `@over_the_wire` runs once on the local
+`Broker` and once on a `RemoteBroker` connected to that broker served in this process.
+
+The test module's `broker` fixture reads the parameter (`request.param`, "local" when absent) and
+hands what `reached(kind, broker)` yields to the test: the broker itself, or a connection to it.
+Semantics are the same by contract (the broker port), so the assertions are too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import mqlite
+
+#: Parametrize a test's `broker` fixture over the embedded broker and a connection to it.
+over_the_wire = pytest.mark.parametrize("broker", ["local", "remote"], indirect=True)
+
+
+def kind_of(request: pytest.FixtureRequest) -> str:
+    """"local" or "remote": the parameter `over_the_wire` gave the `broker` fixture (local without one)."""
+    return str(getattr(request, "param", "local"))
+
+
+@contextmanager
+def reached(kind: str, broker: mqlite.Broker) -> Iterator[Any]:
+    """`broker` itself ("local"), or a `RemoteBroker` connected to it served on a loopback port ("remote")."""
+    if kind == "local":
+        yield broker
+        return
+    server = broker.serve("127.0.0.1:0")
+    remote = mqlite.connect(server.address)
+    try:
+        yield remote
+    finally:
+        remote.close()
+        server.close()
