@@ -16,6 +16,9 @@ import pytest
 
 import mqlite
 
+#: The broker each live connection made by `reached` reaches (by the connection's id).
+_SERVED: dict[int, mqlite.Broker] = {}
+
 #: Parametrize a test's `broker` fixture over the embedded broker and a connection to it.
 over_the_wire = pytest.mark.parametrize("broker", ["local", "remote"], indirect=True)
 
@@ -33,8 +36,16 @@ def reached(kind: str, broker: mqlite.Broker) -> Iterator[Any]:
         return
     server = broker.serve("127.0.0.1:0")
     remote = mqlite.connect(server.address)
+    _SERVED[id(remote)] = broker
     try:
         yield remote
     finally:
+        del _SERVED[id(remote)]
         remote.close()
         server.close()
+
+
+def local(broker: Any) -> mqlite.Broker:
+    """The embedded broker behind `broker` (itself, or the one a `reached` connection is served by):
+    a test reads the store back through it."""
+    return _SERVED.get(id(broker), broker)

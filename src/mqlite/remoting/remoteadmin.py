@@ -49,6 +49,9 @@ class RemoteAdmin:
     def _forget_routes(self) -> None:
         raise NotImplementedError
 
+    def _route(self, topic: str, *, fresh: bool = False) -> Any:
+        raise NotImplementedError
+
     def _decode(self, body: bytes | None) -> list[MessageExt]:
         raise NotImplementedError
 
@@ -70,6 +73,20 @@ class RemoteAdmin:
             "perm": perm, "topicFilterType": config.topic_filter_type, "topicSysFlag": 0, "order": order})
         self._forget_routes()
         return config
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """A topic's settings as its route tells them (`GET_ROUTEINFO_BY_TOPIC`), or None."""
+        if not isinstance(topic, str):
+            return None
+        route = self._route(topic, fresh=True)
+        datas = (route or {}).get("queueDatas") or []
+        if not datas:
+            return None
+        data = datas[0]
+        return TopicConfig(topic, int(data.get("readQueueNums", 0)), int(data.get("writeQueueNums", 0)),
+                           int(data.get("perm", PERM_READ | PERM_WRITE)),
+                           topic_sys_flag=int(data.get("topicSysFlag", data.get("topicSynFlag", 0)) or 0),
+                           order=bool((route or {}).get("orderTopicConf")))
 
     def delete_topic(self, topic: str) -> None:
         """`DELETE_TOPIC_IN_BROKER`: delete a topic and its consume queues (system topics are refused)."""
