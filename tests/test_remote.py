@@ -1,0 +1,321 @@
+"""mqlite's clients on a broker in another process: `mqlite.connect`, `RemoteBroker`, a held store's
+path reaching its serving holder, and what happens when processes die.
+
+Most tests serve a broker in this process (`broker.serve`) and talk to it over loopback, which
+is exactly what another process sees; the cross-process ones run `tests/_remotechild.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+from _crashchild import Child
+from mqlite.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus
+from mqlite.errors import IllegalStateError, MessageNotFoundError, MQClientError, RemotingError, SendTimeoutError
+from mqlite.producer import LocalTransactionState
+from support import deadline
+
+SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
+                         "max_hash_slot_num": 1000, "max_index_num": 4000}
+FAST_LEVELS = " ".join(["100ms"] * 18)
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class RemoteChild(Child):
+    """`tests/_remotechild.py` seen from the parent."""
+
+    script = os.path.join(HERE, "_remotechild.py")
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_threads() -> Iterator[None]:
+    yield
+    leaked = sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-"))
+    assert not leaked, f"mqlite threads alive after the test: {leaked}"
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
+    with mqlite.open(str(tmp_path / "mq"), message_delay_level=FAST_LEVELS, transaction_timeout=0.05,
+                     transaction_check_interval=0.2, **SMALL) as b:
+        yield b
+
+
+@pytest.fixture
+def server(broker: mqlite.Broker) -> Iterator[Any]:
+    s = broker.serve("127.0.0.1:0")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def remote(server: Any) -> Iterator[mqlite.RemoteBroker]:
+    with mqlite.connect(server.address) as r:
+        yield r
+
+
+def _wait(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, f"{what} not reached in {timeout} s"
+        time.sleep(0.01)
+
+
+class Collector:
+    """A concurrent listener that records bodies; the test waits on its condition."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.bodies: list[bytes] = []
+
+    def __call__(self, msgs: list[mqlite.MessageExt], ctx: Any) -> ConsumeConcurrentlyStatus:
+        with self.cv:
+            self.bodies += [m.body for m in msgs]
+            self.cv.notify_all()
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    def wait_for(self, n: int, timeout: float = 10.0) -> list[bytes]:
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.bodies) >= n, timeout), f"got {len(self.bodies)} of {n}"
+            return list(self.bodies)
+
+
+# -- sending ------------------------------------------------------------------------------------------
+def test_a_delayed_message_waits_its_level_on_the_server(broker: mqlite.Broker, remote: mqlite.RemoteBroker) -> None:
+    broker.create_topic("D", 1)
+    collector = Collector()
+    with mqlite.Producer(remote, group="pg") as producer, \
+            mqlite.PushConsumer(remote, "cg", subscription={"D": "*"}, listener=collector,
+                                consume_from_where=FIRST):
+        sent_at = time.time()
+        producer.send(mqlite.Message("D", b"later", delay_time_level=1))
+        assert collector.wait_for(1) == [b"later"]
+        stored = broker.query_message_by_offset("D", 0, 0)
+        assert stored.store_timestamp >= sent_at * 1000 + 100 - 5  # delivered after its 100 ms level
+
+
+def test_transactions_commit_roll_back_and_answer_check_backs(broker: mqlite.Broker,
+                                                              remote: mqlite.RemoteBroker) -> None:
+    broker.create_topic("X", 1)
+    checked = threading.Event()
+
+    class Listener:
+        def execute_local_transaction(self, msg: mqlite.Message, arg: Any) -> LocalTransactionState:
+            return LocalTransactionState(arg)
+
+        def check_local_transaction(self, msg: mqlite.MessageExt) -> LocalTransactionState:
+            checked.set()
+            return LocalTransactionState.COMMIT_MESSAGE
+
+    with mqlite.TransactionProducer(remote, group="tpg", listener=Listener()) as producer:
+        producer.send_message_in_transaction(mqlite.Message("X", b"commit"), "COMMIT_MESSAGE")
+        producer.send_message_in_transaction(mqlite.Message("X", b"rollback"), "ROLLBACK_MESSAGE")
+        producer.send_message_in_transaction(mqlite.Message("X", b"checked"), "UNKNOW")
+        # The server's check-back goes over the connection to this producer, which commits.
+        assert checked.wait(10)
+        _wait(lambda: broker.max_offset(mqlite.MessageQueue("X", broker.broker_name, 0)) == 2, what="commit")
+    bodies = [broker.query_message_by_offset("X", 0, i).body for i in range(2)]
+    assert bodies == [b"commit", b"checked"]
+
+
+# -- consuming ----------------------------------------------------------------------------------------
+def test_orderly_locks_are_handed_over_between_connections(broker: mqlite.Broker, server: Any) -> None:
+    broker.create_topic("O", 2)
+    first, second = mqlite.connect(server.address), mqlite.connect(server.address)
+    consumed: list[tuple[int, int, str]] = []  # (queue id, value, consumer) in consumption order
+    lock = threading.Lock()
+
+    def orderly(name: str) -> Any:
+        def listener(msgs: list[mqlite.MessageExt], ctx: Any) -> ConsumeOrderlyStatus:
+            with lock:
+                consumed.extend((m.queue_id, int(m.body), name) for m in msgs)
+            return ConsumeOrderlyStatus.SUCCESS
+        return listener
+
+    def queue(q: int) -> mqlite.MessageQueue:
+        return mqlite.MessageQueue("O", broker.broker_name, q)
+
+    with mqlite.Producer(first, group="pg") as producer, deadline(60):
+        a = mqlite.PushConsumer(first, "og", subscription={"O": "*"}, listener=orderly("a"), orderly=True,
+                                consume_from_where=FIRST, client_id="a")
+        a.start()
+        for i in range(20):
+            producer.send(mqlite.Message("O", b"%d" % i), queue=queue(0))
+        _wait(lambda: len(consumed) == 20, what="a consumed queue 0")
+        # "a" holds both queues' locks on the server; "b" joins and queue 1 moves over with its lock.
+        b = mqlite.PushConsumer(second, "og", subscription={"O": "*"}, listener=orderly("b"), orderly=True,
+                                consume_from_where=FIRST, client_id="b")
+        b.start()
+        _wait(lambda: [broker.queue_locks.holder("og", queue(q)) for q in (0, 1)] == ["a", "b"],
+              what="the lock hand-over")
+        for i in range(20, 40):
+            for q in (0, 1):
+                producer.send(mqlite.Message("O", b"%d" % i), queue=queue(q))
+        _wait(lambda: {(q, v) for q, v, _ in consumed} == {(0, v) for v in range(40)} | {(1, v) for v in range(20, 40)},
+              what="everything consumed")
+        a.shutdown()
+        b.shutdown()
+    for q in (0, 1):
+        values = [v for queue_id, v, _ in consumed if queue_id == q]
+        assert values == sorted(values), f"queue {q} consumed out of order: {values}"
+    assert {name for q, _, name in consumed if q == 1} == {"b"}
+    first.close()
+    second.close()
+
+
+def test_offsets_over_the_wire(broker: mqlite.Broker, remote: mqlite.RemoteBroker) -> None:
+    broker.create_topic("F", 1)
+    mq = mqlite.MessageQueue("F", broker.broker_name, 0)
+    assert remote.query_offset("g", mq) == -1
+    assert remote.offset_for_new_group(mq) == broker.offset_for_new_group(mq) == 0
+    with mqlite.Producer(remote, group="pg") as producer:
+        for i in range(3):
+            producer.send(mqlite.Message("F", b"%d" % i))
+    remote.commit_offset("g", mq, 2)
+    assert remote.query_offset("g", mq) == broker.query_offset("g", mq) == 2
+    assert (remote.min_offset(mq), remote.max_offset(mq)) == (0, 3)
+    assert remote.search_offset(mq, 0) == 0
+    with pytest.raises(MQClientError):
+        remote.commit_offset("g", mq, -1)
+
+
+def test_a_consumer_process_killed_hands_its_queues_to_the_others(broker: mqlite.Broker, server: Any,
+                                                                  tmp_path: Path) -> None:
+    broker.create_topic("R", 4)
+    mine: list[set[int]] = [set()]
+    cv = threading.Condition()
+
+    def changed(topic: str, mq_all: set[mqlite.MessageQueue], divided: set[mqlite.MessageQueue]) -> None:
+        with cv:
+            mine[0] = {mq.queue_id for mq in divided}
+            cv.notify_all()
+
+    with mqlite.connect(server.address) as remote, deadline(60):
+        consumer = mqlite.LitePullConsumer(remote, "rg")
+        consumer.subscribe("R", "*", queue_listener=changed)
+        consumer.start()
+        with cv:
+            assert cv.wait_for(lambda: mine[0] == {0, 1, 2, 3}, 10)
+        with RemoteChild("consume", server.address, "rg", "R") as child:
+            end = time.monotonic() + 20
+            while (line := child.readline(end)) != "ASSIGNED 2,3":  # the child id sorts after this one's
+                assert line is not None, child.stderr()
+            with cv:
+                assert cv.wait_for(lambda: mine[0] == {0, 1}, 10), mine
+            child.kill()  # kill -9: its connection closes, the server drops it and tells the group
+            with cv:
+                assert cv.wait_for(lambda: mine[0] == {0, 1, 2, 3}, 10), mine
+        consumer.shutdown()
+
+
+# -- a held store's path ------------------------------------------------------------------------------
+def test_a_second_process_opening_the_path_reaches_the_serving_holder(broker: mqlite.Broker, server: Any) -> None:
+    with RemoteChild("open", broker.path, "P", "from-child") as child, deadline(60):
+        end = time.monotonic() + 30
+        assert child.readline(end) == "RemoteBroker", child.stderr()
+        sent = child.readline(end)
+        assert sent is not None and sent.startswith("SENT "), child.stderr()
+        msg_id = sent.split()[1]
+    assert broker.view_message(msg_id).body == b"from-child"
+
+
+def test_without_serving_the_lock_error_stands(tmp_path: Path) -> None:
+    path = str(tmp_path / "held")
+    with Child(path, "hold") as holder, deadline(60):
+        line = holder.readline(time.monotonic() + 30)
+        assert line is not None and line.startswith("READY"), holder.stderr()
+        with pytest.raises(mqlite.StoreLockedError):
+            mqlite.open(path)
+        with pytest.raises(mqlite.StoreLockedError):
+            mqlite.Producer(path, group="pg").start()
+
+
+def test_clients_given_a_held_path_share_one_connection(broker: mqlite.Broker, server: Any) -> None:
+    from mqlite.remoting.holder import connect_to_holder
+
+    first = connect_to_holder(os.path.realpath(broker.path))
+    second = connect_to_holder(os.path.realpath(broker.path))
+    assert first is second and not first.closed
+    first.release()
+    assert not second.closed
+    second.release()
+    assert first.closed
+    server.close()
+    with pytest.raises(mqlite.StoreLockedError, match="does not serve"):
+        connect_to_holder(os.path.realpath(broker.path))
+
+
+# -- failures -------------------------------------------------------------------------------------------
+def test_sends_fail_fast_while_the_server_is_down_and_work_again_after_it_restarts(broker: mqlite.Broker) -> None:
+    server = broker.serve("127.0.0.1:0")
+    address = server.address
+    collector = Collector()
+    with deadline(60), mqlite.connect(address, timeout=2) as remote:
+        with mqlite.Producer(remote, group="pg") as producer, \
+                mqlite.PushConsumer(remote, "cg", subscription={"S": "*"}, listener=collector,
+                                    consume_from_where=FIRST):
+            producer.send(mqlite.Message("S", b"before"))
+            assert collector.wait_for(1) == [b"before"]
+            server.close()
+            with pytest.raises((SendTimeoutError, RemotingError)):
+                producer.send(mqlite.Message("S", b"while down"))
+            server = broker.serve(address)  # the same port: the client reconnects on its next request
+            producer.send(mqlite.Message("S", b"after"))
+            # The consumer re-registered on the reconnect and its parked pulls came back: it consumes again.
+            assert collector.wait_for(2)[-1] == b"after"
+    server.close()
+
+
+def test_connecting_to_nothing_and_using_a_closed_connection(tmp_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(RemotingError, match="cannot connect"):
+        mqlite.connect(address, timeout=1)
+    with mqlite.open(str(tmp_path / "mq")) as broker:
+        server = broker.serve("127.0.0.1:0")
+        remote = mqlite.connect(server.address)
+        remote.close()
+        with pytest.raises(IllegalStateError):
+            remote.max_offset(mqlite.MessageQueue("T", "mqlite", 0))
+        with pytest.raises(IllegalStateError):
+            mqlite.Producer(remote, group="pg").start()
+        server.close()
+
+
+# -- admin surface --------------------------------------------------------------------------------------
+def test_the_admin_surface_answers_as_the_local_broker(broker: mqlite.Broker, remote: mqlite.RemoteBroker) -> None:
+    config = remote.create_topic("A", 2)
+    assert config == broker.topic_config("A")
+    assert "A" in remote.topic_list() and remote.topic_list() == broker.topic_list()
+    with mqlite.Producer(remote, group="pg") as producer:
+        sent = [producer.send(mqlite.Message("A", b"m%d" % i, keys=["k%d" % i]),
+                              queue=mqlite.MessageQueue("A", broker.broker_name, 0)) for i in range(3)]
+    broker.store.wait_dispatched()
+    assert remote.topic_status("A") == broker.topic_status("A")
+    assert remote.view_message(sent[1].offset_msg_id).body == b"m1"
+    assert remote.view_message(sent[2].msg_id).body == b"m2"
+    with pytest.raises(MessageNotFoundError):
+        remote.view_message("0" * 32)
+    assert [m.body for m in remote.query_message("A", "k0")] == [b"m0"]
+    assert remote.query_message_by_offset("A", 0, 2).body == b"m2"
+    with pytest.raises(MessageNotFoundError):
+        remote.query_message_by_offset("A", 0, 9)
+    remote.commit_offset("ag", mqlite.MessageQueue("A", broker.broker_name, 0), 1)
+    assert remote.consumer_progress("ag") == broker.consumer_progress("ag")
+    table = remote.reset_offset_by_time("ag", "A", -1)
+    assert table == broker.reset_offset_by_time("ag", "A", -1)
+    remote.delete_topic("A")
+    assert "A" not in broker.topic_list()
+    with pytest.raises(MQClientError):
+        remote.delete_topic("SCHEDULE_TOPIC_XXXX")
