@@ -17,6 +17,7 @@ import mqlite
 from mqlite.broker import acquire, check_broker_target, set_remote_connector
 from mqlite.groups import ConsumerData
 from mqlite.port import BrokerPort
+from mqlite.testing import MockClock, temporary_broker, wait_idle
 
 from support import deadline
 
@@ -160,3 +161,56 @@ def test_a_locked_path_goes_to_the_remote_connector(broker: mqlite.Broker) -> No
 def test_set_remote_connector_refuses_a_non_callable() -> None:
     with pytest.raises(mqlite.MQClientError, match="callable"):
         set_remote_connector("tcp://x")  # type: ignore[arg-type]
+
+
+# -- producers as the broker sees them (TransactionChecker) --------------------------------------------------
+class Undecided:
+    """A transaction listener that leaves every transaction UNKNOW and commits on check-back."""
+
+    def __init__(self) -> None:
+        self.checked: list[str] = []
+
+    def execute_local_transaction(self, msg: mqlite.Message, arg: object) -> mqlite.LocalTransactionState:
+        return mqlite.LocalTransactionState.UNKNOW
+
+    def check_local_transaction(self, msg: mqlite.MessageExt) -> mqlite.LocalTransactionState:
+        self.checked.append(msg.msg_id)
+        return mqlite.LocalTransactionState.COMMIT_MESSAGE
+
+
+def test_a_check_back_passes_over_a_plain_producer_of_the_group() -> None:
+    clock = MockClock()
+    listener = Undecided()
+    with temporary_broker(clock=clock) as broker, deadline(30):
+        # The plain producer registers first: it answers False, so the broker asks the next one.
+        with mqlite.Producer(broker, "tg") as plain, \
+                mqlite.TransactionProducer(broker, "tg", listener=listener) as transactional:
+            sent = transactional.send_message_in_transaction(mqlite.Message("orders", b"decided later"))
+            clock.advance(7)  # past transaction_timeout (6 s): the check-back runs
+            assert listener.checked == [sent.msg_id]
+            wait_idle(broker)
+            [mq] = [q for q in broker.fetch_subscribe_queues("orders") if broker.max_offset(q)]
+            assert broker.query_message_by_offset("orders", mq.queue_id, 0).body == b"decided later"
+
+
+# -- the lite pull consumer's take / hand-out steps (what mqlite.aio builds on) ---------------------------------
+def test_take_moves_no_offset_until_hand_out_and_give_back_returns_the_rest(broker: mqlite.Broker) -> None:
+    mq = mqlite.MessageQueue("orders", broker.broker_name, 0)
+    for body in (b"a", b"b", b"c"):
+        broker.put_message("orders", 0, body)
+    consumer = mqlite.LitePullConsumer(broker, "lg", auto_commit=False)
+    with pytest.raises(mqlite.IllegalStateError):
+        consumer.check_running()
+    with consumer, deadline(20):
+        consumer.check_running()
+        consumer.assign([mq])
+        consumer.seek(mq, 0)
+        request = consumer.take(10.0)
+        assert request is not None and [m.body for m in request.msgs] == [b"a", b"b", b"c"]
+        consumer.commit_sync()
+        assert consumer.committed(mq) == 0  # taken, not handed out: the consume offset did not move
+        assert consumer.hand_out(request, request.msgs[:1])
+        consumer.give_back(request, request.msgs[1:])
+        consumer.commit_sync()
+        assert consumer.committed(mq) == 1
+        assert [m.body for m in consumer.poll(10.0)] == [b"b", b"c"]  # given back: polled first

@@ -38,6 +38,8 @@ EXPORTS = {
     # errors
     "MQLiteError", "MQClientError", "FilterError", "ConfigError", "IllegalStateError", "StoreLockedError",
     "StoreCorruptedError", "MessageNotFoundError", "SendTimeoutError", "DiskFullError", "RemotingError",
+    # serving
+    "Server",
 }
 
 #: Modules users import by name besides the package itself (API.md, DESIGN.md).

@@ -55,11 +55,24 @@ from .remoting.remote import RemoteBroker, connect
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
 from .traceview import MessageTrack, TraceView, TrackType
+from .broker import set_server_factory as _set_server_factory
+from .remoting import serve_broker as _serve_broker
 
 # Clients given the path of a store another process holds and serves connect to that process.
 set_remote_connector(connect_to_holder)
 
 __version__ = "0.1.0"
+
+_set_server_factory(_serve_broker)  # Broker.serve (layer L2) builds servers of mqlite.remoting (L4)
+
+
+def __getattr__(name: str) -> object:
+    # `mqlite.Server` without importing asyncio for every `import mqlite`.
+    if name == "Server":
+        from .remoting.server import Server
+
+        return Server
+    raise AttributeError(f"module 'mqlite' has no attribute {name!r}")
 
 __all__ = [
     "Broker",
@@ -102,6 +115,7 @@ __all__ = [
     "SendResult",
     "SendStatus",
     "SendTimeoutError",
+    "Server",
     "StoreConfig",
     "StoreCorruptedError",
     "StoreLockedError",

@@ -68,7 +68,8 @@ _DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER
                                PROPERTY_TIMER_DELAY_SEC})
 
 __all__ = ["Broker", "QueueStatus", "QueueProgress", "open", "acquire", "set_remote_connector",
-           "check_broker_target", "RemoteConnector"]
+           "check_broker_target", "RemoteConnector",
+           "Serving", "set_server_factory"]
 
 log = logging.getLogger("mqlite")
 
@@ -109,6 +110,32 @@ class Joinable(Protocol):
         ...
 
 
+class Serving(Protocol):
+    """What `Broker.serve` returns (`mqlite.Server`), as the broker sees it."""
+
+    @property
+    def address(self) -> str:
+        """`host:port` the server listens on."""
+        ...
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        ...
+
+
+#: Builds a server for `Broker.serve`: installed by `mqlite.remoting` (an upper layer; see `set_server_factory`).
+_SERVER_FACTORY: Callable[..., Serving] | None = None
+
+
+def set_server_factory(factory: Callable[..., Serving]) -> None:
+    """Install what `Broker.serve` builds servers with (`mqlite/__init__.py` installs mqlite.remoting's).
+
+    The broker (layer L2) cannot import the remoting adapter (L4); the package wires them.
+    """
+    global _SERVER_FACTORY
+    _SERVER_FACTORY = factory
+
+
 class Broker:
     """An embedded RocketMQ broker over one directory. Use `mqlite.open()` to get one.
 
@@ -128,6 +155,7 @@ class Broker:
         self._producers: dict[str, list[TransactionChecker]] = {}
         # Traced clients' dispatchers (each owned by its client), flushed by query_trace.
         self._trace_dispatchers: weakref.WeakSet[TraceDispatcher] = weakref.WeakSet()
+        self._servers: list[Serving] = []  # from serve(): closed first by close()
         self._shared_key: str | None = None
         self._users = 0
         self._services: list[Service] = []
@@ -841,6 +869,30 @@ class Broker:
                 member.reset_offsets(topic, dict(table))
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
+    # -- serving ------------------------------------------------------------------------------------------------
+    def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
+              allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:
+        """Serve this broker over Apache RocketMQ's remoting protocol; returns the `mqlite.Server`.
+
+        RocketMQ's clients (any language) connect with `namesrvAddr` set to `server.address`,
+        mqlite's with `mqlite.connect(server.address)`. Port 0 picks a free port. Loopback by
+        default; any other address needs `acl={access_key: secret_key}` (RocketMQ ACL signatures)
+        or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
+        its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
+        120), `executor_threads` (8). `close()` closes the servers first. Starts two kinds of
+        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec-N`.
+        """
+        self._check()
+        if self._closing:
+            raise IllegalStateError(f"the broker at {self.path} is closing; serve before close()")
+        if _SERVER_FACTORY is None:
+            raise IllegalStateError("serving needs mqlite.remoting; import mqlite (the package) first")
+        server = _SERVER_FACTORY(self, address, acl=acl, allow_anonymous=allow_anonymous,
+                                 max_frame_size=max_frame_size, **options)
+        with self._clients_lock:
+            self._servers.append(server)
+        return server
+
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def wait_idle(self, *consumers: Joinable, timeout: float | None = None) -> bool:
         """Block until nothing is left to happen now: True when idle, False once `timeout` seconds passed.
@@ -884,6 +936,11 @@ class Broker:
             return  # a consumer shut down below may release a shared broker: that must not re-enter
         self._closing = True
         forget_at_exit(self)
+        for server in list(self._servers):  # remote clients go first: their requests finish, they leave their groups
+            try:
+                server.close()
+            except Exception:
+                log.exception("closing %s: a server failed to stop", self.path)
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
                 try:
