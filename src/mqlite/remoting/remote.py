@@ -638,15 +638,23 @@ class RemoteBroker(RemoteAdmin):
 
     def query_offset(self, group: str, mq: MessageQueue) -> int:
         """`QUERY_CONSUMER_OFFSET`: the committed offset, or -1 (`QUERY_NOT_FOUND`)."""
+        # setZeroIfNotFound=false: the committed offset only, not the answer for a new group (that is
+        # offset_for_new_group's), so both calls mean what they mean on a local broker.
         response = self._call(RequestCode.QUERY_CONSUMER_OFFSET,
-                              {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id},
+                              {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id,
+                               "setZeroIfNotFound": False},
                               ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
         if response.code != ResponseCode.SUCCESS:
             return -1
         return int((response.ext_fields or {}).get("offset", -1))
 
     def offset_for_new_group(self, mq: MessageQueue) -> int:
-        """0 when `mq` still starts at offset 0 (RocketMQ's answer to a group without an offset), else -1."""
+        """0 when `mq` still starts at offset 0 (RocketMQ's answer to a group without an offset), else -1.
+
+        The server's own rule also answers -1 for a young queue whose first
+        message lies beyond 40% of its RAM behind the log's end; no request
+        asks that without a group, so a remote consumer starts such a queue at 0.
+        """
         return 0 if self.min_offset(mq) == 0 else -1
 
     def min_offset(self, mq: MessageQueue) -> int:

@@ -96,7 +96,9 @@ class RemoteAdmin:
     def topic_list(self) -> list[str]:
         """`GET_ALL_TOPIC_LIST_FROM_NAMESERVER`: every topic, sorted."""
         body = self._json(self._call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)) or {}
-        return sorted(body.get("topicList") or [])
+        # The name server's list names the default topic (the auto-create template RocketMQ's clients
+        # route new topics by); it is no topic of the store, and a local broker's list has no such entry.
+        return sorted(t for t in body.get("topicList") or [] if t != "TBW102")
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """`GET_TOPIC_STATS_INFO`: per queue, min and max offsets and the newest store time."""

@@ -32,8 +32,9 @@ _STATUS_CODES = {
 
 
 def _v1(request: Request) -> None:
-    """Read a V2 header (one-letter names) as a V1 one."""
-    if request.cmd.code != RequestCode.SEND_MESSAGE_V2:
+    """Read a V2 header (one-letter names) as a V1 one: RocketMQ's client sends batches with the V2
+    header too (`MQClientAPIImpl.sendMessage`; `AbstractSendMessageProcessor.parseRequestHeader`)."""
+    if request.cmd.code != RequestCode.SEND_MESSAGE_V2 and request.cmd.code != RequestCode.SEND_BATCH_MESSAGE:
         return
     fields = request.header.fields
     request.header.fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
