@@ -323,3 +323,56 @@ def test_the_admin_surface_answers_as_the_local_broker(broker: mqlite.Broker, re
     assert "A" not in broker.topic_list()
     with pytest.raises(MQClientError):
         remote.delete_topic("SCHEDULE_TOPIC_XXXX")
+
+
+# -- kill -9 of the serving process ------------------------------------------------------------------------
+def test_every_send_acknowledged_before_a_kill_9_of_the_server_is_in_the_store(tmp_path: Path) -> None:
+    path = str(tmp_path / "served")
+    acked: list[int] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+    with RemoteChild("serve", path) as child, deadline(90):
+        line = child.readline(time.monotonic() + 30)
+        assert line is not None and line.startswith("SERVING "), child.stderr()
+        remote = mqlite.connect(line.split()[1], timeout=2)
+        remote.create_topic("K", 2)
+        enough = threading.Event()
+
+        def send(first: int) -> None:
+            try:
+                with mqlite.Producer(remote, group="kpg") as producer:  # its shutdown must not fail either
+                    for seq in range(first, first + 100_000, 2):
+                        try:
+                            producer.send(mqlite.Message("K", b"%d" % seq))
+                        except (SendTimeoutError, RemotingError) as exc:
+                            failures.append(exc)  # the server died: the outcome of this send is unknown
+                            return
+                        with lock:
+                            acked.append(seq)
+                            if len(acked) >= 300:
+                                enough.set()
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                failures.append(exc)
+
+        senders = [threading.Thread(target=send, args=(i,), name=f"test-send-{i}") for i in range(2)]
+        for sender in senders:
+            sender.start()
+        assert enough.wait(30), child.stderr()
+        child.kill()  # SIGKILL mid-stream: no close, no flush beyond what SYNC_FLUSH already did
+        for sender in senders:
+            sender.join()  # every send in flight failed fast instead of hanging
+        remote.close()
+    assert len(failures) == 2 and all(isinstance(f, (SendTimeoutError, RemotingError)) for f in failures), failures
+    with mqlite.open(path) as broker:
+        stored = set()
+        for q in (0, 1):
+            mq = mqlite.MessageQueue("K", broker.broker_name, q)
+            offset = 0
+            while True:
+                result = broker.pull("check", mq, offset, 256)
+                if not result.msg_found_list:
+                    break
+                stored |= {int(m.body) for m in result.msg_found_list}
+                offset = result.next_begin_offset
+    missing = set(acked) - stored
+    assert not missing, f"{len(missing)} acknowledged sends lost, e.g. {sorted(missing)[:5]}"

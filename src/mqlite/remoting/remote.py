@@ -446,6 +446,25 @@ class RemoteBroker(RemoteAdmin):
             self._producers.pop(group, None)
         self._unregister(self._client_id, producer_group=group)
 
+    def _unregister(self, client_id: str, *, producer_group: str | None = None,
+                    consumer_group: str | None = None) -> None:
+        """`UNREGISTER_CLIENT`; a server that is gone or refuses is only logged (RocketMQ's
+        `unregisterClient` does the same): it forgets a closed connection's clients anyway."""
+        if not self._closed:
+            self._send_unregister(client_id, producer_group=producer_group, consumer_group=consumer_group)
+
+    def _send_unregister(self, client_id: str, *, producer_group: str | None = None,
+                         consumer_group: str | None = None) -> None:
+        cmd = RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, {
+            "clientID": client_id, "producerGroup": producer_group, "consumerGroup": consumer_group})
+        try:
+            response = self.remote.request(cmd)
+        except (RemotingError, IllegalStateError) as exc:
+            log.warning("%s: unregistering %s failed (%s)", self.address, client_id, exc)
+            return
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("%s: unregistering %s refused: %s", self.address, client_id, response.remark)
+
     # -- consuming ----------------------------------------------------------------------------------------
     def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
              message_filter: Subscription | None = None, wait: float = 0.0) -> PullResult:
@@ -583,11 +602,7 @@ class RemoteBroker(RemoteAdmin):
             del table[member.client_id]
             if not table:
                 del self._members[group]
-        if not self._closed:
-            try:
-                self._unregister(member.client_id, consumer_group=group)
-            except (RemotingError, IllegalStateError):
-                pass  # the server drops a silent member after its heartbeat timeout anyway
+        self._unregister(member.client_id, consumer_group=group)
 
     def consumer_ids(self, group: str) -> list[str]:
         """`GET_CONSUMER_LIST_BY_GROUP`: the live members' client ids, sorted."""
@@ -722,25 +737,18 @@ class RemoteBroker(RemoteAdmin):
         for _, member in members:
             member.request_rebalance()  # a restarted server may have lost locks and members meanwhile
 
-    def _unregister(self, client_id: str, *, producer_group: str | None = None,
-                    consumer_group: str | None = None) -> None:
-        self._call(RequestCode.UNREGISTER_CLIENT, {"clientID": client_id, "producerGroup": producer_group,
-                                                    "consumerGroup": consumer_group})
-
     def _unregister_all(self) -> None:
+        """On close: nothing is left registered (the server also forgets a closed connection's clients)."""
         with self._lock:
             producers, self._producers = list(self._producers), {}
             members = [(g, cid) for g, table in self._members.items() for cid in table]
             self._members = {}
-        try:
-            for group in producers:
-                self.remote.request(RemotingCommand.request(
-                    RequestCode.UNREGISTER_CLIENT, {"clientID": self._client_id, "producerGroup": group}))
-            for group, cid in members:
-                self.remote.request(RemotingCommand.request(
-                    RequestCode.UNREGISTER_CLIENT, {"clientID": cid, "consumerGroup": group}))
-        except (RemotingError, IllegalStateError):
-            pass  # the server forgets a closed connection's clients at once
+        if not self.remote.connected:
+            return  # the server already forgot them with the connection
+        for group in producers:
+            self._send_unregister(self._client_id, producer_group=group)
+        for group, cid in members:
+            self._send_unregister(cid, consumer_group=group)
 
     def _members_of(self, group: str) -> list[GroupMember]:
         with self._lock:
