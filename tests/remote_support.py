@@ -8,6 +8,7 @@ Semantics are the same by contract (the broker port), so the assertions are too.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +16,14 @@ from typing import Any
 import pytest
 
 import mqlite
+
+@pytest.fixture(autouse=True)
+def no_leftover_threads() -> Iterator[None]:
+    """Every mqlite thread a test started (connections, servers, clients) is gone when it ends."""
+    yield
+    leaked = sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-"))
+    assert not leaked, f"mqlite threads alive after the test: {leaked}"
+
 
 #: The broker each live connection made by `reached` reaches (by the connection's id).
 _SERVED: dict[int, mqlite.Broker] = {}

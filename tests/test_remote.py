@@ -21,6 +21,7 @@ from _crashchild import Child
 from mqlite.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus
 from mqlite.errors import IllegalStateError, MessageNotFoundError, MQClientError, RemotingError, SendTimeoutError
 from mqlite.producer import LocalTransactionState
+from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
 from support import deadline
 
 SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
@@ -34,13 +35,6 @@ class RemoteChild(Child):
     """`tests/_remotechild.py` seen from the parent."""
 
     script = os.path.join(HERE, "_remotechild.py")
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_threads() -> Iterator[None]:
-    yield
-    leaked = sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-"))
-    assert not leaked, f"mqlite threads alive after the test: {leaked}"
 
 
 @pytest.fixture
