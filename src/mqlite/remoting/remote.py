@@ -23,7 +23,9 @@ empty pull of a watched queue, this class parks a long-polling `PULL_MESSAGE`
 (RocketMQ's push consumer's pull, suspended on the server) with the same
 parameters, asynchronously: no thread per queue. When it returns messages, the
 queue's wakers are set and the consumer's next pull of that (group, queue,
-offset) gets the parked result without another round trip.
+offset) gets the parked result without another round trip. After a full pull
+(a backlog), the next batch is prefetched the same way, so the server reads it
+while the consumer handles this one (one pull in flight per queue).
 """
 
 from __future__ import annotations
@@ -112,16 +114,26 @@ def decode_records(body: bytes | None, broker_name: str) -> list[MessageExt]:
 
 
 class _Parked:
-    """A long-polling pull issued for a watched queue, and its result once it came back."""
+    """A pull issued ahead for a watched queue, and its result once it came back.
 
-    __slots__ = ("offset", "max_nums", "expression", "result", "done")
+    `suspended`: a long-polling pull parked on the server after an empty pull
+    (its answer wakes the watchers). Otherwise a prefetch: the next batch of a
+    queue with a backlog, asked for while the consumer handles this one.
+    """
 
-    def __init__(self, offset: int, max_nums: int, expression: tuple[str, str] | None) -> None:
+    __slots__ = ("offset", "max_nums", "expression", "suspended", "result", "done", "ready")
+
+    def __init__(self, offset: int, max_nums: int, expression: tuple[str, str] | None, suspended: bool) -> None:
         self.offset = offset
         self.max_nums = max_nums
         self.expression = expression
+        self.suspended = suspended
         self.result: PullResult | None = None
         self.done = False
+        self.ready = threading.Event()
+
+    def matches(self, offset: int, max_nums: int, expression: tuple[str, str] | None) -> bool:
+        return self.offset == offset and self.max_nums == max_nums and self.expression == expression
 
 
 class _Background(Service):
@@ -470,27 +482,51 @@ class RemoteBroker(RemoteAdmin):
              message_filter: Subscription | None = None, wait: float = 0.0) -> PullResult:
         """`PULL_MESSAGE`: up to `max_nums` messages from `offset`, suspended on the server up to `wait` s.
 
-        A pull with `wait=0` of a watched queue may be answered from the
-        parked long-polling pull (see the module notes), without a round trip.
+        A pull with `wait=0` of a watched queue may be answered by a pull issued
+        ahead (see the module notes): a parked long-polling pull still waiting
+        answers NO_NEW_MSG at once, a finished one or a prefetch gives its result.
         """
+        if wait > 0:
+            return self._pull_now(group, mq, offset, max_nums, _expression(message_filter), message_filter, wait)
         key = (group, mq.topic, mq.queue_id)
         expression = _expression(message_filter)
-        if wait <= 0:
-            with self._lock:
-                parked = self._parked.get(key)
-                if parked is not None and (parked.offset != offset or parked.max_nums != max_nums
-                                           or parked.expression != expression or parked.done):
-                    del self._parked[key]
-            if parked is not None and parked.offset == offset and parked.expression == expression:
-                if not parked.done:
-                    # Still suspended on the server: nothing arrived yet (its answer wakes the watcher).
-                    return PullResult(PullStatus.NO_NEW_MSG, offset, 0, offset, [])
-                if parked.result is not None and parked.result.pull_status is not PullStatus.NO_NEW_MSG:
-                    return parked.result
+        ahead = self._take_ahead(key, offset, max_nums, expression)
+        if ahead is not None:
+            if ahead.suspended and not ahead.done:
+                # Still parked on the server: nothing arrived yet (its answer wakes the watchers).
+                return PullResult(PullStatus.NO_NEW_MSG, offset, 0, offset, [])
+            ahead.ready.wait(self.timeout)  # a prefetch in flight comes back within a round trip
+            result = ahead.result
+            if result is not None and result.pull_status is not PullStatus.NO_NEW_MSG:
+                self._issue_ahead(key, mq, result, max_nums, expression, message_filter)
+                return result
         result = self._pull_now(group, mq, offset, max_nums, expression, message_filter, wait)
-        if wait <= 0 and result.pull_status is PullStatus.NO_NEW_MSG and (mq.topic, mq.queue_id) in self._watchers:
-            self._park(key, mq, offset, max_nums, expression, message_filter)
+        self._issue_ahead(key, mq, result, max_nums, expression, message_filter)
         return result
+
+    def _take_ahead(self, key: tuple[str, str, int], offset: int, max_nums: int,
+                    expression: tuple[str, str] | None) -> _Parked | None:
+        """The pull issued ahead for this very pull, if any (taken out unless it is still parked)."""
+        with self._lock:
+            ahead = self._parked.get(key)
+            if ahead is None:
+                return None
+            if not ahead.matches(offset, max_nums, expression):
+                del self._parked[key]  # a seek or a reset moved the consumer: its answer is dropped
+                return None
+            if not ahead.suspended or ahead.done:
+                del self._parked[key]
+            return ahead
+
+    def _issue_ahead(self, key: tuple[str, str, int], mq: MessageQueue, result: PullResult, max_nums: int,
+                     expression: tuple[str, str] | None, message_filter: Subscription | None) -> None:
+        """For a watched queue: park a long-polling pull after an empty pull, prefetch after a full one."""
+        if (mq.topic, mq.queue_id) not in self._watchers:
+            return
+        if result.pull_status is PullStatus.NO_NEW_MSG:
+            self._park(key, mq, result.next_begin_offset, max_nums, expression, message_filter, suspended=True)
+        elif result.pull_status is PullStatus.FOUND and len(result.msg_found_list) >= max_nums:
+            self._park(key, mq, result.next_begin_offset, max_nums, expression, message_filter, suspended=False)
 
     def _pull_fields(self, group: str, mq: MessageQueue, offset: int, max_nums: int,
                      expression: tuple[str, str] | None, wait: float) -> dict[str, object]:
@@ -527,13 +563,15 @@ class RemoteBroker(RemoteAdmin):
                           int(ext.get("maxOffset", 0)), messages)
 
     def _park(self, key: tuple[str, str, int], mq: MessageQueue, offset: int, max_nums: int,
-              expression: tuple[str, str] | None, message_filter: Subscription | None) -> None:
-        parked = _Parked(offset, max_nums, expression)
+              expression: tuple[str, str] | None, message_filter: Subscription | None, *, suspended: bool) -> None:
+        """Issue a pull ahead asynchronously (no thread waits for it); its answer is kept under `key`."""
+        parked = _Parked(offset, max_nums, expression, suspended)
         with self._lock:
             if key in self._parked:
                 return
             self._parked[key] = parked
-        fields = self._pull_fields(key[0], mq, offset, max_nums, expression, PARKED_PULL_SUSPEND)
+        wait = PARKED_PULL_SUSPEND if suspended else 0.0
+        fields = self._pull_fields(key[0], mq, offset, max_nums, expression, wait)
         queue = (mq.topic, mq.queue_id)
 
         def arrived(response: RemotingCommand | None, error: BaseException | None) -> None:
@@ -541,14 +579,16 @@ class RemoteBroker(RemoteAdmin):
                 parked.result = None if response is None else self._pull_result(response, offset, message_filter)
             except Exception:
                 parked.result = None  # the consumer's next pull asks again and sees the error itself
-            parked.done = True
-            for waker in self._watchers.get(queue, ()):
-                waker.set()
+            parked.done = True  # after the result: a reader that sees done sees the result
+            parked.ready.set()
+            if suspended:
+                for waker in self._watchers.get(queue, ()):
+                    waker.set()
 
         try:
             self.remote.request_async(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields),
-                                      PARKED_PULL_SUSPEND + self.timeout, arrived)
-        except RemotingError:
+                                      wait + self.timeout, arrived)
+        except (RemotingError, IllegalStateError):
             with self._lock:
                 if self._parked.get(key) is parked:
                     del self._parked[key]
