@@ -64,7 +64,7 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         for option in command.options:
             option.add_to(cmd)
-        cmd.set_defaults(run=command.run)
+        cmd.set_defaults(run=command.run, creates_store=command.creates_store)
     return parser
 
 
@@ -123,7 +123,7 @@ def _context(args: argparse.Namespace) -> Context:
         if args.path or args.store or args.command_store:
             raise UsageError("give a store PATH or -n HOST:PORT, not both")
         return Context(args.command, "", address=addresses.pop())
-    return Context(args.command, find_store(args.path, args.store, args.command_store))
+    return Context(args.command, find_store(args.path, args.store, args.command_store, create=args.creates_store))
 
 
 def _fail(message: str, status: int) -> int:

@@ -16,6 +16,7 @@ from ..commitlog import PutMessageStatus, PutResult
 from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SysFlag, decode_properties
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
+from ..trace import TRACE_TOPIC
 from .handlers import Mode, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch
 
@@ -50,8 +51,10 @@ def _target(request: Request) -> tuple[str, int]:
     config = broker.topic_config(topic)
     if config is None or not config.writable:
         try:
-            if is_retry_topic(topic) and config is None:
-                config = broker.topics.ensure_system(topic, 1)  # a client's sendMessageBackAsNormalMessage
+            if (is_retry_topic(topic) or topic == TRACE_TOPIC) and config is None:
+                # A client's sendMessageBackAsNormalMessage; a traced client's trace records (RocketMQ's
+                # broker creates the trace topic at start when tracing is on).
+                config = broker.topics.ensure_system(topic, 1)
             else:
                 broker.fetch_publish_queues(topic, default_nums)
                 config = broker.topic_config(topic)
@@ -74,7 +77,8 @@ def _response(request: Request, result: PutResult, queue_id: int, properties: Ma
         code = ResponseCode[result.status.name] if result.status.name in ResponseCode.__members__ \
             else ResponseCode.SYSTEM_ERROR
     fields = {"msgId": result.offset_msg_id, "queueId": queue_id, "queueOffset": result.queue_offset,
-              "transactionId": properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}
+              "transactionId": properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # the two a 5.0.0 broker always adds
     return request.reply(code, fields)
 
 
