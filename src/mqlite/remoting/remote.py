@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -424,11 +425,15 @@ class RemoteBroker(RemoteAdmin):
 
     def _put_result(self, response: RemotingCommand, size: int, count: int) -> PutResult:
         ext = response.ext_fields or {}
-        ids = [i for i in ext.get("msgId", "").split(",") if i]
-        offsets = [decode_offset_msg_id(i)[2] for i in ids]
+        decoded = [decode_offset_msg_id(i) for i in ext.get("msgId", "").split(",") if i]
+        offsets = [offset for _, _, offset in decoded]
+        # RocketMQ's answer has no store time: the time the answer came is the closest this side knows.
         stored = int(ext["storeTimestamp"]) if "storeTimestamp" in ext else SYSTEM_CLOCK.now_ms()
-        return PutResult(offsets[0] if offsets else -1, size, int(ext.get("queueOffset", -1)), stored, count,
-                         offsets if count > 1 else None, _SEND_STATUS[ResponseCode(response.code)])
+        result = PutResult(offsets[0] if offsets else -1, size, int(ext.get("queueOffset", -1)), stored, count,
+                           offsets if count > 1 else None, _SEND_STATUS[ResponseCode(response.code)])
+        if decoded and ":" not in decoded[0][0]:  # the records' store host (the server's address), in their ids
+            result = result._replace(store_host=(socket.inet_aton(decoded[0][0]), decoded[0][1]))
+        return result
 
     def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
                         from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
@@ -841,8 +846,6 @@ def _queue_layout(route: Any) -> Any:
 
 
 def _local_host() -> str:
-    import socket
-
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
