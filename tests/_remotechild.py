@@ -1,8 +1,5 @@
 """Child process for the remote tests (run as a script, never collected).
 
-    python tests/_remotechild.py serve DIR
-        Open DIR with SYNC_FLUSH, serve it on a free loopback port, print ``SERVING <address>``,
-        and wait until stdin closes (then close and print ``CLOSED``). The kill -9 test kills it.
     python tests/_remotechild.py consume TARGET GROUP TOPIC
         A LitePullConsumer of GROUP on TOPIC, given TARGET (a store path another process holds and
         serves, or HOST:PORT); prints ``ASSIGNED <queue ids>`` whenever its share changes and polls
@@ -26,14 +23,6 @@ def _print(*words: object) -> None:
 
 def _until_stdin_closes() -> None:
     sys.stdin.read()
-
-
-def serve(path: str) -> None:
-    with mqlite.open(path, flush_disk_type="SYNC_FLUSH") as broker:
-        server = broker.serve("127.0.0.1:0")
-        _print("SERVING", server.address)
-        _until_stdin_closes()
-    _print("CLOSED")
 
 
 def consume(target: str, group: str, topic: str) -> None:
@@ -72,4 +61,4 @@ def open_held(path: str, topic: str, body: str) -> None:
 
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"serve": serve, "consume": consume, "open": open_held}[mode](*args)
+    {"consume": consume, "open": open_held}[mode](*args)

@@ -37,6 +37,15 @@ class RemoteChild(Child):
     script = os.path.join(HERE, "_remotechild.py")
 
 
+class ServeChild(Child):
+    """`python -m mqlite serve ARGS...`, as users run a server (its first line is the address)."""
+
+    script = "-m"
+
+    def __init__(self, *args: str) -> None:
+        super().__init__("mqlite", "serve", *args)
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
     with mqlite.open(str(tmp_path / "mq"), message_delay_level=FAST_LEVELS, transaction_timeout=0.05,
@@ -325,10 +334,10 @@ def test_every_send_acknowledged_before_a_kill_9_of_the_server_is_in_the_store(t
     acked: list[int] = []
     failures: list[BaseException] = []
     lock = threading.Lock()
-    with RemoteChild("serve", path) as child, deadline(90):
-        line = child.readline(time.monotonic() + 30)
-        assert line is not None and line.startswith("SERVING "), child.stderr()
-        remote = mqlite.connect(line.split()[1], timeout=2)
+    with ServeChild(path, "--listen", "127.0.0.1:0", "--set", "flush_disk_type=SYNC_FLUSH") as child, deadline(90):
+        address = child.readline(time.monotonic() + 30)
+        assert address is not None and address.startswith("127.0.0.1:"), child.stderr()
+        remote = mqlite.connect(address, timeout=2)
         remote.create_topic("K", 2)
         enough = threading.Event()
 
