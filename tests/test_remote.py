@@ -379,3 +379,17 @@ def test_every_send_acknowledged_before_a_kill_9_of_the_server_is_in_the_store(t
                 offset = result.next_begin_offset
     missing = set(acked) - stored
     assert not missing, f"{len(missing)} acknowledged sends lost, e.g. {sorted(missing)[:5]}"
+
+
+def test_refusals_arrive_as_the_local_brokers_errors(tmp_path: Path) -> None:
+    with mqlite.open(str(tmp_path / "mq"), auto_create_topic=False, **SMALL) as broker:
+        server = broker.serve("127.0.0.1:0")
+        with mqlite.connect(server.address) as remote, mqlite.Producer(remote, group="pg") as producer:
+            with pytest.raises(MQClientError, match="create_topic"):
+                producer.send(mqlite.Message("nowhere", b"x"))
+            broker.create_topic("E", 1)
+            with pytest.raises(MQClientError, match="MESSAGE_ILLEGAL|max_message_size|body"):
+                remote.put_message("E", 0, b"x" * (broker.config.max_message_size + 1))
+            with pytest.raises(MQClientError, match="system topic"):
+                remote.delete_topic("SCHEDULE_TOPIC_XXXX")
+        server.close()

@@ -42,7 +42,7 @@ from .._service import Service, close_at_exit, forget_at_exit
 from ..clock import SYSTEM_CLOCK, Clock
 from ..commitlog import PutMessageStatus, PutResult, StoredMessage, record_length
 from ..config import check_seconds
-from ..errors import IllegalStateError, MQClientError, RemotingError, SendTimeoutError
+from ..errors import DiskFullError, IllegalStateError, MQClientError, RemotingError, SendTimeoutError
 from ..groups import GroupMember
 from ..longpoll import PullResult, PullStatus, Waker
 from ..message import (
@@ -853,16 +853,25 @@ def _local_host() -> str:
 
 
 def _error_of(response: RemotingCommand, code: int, address: str) -> Exception:
-    """The exception for a failed request, as the local broker would raise it where the meaning is the same."""
-    remark = response.remark or ""
-    name = ResponseCode(response.code).name if response.code in ResponseCode._value2member_map_ else str(response.code)
-    text = f"{address} refused request {RequestCode(code).name if code in RequestCode._value2member_map_ else code}: " \
-           f"{name}{': ' + remark if remark else ''}"
-    if response.code in (ResponseCode.SYSTEM_BUSY,):
-        return RemotingError(text)
-    if response.code == ResponseCode.SYSTEM_ERROR and "closed" in remark:
-        return IllegalStateError(text)
+    """The exception for a refused request: what the local broker raises for the same cause.
+
+    The server answers a broker's `MQClientError` with `SYSTEM_ERROR` and its text, a closed or
+    full store with `SERVICE_NOT_AVAILABLE`, a busy one with `SYSTEM_BUSY`; the text travels as the remark.
+    """
+    answer = _name(ResponseCode, response.code)
+    text = f"{address} refused {_name(RequestCode, code)} ({answer}){': ' + response.remark if response.remark else ''}"
+    if response.code == ResponseCode.SYSTEM_BUSY:
+        return RemotingError(text + "; try again later")
+    if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:
+        return DiskFullError(text) if "disk" in (response.remark or "").lower() else IllegalStateError(text)
     return MQClientError(text)
+
+
+def _name(codes: type[RequestCode] | type[ResponseCode], code: int) -> str:
+    try:
+        return codes(code).name
+    except ValueError:
+        return str(code)
 
 
 if TYPE_CHECKING:
