@@ -393,3 +393,17 @@ def test_refusals_arrive_as_the_local_brokers_errors(tmp_path: Path) -> None:
             with pytest.raises(MQClientError, match="system topic"):
                 remote.delete_topic("SCHEDULE_TOPIC_XXXX")
         server.close()
+
+
+def test_acl_signed_connections_work_and_unsigned_ones_are_refused(broker: mqlite.Broker) -> None:
+    server = broker.serve("127.0.0.1:0", acl={"ak": "secret"})
+    try:
+        with mqlite.connect(server.address, access_key="ak", secret_key="secret") as remote, \
+                mqlite.Producer(remote, group="pg") as producer:
+            sent = producer.send(mqlite.Message("acl", b"signed"))
+            assert broker.view_message(sent.offset_msg_id).body == b"signed"
+        for keys in ({}, {"access_key": "ak", "secret_key": "wrong"}):
+            with pytest.raises(MQClientError, match="NO_PERMISSION"):
+                mqlite.connect(server.address, **keys)
+    finally:
+        server.close()
