@@ -407,3 +407,20 @@ def test_acl_signed_connections_work_and_unsigned_ones_are_refused(broker: mqlit
                 mqlite.connect(server.address, **keys)
     finally:
         server.close()
+
+
+def test_closing_the_connection_shuts_its_consumers_down_with_their_offsets_committed(
+        broker: mqlite.Broker, server: Any) -> None:
+    broker.create_topic("C", 1)
+    with mqlite.Producer(broker, group="pg") as producer:
+        for i in range(10):
+            producer.send(mqlite.Message("C", b"%d" % i))
+    remote = mqlite.connect(server.address)
+    collector = Collector()
+    consumer = mqlite.PushConsumer(remote, "close-cg", subscription={"C": "*"}, listener=collector,
+                                   consume_from_where=FIRST)
+    consumer.start()
+    collector.wait_for(10)
+    remote.close()  # as Broker.close: the consumer stops and commits before the connection goes
+    assert broker.query_offset("close-cg", mqlite.MessageQueue("C", broker.broker_name, 0)) == 10
+    assert broker.consumer_ids("close-cg") == []

@@ -17,7 +17,7 @@ from typing import Any
 from ..broker import Broker
 from ..broker import open as open_broker
 from ..clock import Clock
-from ..errors import StoreLockedError
+from ..errors import IllegalStateError, StoreLockedError
 from .registry import holder_address
 from .remote import RemoteBroker, connect
 
@@ -57,8 +57,11 @@ def connect_to_holder(path: str) -> RemoteBroker:
                                "(broker.serve(...) or mqlite serve) or stop that process", None)
     with _SHARED_LOCK:
         shared = _SHARED.get(path)
-        if shared is not None and not shared.closed and shared.address == address:
-            return shared.share()
+        if shared is not None and shared.address == address:
+            try:
+                return shared.share()
+            except IllegalStateError:
+                pass  # closing or closed: a new connection
         remote = connect(address).share()
         _SHARED[path] = remote
         return remote

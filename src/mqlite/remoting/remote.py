@@ -162,6 +162,7 @@ class RemoteBroker(RemoteAdmin):
         self.timeout = check_seconds("timeout", timeout)
         self.remote = RemotingClient(address, timeout=self.timeout, access_key=access_key, secret_key=secret_key)
         self._lock = threading.Lock()
+        self._closing = False
         self._closed = False
         self._users = 0  # users beyond its owner: clients given a store path share one connection
         self._routes: dict[str, tuple[float, Any]] = {}  # topic -> (fetched at, route body)
@@ -262,7 +263,7 @@ class RemoteBroker(RemoteAdmin):
         A connection from `mqlite.connect` is never shared: its owner closes it.
         """
         with self._lock:
-            if self._closed:
+            if self._closing:
                 raise IllegalStateError(f"the connection to {self.address} is closed")
             self._users += 1
         return self
@@ -278,16 +279,15 @@ class RemoteBroker(RemoteAdmin):
             self.close()
 
     def close(self) -> None:
-        """Unregister what is still registered, stop the heartbeat, close the connection. Idempotent."""
+        """As `Broker.close`: the clients on this connection shut down (consumers commit their offsets
+        over it first), what is left is unregistered, the heartbeat stops, the connection closes. Idempotent."""
         with self._lock:
-            if self._closed:
+            if self._closing:
                 return
-            self._closed = True
+            self._closing = True  # no new consumers; requests still go out until the clients are down
         forget_at_exit(self)
         for dispatcher in list(self._trace_dispatchers):
             dispatcher.flush()
-        self._background.stop()
-        # As Broker.close: consumers finish in-flight batches and commit, producers stop.
         for member in [m for table in list(self._members.values()) for m in list(table.values())]:
             try:
                 member.shutdown()
@@ -298,7 +298,9 @@ class RemoteBroker(RemoteAdmin):
                 producer.shutdown()
             except Exception:
                 log.exception("closing %s: a producer failed to shut down", self.address)
+        self._background.stop()
         self._unregister_all()
+        self._closed = True
         self.remote.close()
 
     def __enter__(self) -> RemoteBroker:
@@ -605,8 +607,8 @@ class RemoteBroker(RemoteAdmin):
                 current = self._watchers.get(key, ())
                 if waker not in current:
                     self._watchers[key] = (*current, waker)
-            closed = self._closed
-        if closed:
+            closing = self._closing
+        if closing:
             waker.set()
 
     def unwatch_arrivals(self, waker: Waker, queues: Iterable[QueueKey] | None = None) -> None:
@@ -626,7 +628,7 @@ class RemoteBroker(RemoteAdmin):
 
     def register_consumer(self, group: str, member: GroupMember) -> None:
         """Announce `member` to the server (a heartbeat); every member of `group` rebalances."""
-        if self._closed:
+        if self._closing:
             raise IllegalStateError(f"the connection to {self.address} is closed; start consumers before close()")
         with self._lock:
             table = self._members.setdefault(group, {})
