@@ -452,18 +452,27 @@ class RemoteBroker(RemoteAdmin):
         """Announce a producer of `group` (check-backs of its half messages may come here)."""
         with self._lock:
             self._producers.setdefault(group, []).append(producer)
-        self._heartbeat(self._client_id, producers=[group])
+        try:
+            self._heartbeat(self._client_id, producers=[group])
+        except BaseException:
+            self._forget_producer(group, producer)  # the start fails: nothing stays registered
+            raise
 
     def unregister_producer(self, group: str, producer: TransactionChecker) -> None:
         """A producer shut down; the group leaves the server when its last one does."""
+        if self._forget_producer(group, producer):
+            self._unregister(self._client_id, producer_group=group)
+
+    def _forget_producer(self, group: str, producer: TransactionChecker) -> bool:
+        """Drop `producer`; True when it was its group's last one here."""
         with self._lock:
             members = self._producers.get(group, [])
             if producer in members:
                 members.remove(producer)
             if members:
-                return
+                return False
             self._producers.pop(group, None)
-        self._unregister(self._client_id, producer_group=group)
+            return True
 
     def _unregister(self, client_id: str, *, producer_group: str | None = None,
                     consumer_group: str | None = None) -> None:
@@ -637,19 +646,28 @@ class RemoteBroker(RemoteAdmin):
                 raise IllegalStateError(f"consumer group {group!r} already has a member with client_id "
                                         f"{member.client_id!r}; give each consumer its own client_id")
             table[member.client_id] = member
-        self._heartbeat(member.client_id, consumers=[(group, member)])
+        try:
+            self._heartbeat(member.client_id, consumers=[(group, member)])
+        except BaseException:
+            self._forget_member(group, member)  # the start fails: nothing stays registered
+            raise
         member.request_rebalance()
 
     def unregister_consumer(self, group: str, member: GroupMember) -> None:
         """`UNREGISTER_CLIENT`: the server tells the other members to take over `member`'s queues."""
+        if self._forget_member(group, member):
+            self._unregister(member.client_id, consumer_group=group)
+
+    def _forget_member(self, group: str, member: GroupMember) -> bool:
+        """Drop `member`; False when it was not registered."""
         with self._lock:
             table = self._members.get(group)
             if not table or table.get(member.client_id) is not member:
-                return
+                return False
             del table[member.client_id]
             if not table:
                 del self._members[group]
-        self._unregister(member.client_id, consumer_group=group)
+            return True
 
     def consumer_ids(self, group: str) -> list[str]:
         """`GET_CONSUMER_LIST_BY_GROUP`: the live members' client ids, sorted."""
