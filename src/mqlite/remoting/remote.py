@@ -17,15 +17,10 @@ instance (`MQClientInstance`) does in the background happens here too:
   -> the group's producer's `check_transaction(msg)`, `RESET_CONSUMER_CLIENT_OFFSET`
   -> `reset_offsets`.
 
-Long polling across processes (`watch_arrivals`): mqlite's consumers pull each
-queue with `wait=0` and sleep on one waker for all their queues. After an
-empty pull of a watched queue, this class parks a long-polling `PULL_MESSAGE`
-(RocketMQ's push consumer's pull, suspended on the server) with the same
-parameters, asynchronously: no thread per queue. When it returns messages, the
-queue's wakers are set and the consumer's next pull of that (group, queue,
-offset) gets the parked result without another round trip. After a full pull
-(a backlog), the next batch is prefetched the same way, so the server reads it
-while the consumer handles this one (one pull in flight per queue).
+Long polling across processes (`watch_arrivals`) needs no thread per queue:
+each pull of a watched queue is followed by one issued ahead, a long poll
+parked on the server after an empty pull, a prefetch after a full one
+(`pullahead.PullAhead`).
 """
 
 from __future__ import annotations
@@ -55,6 +50,7 @@ from ..message import (
 from ..port import BrokerPort, QueueKey, Subscription, TransactionChecker
 from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
+from .pullahead import PullAhead
 from .remoteadmin import RemoteAdmin, pairs
 from .protocol import (
     RemotingCommand,
@@ -77,8 +73,6 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: `MQClientInstance`: heartbeat to every broker, and refresh the routes in use, every 30 s.
 HEARTBEAT_INTERVAL = 30.0
 ROUTE_TTL = 30.0
-#: How long a parked pull is suspended on the server (`BROKER_SUSPEND_MAX_TIME_MILLIS`: 15 s).
-PARKED_PULL_SUSPEND = 15.0
 #: The producer group a send names when the caller gives none (`MixAll.DEFAULT_PRODUCER_GROUP`).
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 #: `PullSysFlag`.
@@ -114,29 +108,6 @@ def decode_records(body: bytes | None, broker_name: str) -> list[MessageExt]:
     return messages
 
 
-class _Parked:
-    """A pull issued ahead for a watched queue, and its result once it came back.
-
-    `suspended`: a long-polling pull parked on the server after an empty pull
-    (its answer wakes the watchers). Otherwise a prefetch: the next batch of a
-    queue with a backlog, asked for while the consumer handles this one.
-    """
-
-    __slots__ = ("offset", "max_nums", "expression", "suspended", "result", "done", "ready")
-
-    def __init__(self, offset: int, max_nums: int, expression: tuple[str, str] | None, suspended: bool) -> None:
-        self.offset = offset
-        self.max_nums = max_nums
-        self.expression = expression
-        self.suspended = suspended
-        self.result: PullResult | None = None
-        self.done = False
-        self.ready = threading.Event()
-
-    def matches(self, offset: int, max_nums: int, expression: tuple[str, str] | None) -> bool:
-        return self.offset == offset and self.max_nums == max_nums and self.expression == expression
-
-
 class _Background(Service):
     """`mqlite-remote-heartbeat`: heartbeats and route refreshes every 30 s (`MQClientInstance`'s timers)."""
 
@@ -169,8 +140,7 @@ class RemoteBroker(RemoteAdmin):
         self._routes_version = 0
         self._members: dict[str, dict[str, GroupMember]] = {}  # group -> client id -> member
         self._producers: dict[str, list[TransactionChecker]] = {}
-        self._watchers: dict[QueueKey, tuple[Waker, ...]] = {}
-        self._parked: dict[tuple[str, str, int], _Parked] = {}
+        self._ahead = PullAhead(self.remote, self.timeout, self._pull_result)
         self._trace_dispatchers: list[TraceDispatcher] = []
         self._client_id = f"{_local_host()}@{os.getpid()}@{id(self):x}"
         self.remote.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
@@ -298,6 +268,7 @@ class RemoteBroker(RemoteAdmin):
                 producer.shutdown()
             except Exception:
                 log.exception("closing %s: a producer failed to shut down", self.address)
+        self._ahead.close()  # a consumer still sleeping on its waker wakes up
         self._background.stop()
         self._unregister_all()
         self._closed = True
@@ -499,50 +470,23 @@ class RemoteBroker(RemoteAdmin):
         """`PULL_MESSAGE`: up to `max_nums` messages from `offset`, suspended on the server up to `wait` s.
 
         A pull with `wait=0` of a watched queue may be answered by a pull issued
-        ahead (see the module notes): a parked long-polling pull still waiting
-        answers NO_NEW_MSG at once, a finished one or a prefetch gives its result.
+        ahead (`pullahead`): a parked long poll still waiting answers NO_NEW_MSG
+        at once, a finished one or a prefetch gives its result.
         """
-        if wait > 0:
-            return self._pull_now(group, mq, offset, max_nums, _expression(message_filter), message_filter, wait)
-        key = (group, mq.topic, mq.queue_id)
         expression = _expression(message_filter)
-        ahead = self._take_ahead(key, offset, max_nums, expression)
-        if ahead is not None:
-            if ahead.suspended and not ahead.done:
-                # Still parked on the server: nothing arrived yet (its answer wakes the watchers).
-                return PullResult(PullStatus.NO_NEW_MSG, offset, 0, offset, [])
-            ahead.ready.wait(self.timeout)  # a prefetch in flight comes back within a round trip
-            result = ahead.result
-            if result is not None and result.pull_status is not PullStatus.NO_NEW_MSG:
-                self._issue_ahead(key, mq, result, max_nums, expression, message_filter)
-                return result
-        result = self._pull_now(group, mq, offset, max_nums, expression, message_filter, wait)
-        self._issue_ahead(key, mq, result, max_nums, expression, message_filter)
+        if wait > 0:
+            return self._pull_now(group, mq, offset, max_nums, expression, message_filter, wait)
+        key = (group, mq.topic, mq.queue_id)
+        result = self._ahead.answer(key, offset, max_nums, expression)
+        if result is None:
+            result = self._pull_now(group, mq, offset, max_nums, expression, message_filter, 0.0)
+
+        def request_for(start: int, suspend: float) -> RemotingCommand:
+            return RemotingCommand.request(RequestCode.PULL_MESSAGE,
+                                           self._pull_fields(group, mq, start, max_nums, expression, suspend))
+
+        self._ahead.follow(key, result, max_nums, expression, request_for, message_filter)
         return result
-
-    def _take_ahead(self, key: tuple[str, str, int], offset: int, max_nums: int,
-                    expression: tuple[str, str] | None) -> _Parked | None:
-        """The pull issued ahead for this very pull, if any (taken out unless it is still parked)."""
-        with self._lock:
-            ahead = self._parked.get(key)
-            if ahead is None:
-                return None
-            if not ahead.matches(offset, max_nums, expression):
-                del self._parked[key]  # a seek or a reset moved the consumer: its answer is dropped
-                return None
-            if not ahead.suspended or ahead.done:
-                del self._parked[key]
-            return ahead
-
-    def _issue_ahead(self, key: tuple[str, str, int], mq: MessageQueue, result: PullResult, max_nums: int,
-                     expression: tuple[str, str] | None, message_filter: Subscription | None) -> None:
-        """For a watched queue: park a long-polling pull after an empty pull, prefetch after a full one."""
-        if (mq.topic, mq.queue_id) not in self._watchers:
-            return
-        if result.pull_status is PullStatus.NO_NEW_MSG:
-            self._park(key, mq, result.next_begin_offset, max_nums, expression, message_filter, suspended=True)
-        elif result.pull_status is PullStatus.FOUND and len(result.msg_found_list) >= max_nums:
-            self._park(key, mq, result.next_begin_offset, max_nums, expression, message_filter, suspended=False)
 
     def _pull_fields(self, group: str, mq: MessageQueue, offset: int, max_nums: int,
                      expression: tuple[str, str] | None, wait: float) -> dict[str, object]:
@@ -578,62 +522,13 @@ class RemoteBroker(RemoteAdmin):
         return PullResult(status, int(ext.get("nextBeginOffset", offset)), int(ext.get("minOffset", 0)),
                           int(ext.get("maxOffset", 0)), messages)
 
-    def _park(self, key: tuple[str, str, int], mq: MessageQueue, offset: int, max_nums: int,
-              expression: tuple[str, str] | None, message_filter: Subscription | None, *, suspended: bool) -> None:
-        """Issue a pull ahead asynchronously (no thread waits for it); its answer is kept under `key`."""
-        parked = _Parked(offset, max_nums, expression, suspended)
-        with self._lock:
-            if key in self._parked:
-                return
-            self._parked[key] = parked
-        wait = PARKED_PULL_SUSPEND if suspended else 0.0
-        fields = self._pull_fields(key[0], mq, offset, max_nums, expression, wait)
-        queue = (mq.topic, mq.queue_id)
-
-        def arrived(response: RemotingCommand | None, error: BaseException | None) -> None:
-            try:
-                parked.result = None if response is None else self._pull_result(response, offset, message_filter)
-            except Exception:
-                parked.result = None  # the consumer's next pull asks again and sees the error itself
-            parked.done = True  # after the result: a reader that sees done sees the result
-            parked.ready.set()
-            if suspended:
-                for waker in self._watchers.get(queue, ()):
-                    waker.set()
-
-        try:
-            self.remote.request_async(RemotingCommand.request(RequestCode.PULL_MESSAGE, fields),
-                                      wait + self.timeout, arrived)
-        except (RemotingError, IllegalStateError):
-            with self._lock:
-                if self._parked.get(key) is parked:
-                    del self._parked[key]
-
     def watch_arrivals(self, waker: Waker, queues: Iterable[QueueKey]) -> None:
         """Set `waker` when one of `queues` may have grown (through parked long-polling pulls)."""
-        with self._lock:
-            for key in queues:
-                current = self._watchers.get(key, ())
-                if waker not in current:
-                    self._watchers[key] = (*current, waker)
-            closing = self._closing
-        if closing:
-            waker.set()
+        self._ahead.watch(waker, queues)
 
     def unwatch_arrivals(self, waker: Waker, queues: Iterable[QueueKey] | None = None) -> None:
-        """Stop setting `waker` for `queues` (all when None); parked pulls nobody watches are dropped."""
-        with self._lock:
-            keys = list(self._watchers) if queues is None else list(queues)
-            for key in keys:
-                current = self._watchers.get(key)
-                if current and waker in current:
-                    rest = tuple(w for w in current if w is not waker)
-                    if rest:
-                        self._watchers[key] = rest
-                    else:
-                        del self._watchers[key]
-            for parked_key in [k for k in self._parked if (k[1], k[2]) not in self._watchers]:
-                del self._parked[parked_key]
+        """Stop setting `waker` for `queues` (all when None)."""
+        self._ahead.unwatch(waker, queues)
 
     def register_consumer(self, group: str, member: GroupMember) -> None:
         """Announce `member` to the server (a heartbeat); every member of `group` rebalances."""
