@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -170,9 +171,9 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
           "i": encode_properties({"TAGS": "b", "UNIQ_KEY": "U2"}), "j": "0", "k": "false"}
     assert client.call(RequestCode.SEND_MESSAGE_V2, v2, b"two").ext_fields["queueOffset"] == "1"
     batch = encode_batch([(0, b"three", {"UNIQ_KEY": "U3"}), (0, b"four", {"UNIQ_KEY": "U4", "TAGS": "c"})])
-    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, {
-        "producerGroup": "pg", "topic": "orders", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-        "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0, "properties": "", "batch": True}, batch)
+    # RocketMQ's client sends batches with the V2 header (one-letter names), its own properties appended to each.
+    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, {**v2, "i": encode_properties({"UNIQ_KEY": "B"}), "m": "true"},
+                       batch)
     assert sent.code == ResponseCode.SUCCESS and sent.ext_fields["queueOffset"] == "2"
     assert len(sent.ext_fields["msgId"].split(",")) == 2
     broker.wait_dispatched()
@@ -182,11 +183,14 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
     got = records(response.body)
     assert [(m.body, m.tags, m.queue_offset, m.flag) for m in got] == [
         (b"one", "a", 0, 0), (b"two", "b", 1, 3), (b"three", None, 2, 0), (b"four", "c", 3, 0)]
+    # Each message keeps its own UNIQ_KEY (RocketMQ 5.0.0 lets the batch's override them all).
+    assert [m.properties["UNIQ_KEY"] for m in got[2:]] == ["U3", "U4"] and got[2].msg_id == "U3"
     assert got[0].offset_msg_id == first.ext_fields["msgId"] and got[0].keys == ["k1"]
     # Records name the serving address as their store host, as a RocketMQ broker writes brokerIP1:listenPort:
     # RocketMQ's consumers send their send-backs there.
     host, port = client.sock.getpeername()
     assert got[0].store_host == f"{host}:{port}" and decode_offset_msg_id(first.ext_fields["msgId"])[1] == port
+    assert got[0].born_host == "%s:%d" % client.sock.getsockname()  # the sender's address, as RocketMQ's
     # The body is the commit log's bytes, not a re-encoding.
     assert response.body[:got[0].store_size] == broker.store.commitlog.read(got[0].commit_log_offset,
                                                                               got[0].store_size)
@@ -545,9 +549,10 @@ def test_fuzzed_headers_always_get_an_answer(fuzz_server: tuple[mqlite.Broker, C
     assert "Error:" not in (response.remark or "") and "Exception" not in (response.remark or ""), response
 
 
-@pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[mqlite.Broker, Client]]:
-    with mqlite.open(tmp_path_factory.mktemp("fuzz") / "mq", commitlog_file_size=1 << 20) as b:
+@pytest.fixture
+def fuzz_server(tmp_path: Path) -> Iterator[tuple[mqlite.Broker, Client]]:
+    """One server for all of a Hypothesis test's examples (a function-scoped fixture runs once per test)."""
+    with mqlite.open(tmp_path / "fuzz", commitlog_file_size=1 << 20) as b:
         b.create_topic("t", 2)
         server = b.serve()
         c = Client(server.address)
@@ -602,3 +607,53 @@ def test_trace_records_of_a_traced_client_create_the_trace_topic(broker: mqlite.
     # RocketMQ's trace dispatcher finds no route for RMQ_SYS_TRACE_TOPIC and sends with defaultTopic TBW102.
     assert send_v1(client, "RMQ_SYS_TRACE_TOPIC", b"Pub\x01...").code == ResponseCode.SUCCESS
     assert broker.topic_config("RMQ_SYS_TRACE_TOPIC") is not None
+
+
+def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "sync", flush_disk_type="SYNC_FLUSH", commitlog_file_size=1 << 20) as broker:
+        server = broker.serve()
+        clients = [Client(server.address) for _ in range(4)]  # four connections, 25 pipelined sends each
+        sent = {}
+        for n, c in enumerate(clients):
+            pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
+                "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d-%d" % (n, i)) for i in range(25)]
+            c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+            sent[c] = pipelined
+        with deadline(20):
+            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o)  # type: ignore[misc]
+                       for c, cmds in sent.items() for cmd in cmds]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 100
+        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(100))
+        names = {t.name for t in threading.enumerate()}
+        assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
+        for c in clients:
+            c.close()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]
+
+
+def test_check_back_over_the_wire_commits_once(tmp_path: Path) -> None:
+    """A half left UNKNOW: the broker asks the producer's connection, whose oneway answer commits it."""
+    with mqlite.open(tmp_path / "tx", transaction_timeout=0.05, transaction_check_interval=0.05,
+                     commitlog_file_size=1 << 20) as broker:
+        server = broker.serve()
+        producer = Client(server.address)
+        heartbeat(producer, "p1", group="unused", producer="txg")
+        half = send_v1(producer, "txt", b"tx", {"TRAN_MSG": "true", "PGROUP": "txg", "UNIQ_KEY": "TX1"},
+                       sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE, bornTimestamp=int(time.time() * 1000))
+        assert half.code == ResponseCode.SUCCESS
+        with deadline(20):
+            check = producer.server_request(RequestCode.CHECK_TRANSACTION_STATE)
+            record = decode_message(check.body, "mqlite")
+            assert (record.topic, record.body, record.properties["UNIQ_KEY"]) == ("txt", b"tx", "TX1")
+            producer.call(RequestCode.END_TRANSACTION, {
+                "producerGroup": "txg", "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+                "commitLogOffset": check.ext_fields["commitLogOffset"], "commitOrRollback": 8,
+                "fromTransactionCheck": True, "msgId": check.ext_fields["msgId"],
+                "transactionId": check.ext_fields["transactionId"]}, oneway=True)
+            mq = MessageQueue("txt", "mqlite", 0)
+            while broker.max_offset(mq) < 1:
+                threading.Event().wait(0.01)
+        assert broker.query_message_by_offset("txt", 0, 0).body == b"tx"
+        producer.close()
+        server.close()

@@ -380,8 +380,10 @@ class Broker:
     # -- sending ------------------------------------------------------------------------------------------------
     def put_message(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
                     flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
-                    reconsume_times: int = 0) -> PutResult:
+                    reconsume_times: int = 0, born_host: str | None = None) -> PutResult:
         """Store one message sent by a client (the broker's `SendMessageProcessor` path).
+
+        `born_host` (`ip:port`) is the sender's address, which a server passes (default: the store's).
 
         Rewrites first, as RocketMQ's broker: a prepared (half) message goes to
         the half topic; a delayed one to the schedule or timer topic.
@@ -402,7 +404,7 @@ class Broker:
             self._register_system_topic(topic)
         try:
             return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                             born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+                             born_timestamp=born_timestamp, born_host=born_host, reconsume_times=reconsume_times)
         except (struct.error, OverflowError, TypeError) as exc:
             # A field that does not fit the record (flag, times beyond their Java types). The header
             # is packed last, before the write position moves: nothing was stored.

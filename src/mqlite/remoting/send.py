@@ -33,9 +33,9 @@ _STATUS_CODES = {
 
 
 def _v1(request: Request) -> None:
-    """Read a V2 header (one-letter names) as a V1 one: RocketMQ's client sends batches with the V2
-    header too (`MQClientAPIImpl.sendMessage`; `AbstractSendMessageProcessor.parseRequestHeader`)."""
-    if request.cmd.code != RequestCode.SEND_MESSAGE_V2 and request.cmd.code != RequestCode.SEND_BATCH_MESSAGE:
+    """Read a V2 header (one-letter names, what `SEND_MESSAGE_V2` and `SEND_BATCH_MESSAGE` carry) as a V1 one
+    (V1 names are kept, so a batch with V1 names reads too)."""
+    if request.cmd.code == RequestCode.SEND_MESSAGE:
         return
     fields = request.header.fields
     request.header.fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
@@ -112,7 +112,7 @@ def send_message(request: Request) -> RemotingCommand | None:
         body = request.cmd.body or b""
         result = request.broker.put_message(topic, queue_id, body, properties, flag=h.int32("flag"),
                                             sys_flag=sys_flag, born_timestamp=h.int64("bornTimestamp", low=0),
-                                            reconsume_times=reconsume_times)
+                                            reconsume_times=reconsume_times, born_host=request.peer.remote_address)
     except Exception as exc:  # noqa: BLE001 - put_failure re-raises what it does not know
         raise put_failure(exc) from None
     return _response(request, result, queue_id, properties)
@@ -143,8 +143,9 @@ def send_batch(request: Request) -> RemotingCommand | None:
         if not entries:
             raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
         shared = decode_properties(h.text("properties", ""))
-        # CommitLog's batch encoder appends the request's properties to each message's.
-        properties = [{**e.properties, **shared} for e in entries]
+        # The request's properties go with each message, under the message's own: RocketMQ's batch encoder
+        # appends them after, so there the batch's UNIQ_KEY overrides every message's (one id for all).
+        properties = [{**shared, **e.properties} for e in entries]
         result = request.broker.put_messages(topic, queue_id, [e.body for e in entries], properties,
                                              flags=[e.flag for e in entries],
                                              born_timestamp=h.int64("bornTimestamp", low=0))
