@@ -398,14 +398,18 @@ class RemoteBroker(RemoteAdmin):
 
     def _put_result(self, response: RemotingCommand, size: int, count: int) -> PutResult:
         ext = response.ext_fields or {}
-        decoded = [decode_offset_msg_id(i) for i in ext.get("msgId", "").split(",") if i]
-        offsets = [offset for _, _, offset in decoded]
+        ids = [i for i in ext.get("msgId", "").split(",") if i]
+        host, port = "", 0
+        if ids:
+            host, port, _ = decode_offset_msg_id(ids[0])  # checks the form; the batch's ids share the host
+        # The commit-log offset is an id's last 16 hex digits (8 bytes), whatever the host's length.
+        offsets = [int(i[-16:], 16) for i in ids]
         # RocketMQ's answer has no store time: the time the answer came is the closest this side knows.
         stored = int(ext["storeTimestamp"]) if "storeTimestamp" in ext else SYSTEM_CLOCK.now_ms()
         result = PutResult(offsets[0] if offsets else -1, size, int(ext.get("queueOffset", -1)), stored, count,
                            offsets if count > 1 else None, _SEND_STATUS[ResponseCode(response.code)])
-        if decoded and ":" not in decoded[0][0]:  # the records' store host (the server's address), in their ids
-            result = result._replace(store_host=(socket.inet_aton(decoded[0][0]), decoded[0][1]))
+        if ids and ":" not in host:  # the records' store host (the server's address), in their ids
+            result = result._replace(store_host=(socket.inet_aton(host), port))
         return result
 
     def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
