@@ -424,3 +424,14 @@ def test_closing_the_connection_shuts_its_consumers_down_with_their_offsets_comm
     remote.close()  # as Broker.close: the consumer stops and commits before the connection goes
     assert broker.query_offset("close-cg", mqlite.MessageQueue("C", broker.broker_name, 0)) == 10
     assert broker.consumer_ids("close-cg") == []
+
+
+def test_clients_given_the_path_of_a_store_this_process_opened_share_its_broker(tmp_path: Path) -> None:
+    path = str(tmp_path / "mine")
+    with mqlite.open(path) as broker:
+        with mqlite.Producer(path, group="pg") as producer:
+            assert producer.broker is broker  # not StoreLockedError from this process's own lock
+            producer.send(mqlite.Message("own", b"x"))
+        assert not broker.closed  # the producer's release leaves the owner's broker open
+        assert broker.max_offset(mqlite.MessageQueue("own", broker.broker_name, 0)) + sum(
+            broker.max_offset(mqlite.MessageQueue("own", broker.broker_name, q)) for q in range(1, 4)) == 1
