@@ -4,6 +4,9 @@
         A LitePullConsumer of GROUP on TOPIC, given TARGET (a store path another process holds and
         serves, or HOST:PORT); prints ``ASSIGNED <queue ids>`` whenever its share changes and polls
         until stdin closes.
+    python tests/_remotechild.py orderly ADDRESS GROUP TOPIC CLIENT_ID
+        An orderly PushConsumer with CLIENT_ID; prints ``GOT <queue id> <body>`` per message, in
+        consumption order, until stdin closes (then it shuts down, giving its locks back).
     python tests/_remotechild.py open DIR TOPIC BODY
         `mqlite.open(DIR)` while another process holds it: prints the broker's class name, sends
         BODY to TOPIC and prints ``SENT <msg_id>``.
@@ -50,6 +53,20 @@ def consume(target: str, group: str, topic: str) -> None:
         broker.close()
 
 
+def orderly(address: str, group: str, topic: str, client_id: str) -> None:
+    def listener(msgs: list[mqlite.MessageExt], ctx: object) -> mqlite.ConsumeOrderlyStatus:
+        for msg in msgs:
+            _print("GOT", msg.queue_id, msg.body.decode())
+        return mqlite.ConsumeOrderlyStatus.SUCCESS
+
+    with mqlite.connect(address) as remote, \
+            mqlite.PushConsumer(remote, group, subscription={topic: "*"}, listener=listener, orderly=True,
+                                consume_from_where=mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                                client_id=client_id):
+        _print("STARTED")
+        _until_stdin_closes()
+
+
 def open_held(path: str, topic: str, body: str) -> None:
     broker = mqlite.open(path)
     _print(type(broker).__name__)
@@ -61,4 +78,4 @@ def open_held(path: str, topic: str, body: str) -> None:
 
 if __name__ == "__main__":
     mode, *args = sys.argv[1:]
-    {"consume": consume, "open": open_held}[mode](*args)
+    {"consume": consume, "orderly": orderly, "open": open_held}[mode](*args)

@@ -131,48 +131,52 @@ def test_transactions_commit_roll_back_and_answer_check_backs(broker: mqlite.Bro
 
 
 # -- consuming ----------------------------------------------------------------------------------------
-def test_orderly_locks_are_handed_over_between_connections(broker: mqlite.Broker, server: Any) -> None:
+def test_orderly_locks_are_handed_over_between_processes(broker: mqlite.Broker, server: Any) -> None:
     broker.create_topic("O", 2)
-    first, second = mqlite.connect(server.address), mqlite.connect(server.address)
     consumed: list[tuple[int, int, str]] = []  # (queue id, value, consumer) in consumption order
     lock = threading.Lock()
 
-    def orderly(name: str) -> Any:
-        def listener(msgs: list[mqlite.MessageExt], ctx: Any) -> ConsumeOrderlyStatus:
-            with lock:
-                consumed.extend((m.queue_id, int(m.body), name) for m in msgs)
-            return ConsumeOrderlyStatus.SUCCESS
-        return listener
+    def listener(msgs: list[mqlite.MessageExt], ctx: Any) -> ConsumeOrderlyStatus:
+        with lock:
+            consumed.extend((m.queue_id, int(m.body), "a") for m in msgs)
+        return ConsumeOrderlyStatus.SUCCESS
 
     def queue(q: int) -> mqlite.MessageQueue:
         return mqlite.MessageQueue("O", broker.broker_name, q)
 
-    with mqlite.Producer(first, group="pg") as producer, deadline(60):
-        a = mqlite.PushConsumer(first, "og", subscription={"O": "*"}, listener=orderly("a"), orderly=True,
-                                consume_from_where=FIRST, client_id="a")
-        a.start()
-        for i in range(20):
-            producer.send(mqlite.Message("O", b"%d" % i), queue=queue(0))
-        _wait(lambda: len(consumed) == 20, what="a consumed queue 0")
-        # "a" holds both queues' locks on the server; "b" joins and queue 1 moves over with its lock.
-        b = mqlite.PushConsumer(second, "og", subscription={"O": "*"}, listener=orderly("b"), orderly=True,
-                                consume_from_where=FIRST, client_id="b")
-        b.start()
-        _wait(lambda: [broker.queue_locks.holder("og", queue(q)) for q in (0, 1)] == ["a", "b"],
-              what="the lock hand-over")
-        for i in range(20, 40):
-            for q in (0, 1):
+    def holders() -> list[str | None]:
+        return [broker.queue_locks.holder("og", queue(q)) for q in (0, 1)]
+
+    def send(values: range, queues: tuple[int, ...]) -> None:
+        for i in values:
+            for q in queues:
                 producer.send(mqlite.Message("O", b"%d" % i), queue=queue(q))
-        _wait(lambda: {(q, v) for q, v, _ in consumed} == {(0, v) for v in range(40)} | {(1, v) for v in range(20, 40)},
-              what="everything consumed")
-        a.shutdown()
-        b.shutdown()
+
+    with mqlite.connect(server.address) as remote, mqlite.Producer(remote, group="pg") as producer, \
+            mqlite.PushConsumer(remote, "og", subscription={"O": "*"}, listener=listener, orderly=True,
+                                consume_from_where=FIRST, client_id="a"), deadline(60):
+        send(range(10), (0, 1))
+        _wait(lambda: len(consumed) == 20 and holders() == ["a", "a"], what="a consumed and locked both queues")
+        # "b" (another process) joins: queue 1 moves over, with its lock, once "a" has given it back.
+        with RemoteChild("orderly", server.address, "og", "O", "b") as child:
+            assert child.readline(time.monotonic() + 30) == "STARTED", child.stderr()
+            _wait(lambda: holders() == ["a", "b"], what="the lock hand-over to b")
+            send(range(10, 30), (0, 1))
+            end = time.monotonic() + 20
+            for _ in range(20):  # b consumes queue 1 from where a stopped (its committed offset), in order
+                line = child.readline(end)
+                assert line is not None, child.stderr()
+                _, q, value = line.split()
+                consumed.append((int(q), int(value), "b"))
+            child.close_stdin()  # b shuts down and gives its lock back
+            assert child.readline(time.monotonic() + 30) is None, child.stderr()
+        _wait(lambda: holders() == ["a", "a"], what="queue 1 back to a")
+        send(range(30, 35), (1,))
+        _wait(lambda: len(consumed) == 65, what="everything consumed")
     for q in (0, 1):
         values = [v for queue_id, v, _ in consumed if queue_id == q]
-        assert values == sorted(values), f"queue {q} consumed out of order: {values}"
-    assert {name for q, _, name in consumed if q == 1} == {"b"}
-    first.close()
-    second.close()
+        assert values == sorted(values) and len(set(values)) == len(values), f"queue {q}: {values}"
+    assert [v for q, v, name in consumed if q == 1 and name == "b"] == list(range(10, 30))
 
 
 def test_offsets_over_the_wire(broker: mqlite.Broker, remote: mqlite.RemoteBroker) -> None:
