@@ -439,3 +439,11 @@ def test_clients_given_the_path_of_a_store_this_process_opened_share_its_broker(
         assert not broker.closed  # the producer's release leaves the owner's broker open
         assert broker.max_offset(mqlite.MessageQueue("own", broker.broker_name, 0)) + sum(
             broker.max_offset(mqlite.MessageQueue("own", broker.broker_name, q)) for q in range(1, 4)) == 1
+
+
+def test_traced_clients_store_their_trace_on_the_server(broker: mqlite.Broker, remote: mqlite.RemoteBroker) -> None:
+    with mqlite.Producer(remote, group="tpg", trace=True) as producer:
+        sent = producer.send(mqlite.Message("traced", b"x"))
+    # The producer's shutdown sent what it recorded; the server stored it in its trace topic.
+    views = broker.query_trace(sent.msg_id)
+    assert [(v.msg_type, v.group_name) for v in views][:1] == [("Pub", "tpg")]
