@@ -447,3 +447,13 @@ def test_traced_clients_store_their_trace_on_the_server(broker: mqlite.Broker, r
     # The producer's shutdown sent what it recorded; the server stored it in its trace topic.
     views = broker.query_trace(sent.msg_id)
     assert [(v.msg_type, v.group_name) for v in views][:1] == [("Pub", "tpg")]
+
+
+def test_the_connection_knows_the_servers_max_message_size(tmp_path: Path) -> None:
+    with mqlite.open(str(tmp_path / "mq"), max_message_size=64 * 1024, **SMALL) as broker:
+        server = broker.serve("127.0.0.1:0")
+        with mqlite.connect(server.address) as remote, mqlite.Producer(remote, group="pg") as producer:
+            assert remote.max_message_size == 64 * 1024
+            with pytest.raises(MQClientError, match="max_message_size"):  # refused before it is sent
+                producer.send(mqlite.Message("big", b"x" * (64 * 1024 + 1)))
+        server.close()

@@ -1,7 +1,8 @@
 """Admin requests (`AdminBrokerProcessor`, `QueryMessageProcessor`): topics, stats, offsets reset, messages.
 
 `UPDATE_AND_CREATE_TOPIC`, `DELETE_TOPIC_IN_BROKER`, `GET_ALL_TOPIC_CONFIG`, `GET_TOPIC_STATS_INFO`,
-`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
+`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`,
+`GET_BROKER_CONFIG`, `QUERY_MESSAGE`,
 `VIEW_MESSAGE_BY_ID`: what `mqadmin` and the admin surface of `Broker` ask, each answered by one
 `Broker` call and rendered in RocketMQ's body classes (fastjson).
 """
@@ -123,6 +124,19 @@ def runtime_info(request: Request) -> RemotingCommand | None:
              "commitLogMaxOffset": str(broker.store.commitlog.max_offset),
              "commitLogMinOffset": str(broker.store.commitlog.min_offset), "brokerName": broker.broker_name}
     return request.reply(body=to_wire_json({"table": table}))
+
+
+@handles(RequestCode.GET_BROKER_CONFIG)
+def broker_config(request: Request) -> RemotingCommand | None:
+    """The broker's settings as RocketMQ's `properties2String` writes them (mqadmin `getBrokerConfig`);
+    a `RemoteBroker` reads `maxMessageSize` from it. RocketMQ's names for the settings clients care about."""
+    broker = request.broker
+    config = broker.config
+    settings = {"brokerClusterName": "DefaultCluster", "brokerName": broker.broker_name, "brokerId": 0,
+                "maxMessageSize": config.max_message_size, "flushDiskType": config.flush_disk_type,
+                "autoCreateTopicEnable": str(config.auto_create_topic).lower(),
+                "defaultTopicQueueNums": config.default_topic_queue_nums}
+    return request.reply(body="".join(f"{k}={v}\n" for k, v in settings.items()).encode("utf-8"))
 
 
 def _records(messages: list[object]) -> bytes:
