@@ -1,11 +1,13 @@
 """`Broker`: what `mqlite.open` returns; owns the store, the topic table and the services.
 
-It answers the admin surface of API.md and is what clients send through:
-`put_message` applies RocketMQ's broker-side rules (topic checks, auto-create)
-before the store appends. A read-only broker (`mqlite.open(path,
-read_only=True)`) runs over a `StoreReader`: no lock, no threads, safe beside a
-live writer. Clients given a path share one broker per directory
-(`Broker.acquire`), closed with its last user.
+It answers the admin surface of API.md and implements the broker port
+(`mqlite.port.BrokerPort`), the only way clients reach it: `put_message`
+applies RocketMQ's broker-side rules (topic checks, auto-create) before the
+store appends. A read-only broker (`mqlite.open(path, read_only=True)`) runs
+over a `StoreReader`: no lock, no threads, safe beside a live writer. Clients
+given a path share one broker per directory (`acquire`), closed with its last
+user; a store another process holds is reached through the hook installed
+with `set_remote_connector`.
 """
 
 from __future__ import annotations
@@ -477,7 +479,11 @@ class Broker:
 
     @classmethod
     def acquire(cls, target: Broker | str | os.PathLike[str]) -> Broker:
-        """The broker for `target`: the broker itself, or one shared per directory in this process."""
+        """The local broker for `target`: the broker itself, or one shared per directory in this process.
+
+        Clients call the module's `acquire`, which takes any broker port and also
+        reaches a store another process holds (`set_remote_connector`).
+        """
         if isinstance(target, Broker):
             target._check()
             return target

@@ -20,7 +20,7 @@ The port is RocketMQ's client-to-broker surface in Python terms:
 | `lock_queues`, `unlock_queues` | `LOCK_BATCH_MQ`, `UNLOCK_BATCH_MQ` |
 | `send_message_back` | `CONSUMER_SEND_MSG_BACK` |
 | `view_message` | `VIEW_MESSAGE_BY_ID` |
-| `wait_dispatched` | none: a remote broker answers pulls from what is dispatched, so it returns at once |
+| `wait_dispatched` | no request: a local wait for the reput service (the holder's own) |
 | `trace_dispatcher` | `SEND_MESSAGE` to `RMQ_SYS_TRACE_TOPIC` |
 
 Callbacks go the other way through two small protocols the clients implement:
