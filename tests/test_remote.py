@@ -476,3 +476,14 @@ def test_a_backlog_comes_prefetched_in_order_one_pull_at_a_time(broker: mqlite.B
         assert got == list(range(500)) and [m.queue_offset for m in batch] == list(range(500 - len(batch), 500))
         consumer.seek(mq, 100)  # what was fetched ahead is dropped
         assert [int(m.body) for m in consumer.poll(5.0)][:3] == [100, 101, 102]
+
+
+def test_a_held_path_whose_server_refuses_the_connection_is_still_a_held_store(broker: mqlite.Broker) -> None:
+    from mqlite.remoting.holder import connect_to_holder
+
+    server = broker.serve("127.0.0.1:0", acl={"ak": "secret"})
+    try:
+        with pytest.raises(mqlite.StoreLockedError, match="access_key"):
+            connect_to_holder(os.path.realpath(broker.path))
+    finally:
+        server.close()
