@@ -297,7 +297,9 @@ class RemotingClient:
             except OSError as exc:
                 raise RemotingError(f"cannot connect to {self.address} ({exc}); is `mqlite serve` (or "
                                     "broker.serve()) running there?") from None
-            sock.settimeout(None)
+            # A send that cannot go out within the timeout (a server that stopped reading) fails instead of
+            # blocking for ever; the reader is unaffected: it only receives what select() found ready.
+            sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(self, sock)
             conn.thread.start()
