@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._service import close_at_exit, forget_at_exit
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError, ProtocolError, RemotingError
 from .protocol import ACCESS_KEY, SIGNATURE, FrameDecoder, RemotingCommand, ResponseCode, encode_frame, sign
@@ -204,6 +205,7 @@ class RemotingClient:
         self._connects = 0
         self._closed = False
         self._callbacks = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mqlite-remote-callback")
+        close_at_exit(self)  # its threads are not daemons: one the program forgets is closed at exit
 
     # -- set-up ------------------------------------------------------------------------------------------
     def register_handler(self, code: int, handler: Handler) -> None:
@@ -360,9 +362,11 @@ class RemotingClient:
             conn, self._conn = self._conn, None
             if conn is not None:
                 self._dead.append(conn)
+        forget_at_exit(self)
         if conn is not None:
             conn.fail(f"the connection to {self.address} was closed")
-        self._callbacks.shutdown(wait=threading.current_thread().name.startswith("mqlite-remote-callback") is False)
+        # A handler closing its own client cannot wait for itself.
+        self._callbacks.shutdown(wait=not threading.current_thread().name.startswith("mqlite-remote-callback"))
         with self._lock:
             self._reap()
 

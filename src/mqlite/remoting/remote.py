@@ -142,6 +142,7 @@ class RemoteBroker(RemoteAdmin):
         self.address = address
         self.timeout = check_seconds("timeout", timeout)
         self.remote = RemotingClient(address, timeout=self.timeout, access_key=access_key, secret_key=secret_key)
+        forget_at_exit(self.remote)  # owned: closed with this broker (which is closed at exit if forgotten)
         self._lock = threading.Lock()
         self._closing = False
         self._closed = False
