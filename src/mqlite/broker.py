@@ -491,6 +491,9 @@ class Broker:
         with _SHARED_LOCK:
             broker = _SHARED.get(key)
             if broker is None or broker.closed:
+                opened = _opened_writer(key)
+                if opened is not None:
+                    return opened  # this process opened the directory itself: its owner closes it
                 broker = open(key)
                 broker._shared_key = key
                 _SHARED[key] = broker
@@ -1063,6 +1066,15 @@ def _check_queue(mq: object) -> None:
 _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
 _OPENED: weakref.WeakSet[Broker] = weakref.WeakSet()
+
+
+def _opened_writer(path: str) -> Broker | None:
+    """A writer this process opened on `path` (a real path) and has not closed, or None."""
+    for broker in list(_OPENED):
+        if (not broker._closed and not broker._closing and not broker.read_only and broker._pid == os.getpid()
+                and os.path.realpath(broker.path) == path):
+            return broker
+    return None
 
 
 def _disown_in_child() -> None:
