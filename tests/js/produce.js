@@ -1,0 +1,41 @@
+'use strict';
+// Sends cfg.messages ([{tags, keys: [..], body (UTF-8) | bodyBase64}]) to cfg.topic with an ali-ons
+// Producer; prints {"event":"sent",...} per message, then {"event":"done"}; an error ends it with
+// {"event":"error","code":<RocketMQ response code or null>,...} and exit status 2.
+const { Producer, Message } = require('ali-ons');
+const MQClientAPI = require('ali-ons/lib/mq_client_api');
+const { config, emit, clientOptions, fail } = require('./common');
+
+// ali-ons retries a send refused with NO_PERMISSION and others, then throws a generic error: report
+// each refusal's response code as it happens ({"event":"refused","code":16,...}).
+const defaultHandler = MQClientAPI.prototype._defaultHandler;
+MQClientAPI.prototype._defaultHandler = function(request, response) {
+  emit('refused', { requestCode: request.code, code: response.code, remark: response.remark || null });
+  return defaultHandler.call(this, request, response);
+};
+
+async function main() {
+  const cfg = config();
+  const counters = { clientFiltered: 0 };
+  const producer = new Producer(Object.assign(clientOptions(cfg, counters), { producerGroup: cfg.group }));
+  producer.on('error', err => process.stderr.write('[producer error] ' + err.message + '\n'));
+  await producer.ready();
+  for (const [index, m] of cfg.messages.entries()) {
+    const body = m.bodyBase64 !== undefined ? Buffer.from(m.bodyBase64, 'base64') : Buffer.from(m.body, 'utf8');
+    const msg = new Message(cfg.topic, m.tags, body);
+    if (m.keys) msg.keys = m.keys;
+    const result = await producer.send(msg);
+    emit('sent', {
+      index,
+      msgId: result.msgId,
+      sendStatus: result.sendStatus,
+      queueId: Number(result.messageQueue.queueId),
+      queueOffset: result.queueOffset,
+      brokerName: result.messageQueue.brokerName,
+    });
+  }
+  emit('done', {});
+  process.exit(0); // ali-ons keeps its inner producer's timers and sockets: leave without closing
+}
+
+main().catch(err => fail(err, 2));
