@@ -1,0 +1,102 @@
+"""Child process for tests/test_rocketmq_cpp.py: drives rocketmq-client-cpp (PyPI `rocketmq`, its
+`librocketmq.so` through ctypes) and prints one JSON object per line.
+
+    python _cppclient.py '{"mode": "produce", "nameSrv": ..., "topic": ..., "group": ...,
+                           "messages": [{"tags": .., "keys": .., "body": ..}], "accessKey"?: .., "secretKey"?: ..}'
+    python _cppclient.py '{"mode": "consume", "nameSrv": ..., "topic": ..., "group": ..., "expression": ..,
+                           "expect": [keys], "failFirst": [keys], "timeout": seconds}'
+
+A listener that raises makes the C++ consumer answer RECONSUME_LATER (a send-back). The C++
+library logs under $HOME/logs/rocketmq-cpp: the test gives it a temporary HOME. (`rocketmq` is
+imported in the functions: pytest imports this file to look for doctests.)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import threading
+from typing import Any
+
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def credentials(client: Any, cfg: dict[str, Any]) -> None:
+    if cfg.get("accessKey"):
+        client.set_session_credentials(cfg["accessKey"], cfg["secretKey"], "")
+
+
+def produce(cfg: dict[str, Any]) -> int:
+    from rocketmq.client import Message, Producer
+
+    producer = Producer(cfg["group"], timeout=3000)
+    producer.set_namesrv_addr(cfg["nameSrv"])
+    credentials(producer, cfg)
+    producer.start()
+    try:
+        for index, m in enumerate(cfg["messages"]):
+            msg = Message(cfg["topic"])
+            msg.set_keys(m["keys"])
+            msg.set_tags(m["tags"])
+            msg.set_body(m["body"])
+            try:
+                result = producer.send_sync(msg)
+            except Exception as exc:  # the C++ client's failure, as the ctypes binding raises it
+                emit("error", index=index, name=type(exc).__name__, message=str(exc))
+                return 2
+            emit("sent", index=index, status=int(result.status), msgId=result.msg_id, queueOffset=result.offset)
+    finally:
+        producer.shutdown()
+    emit("done")
+    return 0
+
+
+def consume(cfg: dict[str, Any]) -> int:
+    from rocketmq.client import PushConsumer
+
+    expected = set(cfg["expect"])
+    fail_first = set(cfg.get("failFirst", []))
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def on_message(msg: Any) -> None:
+        key = msg.keys.decode()
+        with lock:
+            failing = key in fail_first
+            fail_first.discard(key)
+        emit("message", key=key, tags=msg.tags.decode(), topic=msg.topic.decode(),
+             bodyBase64=base64.b64encode(msg.body).decode(), msgId=msg.id.decode(),
+             queueId=msg.queue_id, queueOffset=msg.queue_offset, reconsumeTimes=msg.reconsume_times,
+             failed=failing)
+        if failing:
+            raise RuntimeError(f"failing {key} once on purpose")
+        with lock:
+            expected.discard(key)
+            if not expected:
+                finished.set()
+
+    consumer = PushConsumer(cfg["group"])
+    consumer.set_namesrv_addr(cfg["nameSrv"])
+    credentials(consumer, cfg)
+    consumer.subscribe(cfg["topic"], on_message, cfg.get("expression", "*"))
+    consumer.start()
+    ok = finished.wait(cfg.get("timeout", 60))
+    consumer.shutdown()  # persists the consume offsets
+    if not ok:
+        emit("timeout", missing=sorted(expected))
+        return 3
+    emit("done")
+    return 0
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    return produce(cfg) if cfg["mode"] == "produce" else consume(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

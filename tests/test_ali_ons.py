@@ -1,0 +1,131 @@
+"""ali-ons, npm's pure-JavaScript RocketMQ remoting client, against `mqlite serve`.
+
+The node scripts in tests/js (installed by the README's set-up: `npm ci --prefix tests/js`) produce
+and push-consume with ali-ons 3.12.0 and print JSON lines; the server runs as users start it,
+`python -m mqlite serve PATH --listen 127.0.0.1:0`, in its own process. Afterwards the store is
+opened read-only to check what the server stored and which offsets ali-ons committed.
+
+ali-ons reaches the server as its name server (`nameSrv`) and then as the broker the route names.
+It never asks for TBW102, so the topics exist before the clients start (as on a real broker).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+from served import QUICK_RETRY_LEVELS, run_lines, serving
+
+NODE = shutil.which("node")
+JS = Path(__file__).resolve().parent / "js"
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed: the ali-ons tests run node scripts")
+
+
+@pytest.fixture(autouse=True)
+def _ali_ons_installed() -> None:
+    if not (JS / "node_modules" / "ali-ons" / "package.json").is_file():
+        pytest.fail("ali-ons is not installed: run `npm ci --prefix tests/js` (the README's test set-up does)")
+
+
+def node(script: str, config: dict[str, Any], timeout: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:
+    assert NODE is not None
+    return run_lines([NODE, str(JS / script), json.dumps(config)], cwd=str(JS), timeout=timeout)
+
+
+def new_store(tmp_path: Path, *topics: str) -> str:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path) as broker:
+        for topic in topics:
+            broker.create_topic(topic, 4)
+    return path
+
+
+def messages(count: int, tags: list[str], prefix: str = "k") -> list[dict[str, Any]]:
+    """`count` messages with tags in turn, a key each (every third has two), UTF-8 bodies; the
+    fifth body is 6 KiB, which ali-ons sends zlib-compressed (its compressMsgBodyOverHowmuch is 4 KiB)."""
+    out = []
+    for i in range(count):
+        keys = [f"{prefix}{i}"] + (["shared"] if i % 3 == 0 else [])
+        body = f"body {i} é {'x' * 6000 if i == 4 else ''}"
+        out.append({"tags": tags[i % len(tags)], "keys": keys, "body": body})
+    return out
+
+
+def by_event(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == name]
+
+
+def test_produce_then_push_consume_with_a_tag_filter(tmp_path: Path) -> None:
+    path = new_store(tmp_path, "JsOrders")
+    sent_msgs = messages(12, ["TagA", "TagB", "TagC"])
+    wanted = [m for m in sent_msgs if m["tags"] != "TagC"]
+    with serving(path) as address:
+        rc, events, err = node("produce.js", {"nameSrv": address, "topic": "JsOrders", "group": "js-pg",
+                                             "messages": sent_msgs})
+        assert rc == 0 and by_event(events, "done"), err[-3000:]
+        sent = by_event(events, "sent")
+        assert [e["index"] for e in sent] == list(range(12))
+        assert {e["sendStatus"] for e in sent} == {"SEND_OK"} and {e["brokerName"] for e in sent} == {"mqlite"}
+        assert len({e["msgId"] for e in sent}) == 12 and {e["queueId"] for e in sent} <= {0, 1, 2, 3}
+
+        rc, events, err = node("consume.js", {
+            "nameSrv": address, "topic": "JsOrders", "group": "js-cg", "expression": "TagA || TagB",
+            "expect": [" ".join(m["keys"]) for m in wanted], "timeoutMs": 60000})
+        assert rc == 0, (events[-3:], err[-3000:])
+        (done,) = by_event(events, "done")
+        got = by_event(events, "message")
+    # Every wanted message arrived once, as sent; TagC never left the server (the client-side
+    # tag check dropped nothing, so the server filtered).
+    assert sorted(e["key"] for e in got) == sorted(" ".join(m["keys"]) for m in wanted)
+    assert done["clientFiltered"] == 0
+    sent_by_index = {e["index"]: e for e in sent}
+    for e in got:
+        i = int(e["key"].split()[0][1:])
+        assert (e["topic"], e["tags"], e["reconsumeTimes"]) == ("JsOrders", sent_msgs[i]["tags"], 0)
+        assert base64.b64decode(e["bodyBase64"]).decode() == sent_msgs[i]["body"]
+        assert (e["msgId"], e["queueId"], e["queueOffset"]) == (
+            sent_by_index[i]["msgId"], sent_by_index[i]["queueId"], sent_by_index[i]["queueOffset"])
+
+    with mqlite.open(path, read_only=True) as broker:
+        for i, m in enumerate(sent_msgs):
+            stored = broker.query_message_by_offset("JsOrders", sent_by_index[i]["queueId"],
+                                                    sent_by_index[i]["queueOffset"])
+            assert (stored.body.decode(), stored.tags, stored.keys) == (m["body"], m["tags"], m["keys"])
+            assert stored.offset_msg_id == sent_by_index[i]["msgId"]  # ali-ons sets no UNIQ_KEY
+        assert [m.body.decode() for m in broker.query_message("JsOrders", "shared")] != []
+        # ali-ons committed its offsets (UPDATE_CONSUMER_OFFSET on close): a restart resumes at the end.
+        progress = {p.queue_id: p for p in broker.consumer_progress("js-cg") if p.topic == "JsOrders"}
+        assert sorted(progress) == [0, 1, 2, 3]
+        assert all(p.consumer_offset == p.broker_offset for p in progress.values()), progress
+
+
+def test_a_failed_delivery_comes_back_through_the_retry_topic(tmp_path: Path) -> None:
+    path = new_store(tmp_path, "JsRetry")
+    sent_msgs = messages(3, ["TagA"], prefix="r")
+    with serving(path, "--set", f"message_delay_level={QUICK_RETRY_LEVELS}") as address:
+        rc, events, err = node("produce.js", {"nameSrv": address, "topic": "JsRetry", "group": "js-pg",
+                                             "messages": sent_msgs})
+        assert rc == 0, err[-3000:]
+        rc, events, err = node("consume.js", {
+            "nameSrv": address, "topic": "JsRetry", "group": "js-retry", "expression": "*",
+            "expect": ["r0 shared", "r1", "r2"], "failFirst": ["r1"], "timeoutMs": 60000})
+        assert rc == 0, (events[-3:], err[-3000:])
+    got = by_event(events, "message")
+    assert sorted(e["key"] for e in got) == ["r0 shared", "r1", "r1", "r2"]
+    first, again = [e for e in got if e["key"] == "r1"]
+    assert (first["failed"], first["reconsumeTimes"], first["retryTopic"]) == (True, 0, None)
+    # Sent back (CONSUMER_SEND_MSG_BACK), stored in %RETRY%js-retry, delivered to the same handler.
+    assert (again["failed"], again["reconsumeTimes"], again["retryTopic"]) == (False, 1, "JsRetry")
+    assert again["topic"] == "JsRetry" and again["bodyBase64"] == first["bodyBase64"]
+    with mqlite.open(path, read_only=True) as broker:
+        (retried,) = broker.query_message("%RETRY%js-retry", "r1")
+        assert retried.reconsume_times == 1 and retried.properties["RETRY_TOPIC"] == "JsRetry"
+        progress = [p for p in broker.consumer_progress("js-retry")]
+        assert progress and all(p.consumer_offset == p.broker_offset for p in progress), progress
