@@ -5,6 +5,11 @@ module is checked: absolute and relative, at module level or inside functions, u
 `if TYPE_CHECKING:` too, and `importlib.import_module("mqlite....")` with a constant name.
 A module may import its own layer or lower ones. A module missing from `LAYERS` fails
 the test: classify new modules here.
+
+The broker port rule (DESIGN.md, "Layers") is checked the same way: the client modules and
+the adapters that drive them (`PORT_CLIENTS`) reach a broker only through `mqlite.port.BrokerPort`
+(no `.store`, `.arrivals`, `.consumer_groups`, `.queue_locks`, `.topics` ... of a `Broker`),
+import no private name from another mqlite module, and touch private members only of `self`/`cls`.
 """
 
 from __future__ import annotations
@@ -215,3 +220,102 @@ def test_package_init_may_import_anything(tmp_path: Path) -> None:
     root = _package(tmp_path, {"errors.py": "", "cli.py": "import mqlite\n"})
     (root / "__init__.py").write_text("from .cli import main\nfrom .errors import MQLiteError\n")
     assert upward_imports(root) == []
+
+
+# -- the broker port rule ---------------------------------------------------------------------------------
+#: Modules that must reach a broker only through `BrokerPort` (dotted names under the package; a
+#: package stands for all its modules): the L3 clients and the adapters built on them.
+PORT_CLIENTS = ("producer", "consumer", "rebalance", "filter", "aio", "testing", "_pytest_plugin")
+#: A `Broker`'s internals: never read by a port client, whatever holds them.
+BROKER_INTERNALS = frozenset({"store", "arrivals", "consumer_groups", "queue_locks", "topics", "offsets"})
+#: Attributes too common to forbid everywhere (`os.path`), forbidden on anything named like a broker.
+BROKER_ONLY_ATTRIBUTES = frozenset({"config", "path"})
+
+
+def _is_port_client(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) > 1 and parts[1] in PORT_CLIENTS
+
+
+def port_violations(root: Path) -> list[str]:
+    """Every place a port client reaches past the port (see the module notes)."""
+    problems = []
+    for path in modules(root):
+        module = _module_name(path, root)
+        if not _is_port_client(module):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        where = f"{module} line"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = (_resolve_relative(module, _is_package(path), node.level, node.module) if node.level
+                        else node.module or "")
+                if base != root.name and not base.startswith(root.name + "."):
+                    continue
+                for alias in node.names:
+                    private = alias.name.startswith("_") and not _module_exists(f"{base}.{alias.name}", root)
+                    if private and base != module:
+                        problems.append(f"{where} {node.lineno}: imports the private name {alias.name} from {base}")
+            elif isinstance(node, ast.Attribute):
+                owner = ast.unparse(node.value)
+                name = node.attr
+                if name.startswith("_") and not name.startswith("__") and owner not in ("self", "cls") \
+                        and not owner.startswith("super("):
+                    problems.append(f"{where} {node.lineno}: reads the private member {owner}.{name}")
+                elif name in BROKER_INTERNALS or (name in BROKER_ONLY_ATTRIBUTES and "broker" in owner.lower()):
+                    problems.append(f"{where} {node.lineno}: reads {owner}.{name}, a Broker internal; "
+                                    "use a BrokerPort method (mqlite/port.py) or add one")
+    return problems
+
+
+def test_clients_reach_a_broker_only_through_the_port() -> None:
+    problems = port_violations(PACKAGE_DIR)
+    assert not problems, "clients must use the broker port (DESIGN.md, Layers):\n" + "\n".join(problems)
+
+
+def test_the_port_rule_covers_the_clients() -> None:
+    # Guard against a rule that silently checks nothing (a renamed package, say).
+    checked = {name for name in (_module_name(p, PACKAGE_DIR) for p in modules(PACKAGE_DIR))
+               if _is_port_client(name)}
+    assert {"mqlite.producer", "mqlite.consumer.push", "mqlite.consumer.litepull", "mqlite.aio",
+            "mqlite.testing"} <= checked
+
+
+@pytest.mark.parametrize("source", [
+    "def f(broker):\n    return broker.store.clock",
+    "def f(self):\n    self._broker.arrivals.watch(self, [])",
+    "def f(broker):\n    return broker.consumer_groups.members('g')",
+    "def f(broker, mq):\n    return broker.queue_locks.try_lock('g', [mq], 'c')",
+    "def f(b):\n    return b.topics.version",
+    "def f(broker):\n    return broker.offsets",
+    "def f(broker):\n    return broker.config.max_message_size",
+    "def f(self):\n    return self.broker.path",
+    "from ..store import _locked",
+    "from mqlite.consumer.litepull import _ConsumeRequest",
+    "from ..message import _local_ip",
+    "def f(consumer):\n    return consumer._take(1.0)",
+])
+def test_the_port_rule_catches_a_client_reaching_past_the_port(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"consumer/__init__.py": "", "consumer/push.py": source, "store.py": "",
+                               "message.py": "", "consumer/litepull.py": ""})
+    problems = port_violations(root)
+    assert len(problems) == 1 and problems[0].startswith("mqlite.consumer.push line"), problems
+
+
+@pytest.mark.parametrize("source", [
+    "import os\ndef f(self):\n    return os.path.join(self.path, self._x)",
+    "def f(broker):\n    return broker.clock.now_ms(), broker.routes_version",
+    "from ._service import Service\nfrom . import _helpers\nfrom .store import MessageStore",
+    "def f(self):\n    return super()._remove(self), self.__class__",
+    "class C:\n    @classmethod\n    def m(cls):\n        return cls._made",
+])
+def test_the_port_rule_allows_the_port_and_own_members(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"consumer/__init__.py": "", "consumer/push.py": source, "store.py": "",
+                               "_service.py": "", "consumer/_helpers.py": ""})
+    assert port_violations(root) == []
+
+
+def test_the_port_rule_leaves_the_broker_layer_alone(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"broker.py": "def f(self):\n    return self.store, self._store, x._y\n",
+                               "cli/__init__.py": "def f(broker):\n    return broker.store\n"})
+    assert port_violations(root) == []

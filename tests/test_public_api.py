@@ -35,7 +35,9 @@ EXPORTS = {
     "TraceView", "MessageTrack", "TrackType",
     # errors
     "MQLiteError", "MQClientError", "FilterError", "ConfigError", "IllegalStateError", "StoreLockedError",
-    "StoreCorruptedError", "MessageNotFoundError", "SendTimeoutError", "DiskFullError",
+    "StoreCorruptedError", "MessageNotFoundError", "SendTimeoutError", "DiskFullError", "RemotingError",
+    # serving
+    "Server",
 }
 
 #: Modules users import by name besides the package itself (API.md, DESIGN.md).

@@ -29,6 +29,7 @@ from .errors import (
     MessageNotFoundError,
     MQClientError,
     MQLiteError,
+    RemotingError,
     SendTimeoutError,
     StoreCorruptedError,
     StoreLockedError,
@@ -51,8 +52,21 @@ from .reader import StoreReader
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
 from .traceview import MessageTrack, TraceView, TrackType
+from .broker import set_server_factory as _set_server_factory
+from .remoting import serve_broker as _serve_broker
 
 __version__ = "0.1.0"
+
+_set_server_factory(_serve_broker)  # Broker.serve (layer L2) builds servers of mqlite.remoting (L4)
+
+
+def __getattr__(name: str) -> object:
+    # `mqlite.Server` without importing asyncio for every `import mqlite`.
+    if name == "Server":
+        from .remoting.server import Server
+
+        return Server
+    raise AttributeError(f"module 'mqlite' has no attribute {name!r}")
 
 __all__ = [
     "Broker",
@@ -86,12 +100,14 @@ __all__ = [
     "MessageStore",
     "Producer",
     "QueueStatus",
+    "RemotingError",
     "SelectMessageQueueByHash",
     "SelectMessageQueueByRandom",
     "SendMessageContext",
     "SendResult",
     "SendStatus",
     "SendTimeoutError",
+    "Server",
     "StoreConfig",
     "StoreCorruptedError",
     "StoreLockedError",

@@ -309,9 +309,7 @@ def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin
     else:
         properties[PROPERTY_RETRY_TOPIC] = origin  # the client shows the message under this topic
         topic, queue_id = retry_topic(group), 0
-        if topic not in broker.topics:
-            broker.topics.ensure_system(topic, 1)
-            broker.consumer_groups.notify(group)  # live members start reading their new retry topic
+        broker.ensure_group_topic(group, topic)  # live members start reading a new retry topic
     body, sys_flag = stored_body(msg)
     put = broker.put_message(topic, queue_id, body, properties, flag=msg.flag,
                              sys_flag=SysFlag.reset_transaction_value(sys_flag, SysFlag.TRANSACTION_NOT_TYPE),

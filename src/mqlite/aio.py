@@ -49,20 +49,21 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .broker import Broker
 from .broker import open as open_broker
+from .consumer.litepull import ConsumeRequest
 from .consumer.litepull import LitePullConsumer as _LitePullConsumer
-from .consumer.litepull import _ConsumeRequest
 from .consumer.push import PushConsumer as _PushConsumer
 from .consumer.types import ConsumeConcurrentlyContext, ConsumeOrderlyContext
 from .errors import IllegalStateError, MQClientError
 from .filter import MessageSelector
 from .message import Message, MessageExt, MessageQueue
+from .port import BrokerPort
 from .producer import MessageQueueSelector, SendResult
 from .producer import Producer as _Producer
 
 __all__ = ["open", "Producer", "LitePullConsumer", "PushConsumer", "AsyncMessageListener"]
 
 T = TypeVar("T")
-BrokerLike = Broker | str | os.PathLike[str]
+BrokerLike = BrokerPort | str | os.PathLike[str]
 
 
 class AsyncMessageListener(Protocol):
@@ -220,7 +221,7 @@ class LitePullConsumer:
         self.sync = _LitePullConsumer(broker, group, **options)
         self._executor = executor
         # Messages of the batch `async for` is in, taken but not handed out yet (see __anext__).
-        self._rest: tuple[_ConsumeRequest, list[MessageExt]] | None = None
+        self._rest: tuple[ConsumeRequest, list[MessageExt]] | None = None
 
     def subscribe(self, topic: str, expression: MessageSelector | str | None = "*") -> None:
         """`LitePullConsumer.subscribe` (returns at once; queues are rebalanced on the pull thread)."""
@@ -253,19 +254,19 @@ class LitePullConsumer:
         result); the rest of a batch `async for` stopped in comes first.
         """
         sync = self.sync
-        sync._running()  # raises IllegalStateError before start or after shutdown
+        sync.check_running()  # raises IllegalStateError before start or after shutdown
         wait = sync.poll_timeout if timeout is None else timeout
         if not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0:
             raise MQClientError(f"Timeout must not be negative: poll(timeout) takes seconds >= 0, got {timeout!r}")
         if self._rest is not None:
             batch, rest = self._rest
             self._rest = None
-            if sync._hand_out(batch, rest):
+            if sync.hand_out(batch, rest):
                 return rest
         request = await self._take(float(wait))
         if request is None:
             return []
-        sync._hand_out(request, request.msgs)
+        sync.hand_out(request, request.msgs)
         return request.msgs
 
     async def commit_sync(self, offsets: Mapping[MessageQueue, int] | None = None, persist: bool = True) -> None:
@@ -288,7 +289,7 @@ class LitePullConsumer:
             if self._rest is not None:
                 batch, msgs = self._rest
                 self._rest = (batch, msgs[1:]) if len(msgs) > 1 else None
-                if sync._hand_out(batch, msgs[:1]):
+                if sync.hand_out(batch, msgs[:1]):
                     return msgs[0]
                 self._rest = None  # seeked or given up meanwhile: the rest of the batch is stale
                 continue
@@ -302,22 +303,21 @@ class LitePullConsumer:
                 self._rest = (request, list(request.msgs))
         raise StopAsyncIteration
 
-    async def _take(self, timeout: float) -> _ConsumeRequest | None:
+    async def _take(self, timeout: float) -> ConsumeRequest | None:
         """The next pull result, taken on a thread but not handed out; put back if this call is cancelled.
 
-        Uses the take / hand-out split of `LitePullConsumer` (the one its own
-        iterator uses), so the consume offset only moves past messages a live
-        caller receives.
+        Uses the take / hand-out split of `LitePullConsumer` (`take`, `hand_out`,
+        `give_back`: the one its own iterator uses), so the consume offset only
+        moves past messages a live caller receives.
         """
         sync = self.sync
-        handoff: _Handoff[_ConsumeRequest] = _Handoff()
+        handoff: _Handoff[ConsumeRequest] = _Handoff()
 
-        def take_on_thread() -> _ConsumeRequest | None:
-            if sync.auto_commit:
-                sync._maybe_auto_commit()  # what poll() does before it waits
-            request = sync._take(timeout, handoff.abandoned)
+        def take_on_thread() -> ConsumeRequest | None:
+            sync.commit_if_due()  # what poll() does before it waits
+            request = sync.take(timeout, handoff.abandoned)
             if request is not None and not handoff.offer(request):
-                sync._give_back(request, request.msgs)  # the caller was cancelled while we waited
+                sync.give_back(request, request.msgs)  # the caller was cancelled while we waited
             return request
 
         try:
@@ -325,10 +325,9 @@ class LitePullConsumer:
         except asyncio.CancelledError:
             taken = handoff.abandon()
             if taken is not None:  # taken, but this task was cancelled before it resumed
-                sync._give_back(taken, taken.msgs)
+                sync.give_back(taken, taken.msgs)
             else:  # still waiting: end the wait now rather than hold an executor thread until timeout
-                with sync._cv:
-                    sync._cv.notify_all()
+                sync.wake_takers()
             raise
 
     def __repr__(self) -> str:

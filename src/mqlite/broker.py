@@ -16,19 +16,19 @@ import os
 import struct
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
-from .errors import IllegalStateError, MessageNotFoundError, MQClientError
+from .errors import IllegalStateError, MessageNotFoundError, MQClientError, StoreLockedError
 from .groups import ConsumerGroups, GroupMember, QueueLocks
 from .inbox import InboxService, import_inbox
-from .longpoll import ArrivalHub, PullResult, PullStatus, pull_result_of
+from .longpoll import ArrivalHub, PullResult, PullStatus, Waker, pull_result_of
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_RETRY_TOPIC,
@@ -43,8 +43,9 @@ from .message import (
     decode_offset_msg_id,
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
+from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
-from .sendback import DEFAULT_MAX_RECONSUME_TIMES, is_dlq_topic, is_retry_topic, plan_send_back
+from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
 from .store import MessageStore
 from .storebase import MessageFilter, StoreFiles, config_for
 from .topics import (
@@ -66,7 +67,9 @@ _ROUTED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC})
 _DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
                                PROPERTY_TIMER_DELAY_SEC})
 
-__all__ = ["Broker", "QueueStatus", "QueueProgress", "open"]
+__all__ = ["Broker", "QueueStatus", "QueueProgress", "open", "acquire", "set_remote_connector",
+           "check_broker_target", "RemoteConnector",
+           "Serving", "set_server_factory"]
 
 log = logging.getLogger("mqlite")
 
@@ -107,6 +110,32 @@ class Joinable(Protocol):
         ...
 
 
+class Serving(Protocol):
+    """What `Broker.serve` returns (`mqlite.Server`), as the broker sees it."""
+
+    @property
+    def address(self) -> str:
+        """`host:port` the server listens on."""
+        ...
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        ...
+
+
+#: Builds a server for `Broker.serve`: installed by `mqlite.remoting` (an upper layer; see `set_server_factory`).
+_SERVER_FACTORY: Callable[..., Serving] | None = None
+
+
+def set_server_factory(factory: Callable[..., Serving]) -> None:
+    """Install what `Broker.serve` builds servers with (`mqlite/__init__.py` installs mqlite.remoting's).
+
+    The broker (layer L2) cannot import the remoting adapter (L4); the package wires them.
+    """
+    global _SERVER_FACTORY
+    _SERVER_FACTORY = factory
+
+
 class Broker:
     """An embedded RocketMQ broker over one directory. Use `mqlite.open()` to get one.
 
@@ -123,9 +152,10 @@ class Broker:
         self.topics = TopicTable(store.root, read_only=store.read_only, clock=store.clock)
         self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
         self._clients_lock = threading.Lock()
-        self._producers: dict[str, list[object]] = {}
+        self._producers: dict[str, list[TransactionChecker]] = {}
         # Traced clients' dispatchers (each owned by its client), flushed by query_trace.
         self._trace_dispatchers: weakref.WeakSet[TraceDispatcher] = weakref.WeakSet()
+        self._servers: list[Serving] = []  # from serve(): closed first by close()
         self._shared_key: str | None = None
         self._users = 0
         self._services: list[Service] = []
@@ -206,9 +236,7 @@ class Broker:
     def _check_transaction(self, group: str, msg: MessageExt) -> bool:
         """Ask a live producer of `group` about a half message; False when none is alive."""
         for producer in self.producers(group):
-            check = getattr(producer, "check_transaction", None)
-            if check is not None:
-                check(msg)
+            if producer.check_transaction(msg):  # a plain producer of the group answers False
                 return True
         return False
 
@@ -232,6 +260,26 @@ class Broker:
     def read_only(self) -> bool:
         """True for a reader opened with `read_only=True`."""
         return self._store.read_only
+
+    @property
+    def clock(self) -> Clock:
+        """The store's clock (`mqlite.open(..., clock=...)`): born, store and consume times follow it."""
+        return self._store.clock
+
+    @property
+    def max_message_size(self) -> int:
+        """The largest message body this broker stores, in bytes (`StoreConfig.max_message_size`)."""
+        return self.config.max_message_size
+
+    @property
+    def client_state_dir(self) -> str:
+        """Where clients keep state of their own (a broadcasting consumer's offsets): the store directory."""
+        return self._store.root
+
+    @property
+    def routes_version(self) -> int:
+        """The topic table's version: it changes whenever a topic is created, resized or deleted."""
+        return self.topics.version
 
     def _check(self) -> StoreFiles:
         if self._closed:
@@ -404,13 +452,13 @@ class Broker:
         return import_inbox(self)
 
     # -- clients ------------------------------------------------------------------------------------------------
-    def register_producer(self, group: str, producer: object) -> None:
+    def register_producer(self, group: str, producer: TransactionChecker) -> None:
         """Record a started producer (transaction check-backs go to a live producer of the group)."""
         _valid_group(group)
         with self._clients_lock:
             self._producers.setdefault(group, []).append(producer)
 
-    def unregister_producer(self, group: str, producer: object) -> None:
+    def unregister_producer(self, group: str, producer: TransactionChecker) -> None:
         """Forget a producer that shut down."""
         with self._clients_lock:
             members = self._producers.get(group, [])
@@ -419,7 +467,7 @@ class Broker:
             if not members:
                 self._producers.pop(group, None)
 
-    def producers(self, group: str) -> list[object]:
+    def producers(self, group: str) -> list[TransactionChecker]:
         """Live producers of `group`."""
         with self._clients_lock:
             return list(self._producers.get(group, []))
@@ -487,20 +535,21 @@ class Broker:
     # -- messages -------------------------------------------------------------------------------------------
     def view_message(self, msg_id: str) -> MessageExt:
         """A message by `offset_msg_id` or by `msg_id` (client unique id); `MessageNotFoundError` if none."""
-        store = self._indexed()
+        store = self._check()
         if not isinstance(msg_id, str) or not msg_id:
             raise MQClientError("msg_id must be a non-empty string")
         try:
             _, _, offset = decode_offset_msg_id(msg_id)
         except MQClientError:
             offset = -1
-        if offset >= 0:
+        if offset >= 0:  # read from the commit log: no need to wait for the index
             try:
                 stored = store.look_message_by_offset(offset)
                 if stored.offset_msg_id == msg_id.upper():
                     return stored
             except MessageNotFoundError:
                 pass
+        store = self._indexed()
         # A delayed or transactional message also has a copy in a system topic, a failed one in
         # the group's retry and dead-letter topics (same msg_id): the user's topic first.
         for topic in sorted(store.topics(), key=_copies_last):
@@ -625,6 +674,46 @@ class Broker:
             if store.max_offset(topic, queue_id) <= offset:
                 return result
 
+    def watch_arrivals(self, waker: Waker, queues: Iterable[QueueKey]) -> None:
+        """Call `waker.set()` whenever one of `queues` ((topic, queue id) pairs) grows, until
+        `unwatch_arrivals`; at once when the broker is closing. A consumer's pull thread sleeps on it."""
+        self.arrivals.watch(waker, queues)
+
+    def unwatch_arrivals(self, waker: Waker, queues: Iterable[QueueKey] | None = None) -> None:
+        """Stop waking `waker` for `queues` (for every queue when None)."""
+        self.arrivals.unwatch(waker, queues)
+
+    def consumer_ids(self, group: str) -> list[str]:
+        """The client ids of `group`'s live members, sorted (`GET_CONSUMER_LIST_BY_GROUP`)."""
+        return self.consumer_groups.client_ids(group)
+
+    def lock_queues(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> set[MessageQueue]:
+        """Lock or renew `mqs` for `client_id`, an orderly consumer of `group` (`LOCK_BATCH_MQ`).
+
+        Returns the queues it holds now: a queue locked by another live client
+        stays theirs until they unlock it or their lock expires (60 s unrenewed).
+        """
+        return self.queue_locks.try_lock(group, mqs, client_id)
+
+    def unlock_queues(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
+        """Give back the locks `client_id` holds on `mqs` (`UNLOCK_BATCH_MQ`).
+
+        The group's other members are asked to rebalance, so the next owner
+        locks the queues now rather than at its next 20 s round.
+        """
+        self.queue_locks.unlock(group, mqs, client_id)
+        for member in self.consumer_groups.members(group):
+            if member.client_id != client_id:
+                member.request_rebalance()
+
+    def wait_dispatched(self, timeout: float | None = None) -> bool:
+        """Block until everything stored so far is readable by pulls (dispatched to the consume
+        queues and the index); False after `timeout` seconds. A read-only broker returns True."""
+        store = self._check()
+        if isinstance(store, MessageStore):
+            return store.wait_dispatched(timeout)
+        return True
+
     def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
         """Record `group`'s next offset for `mq` (persisted every 5 s and on close)."""
         offsets = self._offsets()
@@ -688,9 +777,7 @@ class Broker:
             # (`sendMessageBackAsNormalMessage`), so the retry count and DLQ still work.
             original = msg
         plan = plan_send_back(original, group, delay_level, max_reconsume_times)
-        if plan.topic not in self.topics:
-            self.topics.ensure_system(plan.topic, 1)
-            self.consumer_groups.notify(group)  # members start reading their new retry topic
+        self.ensure_group_topic(group, plan.topic)
         body, sys_flag = stored_body(original)
         topic, queue_id, properties = self._route_delay(plan.topic, 0, plan.properties, sys_flag)
         if topic in _ROUTED_TOPICS:
@@ -698,6 +785,22 @@ class Broker:
         return store.put(topic, queue_id, body, properties, flag=original.flag, sys_flag=sys_flag,
                          born_timestamp=original.born_timestamp, born_host=original.born_host,
                          reconsume_times=plan.reconsume_times)
+
+    def ensure_group_topic(self, group: str, topic: str) -> TopicConfig:
+        """`group`'s retry (`%RETRY%<group>`) or dead-letter (`%DLQ%<group>`) topic, created with one
+        queue on first use; the group's live members then rebalance, so they start reading it.
+
+        Where RocketMQ's broker creates them (`createTopicInSendMessageBackMethod`):
+        a send-back, and a dead letter re-sent to its group (`mqlite.admin.resend_dlq_message`).
+        """
+        _valid_group(group)
+        if topic != retry_topic(group) and topic != dlq_topic(group):
+            raise MQClientError(f"{topic!r} is neither the retry nor the dead-letter topic of group {group!r}")
+        config = self.topics.get(topic)
+        if config is None:
+            config = self.topics.ensure_system(topic, 1)
+            self.consumer_groups.notify(group)  # members start reading their new retry topic
+        return config
 
     def register_consumer(self, group: str, member: GroupMember) -> None:
         """A consumer started: every member of `group` rebalances."""
@@ -766,6 +869,30 @@ class Broker:
                 member.reset_offsets(topic, dict(table))
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
+    # -- serving ------------------------------------------------------------------------------------------------
+    def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
+              allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:
+        """Serve this broker over Apache RocketMQ's remoting protocol; returns the `mqlite.Server`.
+
+        RocketMQ's clients (any language) connect with `namesrvAddr` set to `server.address`,
+        mqlite's with `mqlite.connect(server.address)`. Port 0 picks a free port. Loopback by
+        default; any other address needs `acl={access_key: secret_key}` (RocketMQ ACL signatures)
+        or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
+        its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
+        120), `executor_threads` (8). `close()` closes the servers first. Starts two kinds of
+        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec-N`.
+        """
+        self._check()
+        if self._closing:
+            raise IllegalStateError(f"the broker at {self.path} is closing; serve before close()")
+        if _SERVER_FACTORY is None:
+            raise IllegalStateError("serving needs mqlite.remoting; import mqlite (the package) first")
+        server = _SERVER_FACTORY(self, address, acl=acl, allow_anonymous=allow_anonymous,
+                                 max_frame_size=max_frame_size, **options)
+        with self._clients_lock:
+            self._servers.append(server)
+        return server
+
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def wait_idle(self, *consumers: Joinable, timeout: float | None = None) -> bool:
         """Block until nothing is left to happen now: True when idle, False once `timeout` seconds passed.
@@ -809,6 +936,11 @@ class Broker:
             return  # a consumer shut down below may release a shared broker: that must not re-enter
         self._closing = True
         forget_at_exit(self)
+        for server in list(self._servers):  # remote clients go first: their requests finish, they leave their groups
+            try:
+                server.close()
+            except Exception:
+                log.exception("closing %s: a server failed to stop", self.path)
         for group in self.consumer_groups.groups():
             for member in self.consumer_groups.members(group):
                 try:
@@ -819,7 +951,7 @@ class Broker:
             producers = [p for members in self._producers.values() for p in members]
         for producer in producers:
             try:
-                producer.shutdown()  # type: ignore[attr-defined]
+                producer.shutdown()
             except Exception:
                 log.exception("closing %s: a producer failed to shut down", self.path)
         self.arrivals.close()
@@ -919,6 +1051,71 @@ def _disown_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_disown_in_child)
+
+
+#: How `acquire` reaches a store another process holds: `connector(path) -> BrokerPort` (see `set_remote_connector`).
+RemoteConnector = Callable[[str], BrokerPort]
+_remote_connector: RemoteConnector | None = None
+
+
+def set_remote_connector(connector: RemoteConnector | None) -> RemoteConnector | None:
+    """Install how `acquire` reaches a store that another process holds; returns the one it replaces.
+
+    The hook point for serving (issue 12): when a client is given a store path
+    and opening it fails with `StoreLockedError`, `acquire` calls
+    `connector(path)` (the store's real path) inside the `except` block, so an
+    error it raises carries the `StoreLockedError` as its context. It returns
+    a port to the process that holds the store (a `RemoteBroker` connected to
+    the address that process serves), which the client gives back with
+    `release()`, or raises. The remoting layer (L4) installs it, since this
+    layer cannot import it. None, the default, lets the `StoreLockedError`
+    reach the caller.
+    """
+    global _remote_connector
+    if connector is not None and not callable(connector):
+        raise MQClientError(f"the remote connector must be a callable (path) -> BrokerPort, got {connector!r}")
+    previous, _remote_connector = _remote_connector, connector
+    return previous
+
+
+def acquire(target: BrokerPort | str | os.PathLike[str]) -> BrokerPort:
+    """The broker a client given `target` sends to or consumes from; give it back with `release()`.
+
+    A broker port (a `Broker`, a `RemoteBroker`) is returned unchanged once
+    checked open (`IllegalStateError` otherwise). A store path gives the broker
+    shared by every client of that directory in this process (`Broker.acquire`:
+    opened on first use, closed with its last user). When another process holds
+    the store, the connector installed with `set_remote_connector` is asked for a
+    port to that process; without one, `StoreLockedError` is raised as before.
+    """
+    if isinstance(target, (str, os.PathLike)):
+        try:
+            return Broker.acquire(target)
+        except StoreLockedError:
+            connector = _remote_connector
+            if connector is None:
+                raise
+            return connector(os.path.realpath(check_store_path(target, create=False)))
+    if isinstance(target, Broker):
+        return Broker.acquire(target)
+    check_broker_target(target)
+    if target.closed:
+        raise IllegalStateError(f"{target!r} is closed; connect again")
+    return target
+
+
+def check_broker_target(target: object) -> BrokerPort | str | os.PathLike[str]:
+    """`target` when a client may be given it: a broker port (`Broker`, `RemoteBroker`) or a store path;
+    `MQClientError` otherwise. Opens nothing."""
+    if isinstance(target, (Broker, str, os.PathLike)) or isinstance(target, BrokerPort):
+        return target
+    raise MQClientError(f"broker must be a Broker (mqlite.open), a connected broker (mqlite.connect) or a "
+                        f"store path, got {type(target).__name__}")
+
+
+if TYPE_CHECKING:
+    def _broker_implements_the_port(broker: Broker) -> BrokerPort:
+        return broker  # mypy checks every member of BrokerPort against Broker here
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False, clock: Clock | None = None,  # noqa: A001 - mirrors mqlite.open

@@ -68,7 +68,7 @@ __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
     "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code", "stored_body",
-    "encode_records", "topic_prefix", "framed_at", "find_frame",
+    "stored_record", "encode_records", "topic_prefix", "framed_at", "find_frame",
 ]
 
 log = logging.getLogger("mqlite")
@@ -285,6 +285,13 @@ def _body_of(raw: bytes) -> bytes:
     if sys_flag & SysFlag.COMPRESSED:
         body = decompress(body, sys_flag)
     return body
+
+
+def stored_record(msg: MessageExt) -> bytes | None:
+    """The bytes of `msg`'s record as they lie in the commit log (copied from the mapped file when
+    it was read), or None for a message that was not read from a store. A server hands these out
+    unchanged: RocketMQ's clients decode them with `MessageDecoder`."""
+    return getattr(msg, "_raw", None)
 
 
 def stored_body(msg: MessageExt) -> tuple[bytes, int]:

@@ -20,6 +20,8 @@ __all__ = [
     "StoreCorruptedError",
     "MessageNotFoundError",
     "SendTimeoutError",
+    "RemotingError",
+    "ProtocolError",
     "DiskFullError",
     "disk_full_error",
     "disk_used_ratio",
@@ -68,6 +70,18 @@ class MessageNotFoundError(MQLiteError, KeyError):
 
 class SendTimeoutError(MQLiteError, TimeoutError):
     """A send did not complete within its timeout."""
+
+
+class RemotingError(MQLiteError, ConnectionError):
+    """A server cannot be reached, a connection broke, or a remote request timed out (sends keep
+    `SendTimeoutError`)."""
+
+
+class ProtocolError(MQLiteError):
+    """Bytes that are not a well-formed RocketMQ remoting frame (malformed, truncated or oversized).
+
+    The connection that sent them is closed; other connections are not affected.
+    """
 
 
 class DiskFullError(MQLiteError, OSError):

@@ -40,6 +40,7 @@ __all__ = [
     "EncodedProperties",
     "decode_properties",
     "create_offset_msg_id",
+    "local_ip",
     "decode_offset_msg_id",
     "UniqIdGenerator",
     "RESERVED_PROPERTY_NAMES",
@@ -275,7 +276,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return ip, port, int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
 
 
-def _local_ip() -> bytes:
+def local_ip() -> bytes:
     """`UtilAll.getIP()` in spirit: a non-loopback IPv4 address of this host, else 127.0.0.1."""
     try:
         for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
@@ -296,7 +297,7 @@ class UniqIdGenerator:
     """
 
     def __init__(self) -> None:
-        prefix = _local_ip() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
+        prefix = local_ip() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + random.getrandbits(32).to_bytes(4, "big")
         self._prefix_hex = prefix.hex().upper()
         self._counter = itertools.count()
         self._lock = threading.Lock()

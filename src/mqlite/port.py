@@ -19,6 +19,9 @@ The port is RocketMQ's client-to-broker surface in Python terms:
 | `register_consumer`, `unregister_consumer`, `consumer_ids` | `HEART_BEAT`, `UNREGISTER_CLIENT`, `GET_CONSUMER_LIST_BY_GROUP` (+ `NOTIFY_CONSUMER_IDS_CHANGED`) |
 | `lock_queues`, `unlock_queues` | `LOCK_BATCH_MQ`, `UNLOCK_BATCH_MQ` |
 | `send_message_back` | `CONSUMER_SEND_MSG_BACK` |
+| `view_message` | `VIEW_MESSAGE_BY_ID` |
+| `wait_dispatched` | none: a remote broker answers pulls from what is dispatched, so it returns at once |
+| `trace_dispatcher` | `SEND_MESSAGE` to `RMQ_SYS_TRACE_TOPIC` |
 
 Callbacks go the other way through two small protocols the clients implement:
 `GroupMember` (a consumer: rebalance, offset reset) and `TransactionChecker` (a
@@ -62,10 +65,20 @@ class Subscription(MessageFilter, Protocol):
 
 
 class TransactionChecker(Protocol):
-    """What the broker calls on a live producer of a group: RocketMQ's `CHECK_TRANSACTION_STATE`."""
+    """A live producer as the broker sees it (every producer registers, as RocketMQ's heartbeat
+    carries each `ProducerData`); check-backs of its group go to one that can answer them
+    (RocketMQ's `CHECK_TRANSACTION_STATE`)."""
 
-    def check_transaction(self, msg: MessageExt) -> None:
-        """Ask the local transaction listener about the half message `msg`, and end it by the answer."""
+    def check_transaction(self, msg: MessageExt) -> bool:
+        """Ask the local transaction listener about the half message `msg` and end it by the answer.
+
+        False when this producer has no transaction listener (a plain producer): the broker asks
+        another producer of the group.
+        """
+        ...
+
+    def shutdown(self) -> None:
+        """Stop: the broker this producer sends to is closing (idempotent)."""
         ...
 
 
@@ -214,6 +227,10 @@ class BrokerPort(Protocol):
 
     def wait_dispatched(self, timeout: float | None = None) -> bool:
         """Block until everything stored so far is visible to pulls; False on timeout."""
+        ...
+
+    def view_message(self, msg_id: str) -> MessageExt:
+        """A stored message by its `offset_msg_id` (or client `msg_id`); `MessageNotFoundError` when absent."""
         ...
 
     # -- tracing ------------------------------------------------------------------------------------------

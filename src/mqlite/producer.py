@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol, Self, cast
 
-from .broker import Broker
+from .broker import acquire, check_broker_target
 from .clock import SYSTEM_CLOCK
 from .commitlog import PutMessageStatus, PutResult
 from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
@@ -56,6 +56,7 @@ from .message import (
     encode_properties,
     java_string_hash,
 )
+from .port import BrokerPort
 from .topics import check_group, check_topic
 from .trace import ProducerTracer
 
@@ -204,13 +205,13 @@ SendHook = Callable[[SendMessageContext], None]
 class Producer:
     """An in-process `DefaultMQProducer`. Thread-safe: many threads may send at once.
 
-    `broker` is a `Broker` or a store path (a path shares one broker per
-    directory in this process). Keyword options follow RocketMQ's defaults;
+    `broker` is a `Broker`, any other broker port (`mqlite.port.BrokerPort`), or a
+    store path (a path shares one broker per directory in this process). Keyword options follow RocketMQ's defaults;
     `send_msg_timeout` bounds `send_async(...).result()` waits you do not time yourself.
     `trace=True` records each send in `RMQ_SYS_TRACE_TOPIC` (`mqlite.trace`; see `Broker.query_trace`).
     """
 
-    def __init__(self, broker: Broker | str | os.PathLike[str], group: str = "DEFAULT_PRODUCER", *,
+    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str = "DEFAULT_PRODUCER", *,
                  send_msg_timeout: float = 3.0, compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
                  default_topic_queue_nums: int = 4, async_thread_nums: int = 4,
                  max_message_size: int | None = None, trace: bool = False) -> None:
@@ -223,14 +224,13 @@ class Producer:
         check_int("async_thread_nums", async_thread_nums, 1, 1024)
         if max_message_size is not None:
             check_int("max_message_size", max_message_size, 1, MAX_MESSAGE_SIZE_LIMIT)
-        if not isinstance(broker, (Broker, str, os.PathLike)):
-            raise MQClientError(f"broker must be a Broker or a store path, got {type(broker).__name__}")
+        check_broker_target(broker)
         self.group = group
         self.send_msg_timeout = send_msg_timeout
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
         self.default_topic_queue_nums = default_topic_queue_nums
         self._target = broker
-        self._broker: Broker | None = None
+        self._broker: BrokerPort | None = None
         self._max_message_size = max_message_size
         self._async_thread_nums = async_thread_nums
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -255,9 +255,9 @@ class Producer:
         with self._state_lock:
             if self._state != "CREATED":
                 raise IllegalStateError(f"producer {self.group!r} is {self._state.lower()}; create a new one")
-            broker = self._broker = Broker.acquire(self._target)
+            broker = self._broker = acquire(self._target)
             try:
-                self._now_ms = broker.store.clock.now_ms
+                self._now_ms = broker.clock.now_ms
                 if self._trace:  # before joining: a broker that cannot store traces refuses here
                     self._tracer = ProducerTracer(broker.trace_dispatcher(self.group), self._now_ms)
                     self._tracer.start()
@@ -270,7 +270,7 @@ class Producer:
                     tracer.stop()
                 broker.release()
                 raise
-            self._body_limit = self._max_message_size or broker.config.max_message_size
+            self._body_limit = self._max_message_size or broker.max_message_size
             self._state = "RUNNING"
 
     def shutdown(self) -> None:
@@ -304,17 +304,22 @@ class Producer:
         self.shutdown()
 
     @property
-    def broker(self) -> Broker:
+    def broker(self) -> BrokerPort:
         """The broker this producer sends to (after `start()`)."""
         return self._running()
 
-    def _running(self, *, queued: bool = False) -> Broker:
+    def _running(self, *, queued: bool = False) -> BrokerPort:
         """The broker while the producer runs; `queued` sends (accepted before `shutdown`) may still drain."""
         broker = self._broker
         if (self._state != "RUNNING" and not (queued and self._state == "STOPPING")) or broker is None:
             raise IllegalStateError(f"producer {self.group!r} is not running: call start() first"
                                     if self._state == "CREATED" else f"producer {self.group!r} was shut down")
         return broker
+
+    def check_transaction(self, msg: MessageExt) -> bool:
+        """The broker's check-back of a half message: a plain producer has no transaction listener
+        to ask, so it answers False and the broker asks another producer of the group."""
+        return False
 
     # -- hooks ------------------------------------------------------------------------------------------------
     def add_send_hook(self, before: SendHook | None = None, after: SendHook | None = None) -> None:
@@ -335,12 +340,12 @@ class Producer:
 
     def _queues_of(self, topic: str) -> list[MessageQueue]:
         broker = self._running()
-        version = broker.topics.version
+        version = broker.routes_version
         cached = self._queues.get(topic)
         if cached is not None and cached[0] == version:
             return cached[1]  # the topic table has not changed since
         queues = broker.fetch_publish_queues(topic, self.default_topic_queue_nums)
-        self._queues[topic] = (broker.topics.version, queues)
+        self._queues[topic] = (broker.routes_version, queues)
         return queues
 
     def _choose(self, msg: Message, queue: MessageQueue | None, selector: MessageQueueSelector | None,
@@ -374,7 +379,7 @@ class Producer:
             raise MQClientError(f"message body must be bytes, got {type(body).__name__}")
         if not body:
             raise MQClientError("the message body is empty; RocketMQ refuses empty bodies")
-        limit = self._max_message_size or self._running().config.max_message_size
+        limit = self._max_message_size or self._running().max_message_size
         if len(body) > limit:
             raise MQClientError(
                 f"message body is {len(body)} bytes; max_message_size is {limit} "
@@ -444,7 +449,7 @@ class Producer:
             broker = self._running()  # raises
         topic = msg.topic
         cached = self._queues.get(topic)
-        queues = cached[1] if cached is not None and cached[0] == broker.topics.version else self._queues_of(topic)
+        queues = cached[1] if cached is not None and cached[0] == broker.routes_version else self._queues_of(topic)
         mq = queues[next(self._round_robin) % len(queues)]
         uniq = _ID_GENERATOR.next_id()
         properties = msg.properties
@@ -518,7 +523,7 @@ class Producer:
         context = self._hooks_before(msg, mq, mode, extra)
         try:
             put = broker.put_message(mq.topic, mq.queue_id, body, props, flag=msg.flag, sys_flag=sys_flag,
-                                     born_timestamp=broker.store.clock.now_ms())
+                                     born_timestamp=self._now_ms())
         except BaseException as exc:
             self._hooks_after(context, None, exc)
             raise
@@ -616,7 +621,7 @@ class Producer:
                 raise MQClientError("the waitStoreMsgOK of the messages in one batch should be the same")
             if len(self._plain_heads) < _MAX_CACHED_HEADS:
                 self._learn(msg)  # the next batch of such messages takes the cached path
-        limit = self._max_message_size or self._running().config.max_message_size
+        limit = self._max_message_size or self._running().max_message_size
         size = sum(len(m.body) + 20 + sum(len(k) + len(v) + 2 for k, v in m.properties.items()) for m in msgs)
         if size > limit:
             raise MQClientError(f"the batch is about {size} bytes encoded; the limit is {limit}: split it")
@@ -676,7 +681,7 @@ class TransactionSendResult(SendResult):
     __slots__ = ("local_transaction_state",)
 
     def __init__(self, sent: SendResult, state: LocalTransactionState) -> None:
-        super().__init__(sent.send_status, sent.msg_id, sent.message_queue, sent.queue_offset, sent._put,
+        super().__init__(sent.send_status, sent.msg_id, sent.message_queue, sent.queue_offset, sent.offset_msg_id,
                          sent.msg_id)
         self.local_transaction_state = state
 
@@ -690,7 +695,7 @@ class TransactionProducer(Producer):
     `mqlite-txn-check` thread) until it answers, at most `transaction_check_max` times.
     """
 
-    def __init__(self, broker: Broker | str | os.PathLike[str], group: str = "DEFAULT_TX_PRODUCER", *,
+    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str = "DEFAULT_TX_PRODUCER", *,
                  listener: TransactionListener, **options: Any) -> None:
         if listener is None or not hasattr(listener, "execute_local_transaction") \
                 or not hasattr(listener, "check_local_transaction"):
@@ -727,15 +732,20 @@ class TransactionProducer(Producer):
                             "the check-back will settle it", sent.msg_id, state.name, exc)
         return TransactionSendResult(sent, state)
 
-    def check_transaction(self, msg: MessageExt) -> None:
-        """The broker's check-back: ask the listener and end the transaction by its answer."""
+    def check_transaction(self, msg: MessageExt) -> bool:
+        """The broker's check-back: ask the listener and end the transaction by its answer.
+
+        Returns True: this producer answered the check (an UNKNOW answer or a
+        failing listener leaves the half message to the next check).
+        """
         try:
             state = self.listener.check_local_transaction(msg) or LocalTransactionState.UNKNOW
         except Exception:
             log.exception("check_local_transaction failed; the broker will check again")
-            return
+            return True
         if self._tracer is not None:
             self._tracer.end_transaction(self.group, msg, msg.msg_id, state.name, from_check=True)
         if state is not LocalTransactionState.UNKNOW:
             self.broker.end_transaction(msg.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
                                         self.group, from_check=True, transaction_id=msg.transaction_id)
+        return True

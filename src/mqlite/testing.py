@@ -113,7 +113,7 @@ class MockClock:
 
     def attach(self, broker: Broker) -> None:
         """Make `advance` wait until `broker` delivered what fell due; the broker must run on this clock."""
-        if broker.store.clock is not self:
+        if broker.clock is not self:
             raise ValueError(f"{broker!r} does not run on this clock; open it with mqlite.open(path, clock=clock)")
         self._brokers.append(broker)
 

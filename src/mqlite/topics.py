@@ -180,7 +180,9 @@ class TopicTable:
         self._clock = clock
         self._lock = threading.Lock()
         self._topics: dict[str, TopicConfig] = {}
-        self._version = 0
+        #: Changes with every create, delete or resize (lets clients cache queue lists). A plain
+        #: attribute, not a property: every send reads it (`Broker.routes_version`).
+        self.version = 0
         document = load_json_file(self.path, check=_check_topics_document,
                                   fix="delete it (and its .bak): topics are learned back from the consume "
                                       "queues, with 4 queues or as many as found and read-write permission")
@@ -192,14 +194,9 @@ class TopicTable:
                 except (KeyError, TypeError, ValueError, AttributeError):  # MQClientError is a ValueError
                     # The queues on disk still say the topic exists: it is learned back from them.
                     log.warning("%s: ignoring the damaged entry of topic %r: %r", self.path, name, doc)
-            self._version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
+            self.version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
 
     # -- reads ----------------------------------------------------------------------------------------
-    @property
-    def version(self) -> int:
-        """Changes with every create, delete or resize (lets clients cache queue lists)."""
-        return self._version
-
     def get(self, topic: str) -> TopicConfig | None:
         """The topic's config, or None."""
         return self._topics.get(topic)
@@ -258,10 +255,10 @@ class TopicTable:
                 self._persist_locked()
 
     def _persist_locked(self) -> None:
-        self._version += 1
+        self.version += 1
         if self.read_only:
             return
         document = {"topicConfigTable": {n: c.to_json() for n, c in sorted(self._topics.items())},
-                    "dataVersion": {"counter": self._version, "timestamp": self._clock.now_ms()}}
+                    "dataVersion": {"counter": self.version, "timestamp": self._clock.now_ms()}}
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         write_json_atomic(self.path, document)

@@ -641,7 +641,7 @@ class ConsumerTracer:
     """
 
     def __init__(self, dispatcher: TraceDispatcher, group: str, now_ms: Callable[[], int],
-                 look: Callable[[int], MessageExt]) -> None:
+                 look: Callable[[str], MessageExt]) -> None:
         self.dispatcher = dispatcher
         self.group = group
         self._now_ms = now_ms
@@ -716,7 +716,7 @@ class ConsumerTracer:
     def sent_back(self, msg: MessageExt, put: PutResult, started: int) -> None:
         """`msg` failed and its copy was stored by `Broker.send_message_back` (`put`), `started` ms ago."""
         try:
-            stored_topic = self._look(put.commit_log_offset).topic  # where the broker sent it: retry or DLQ
+            stored_topic = self._look(put.offset_msg_id).topic  # where the broker sent it: retry or DLQ
             to_dlq = is_dlq_topic(stored_topic)
             topic = stored_topic if to_dlq else retry_topic(self.group)
             properties = msg.properties

@@ -18,13 +18,14 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from ..broker import Broker
+from ..broker import acquire, check_broker_target
 from ..config import check_int
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..groups import ConsumerData
 from ..longpoll import Waker
-from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, _local_ip
+from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, local_ip
+from ..port import BrokerPort
 from ..rebalance import AllocateMessageQueueAveragely, AllocateMessageQueueStrategy, allocate
 from ..sendback import is_retry_topic, retry_topic
 from ..topics import check_group
@@ -57,7 +58,7 @@ _DEFAULT_GROUPS = frozenset({"DEFAULT_CONSUMER"})
 
 def new_client_id() -> str:
     """`ip@pid#n`: RocketMQ's `ip@instanceName`, made unique per client object in a process."""
-    ip = ".".join(str(b) for b in _local_ip())
+    ip = ".".join(str(b) for b in local_ip())
     return f"{ip}@{os.getpid()}#{next(_CLIENT_SEQ)}"
 
 
@@ -95,7 +96,7 @@ class ConsumerBase(abc.ABC):
     #: RocketMQ's `ConsumeType` of this kind of consumer (a heartbeat carries it).
     consume_type = "CONSUME_PASSIVELY"
 
-    def __init__(self, broker: Broker | str | os.PathLike[str], group: str, *,
+    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str, *,
                  message_model: MessageModel = MessageModel.CLUSTERING,
                  consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: str | int | None = None,
@@ -117,8 +118,7 @@ class ConsumerBase(abc.ABC):
             check_client_id(client_id)
         if offset_store_dir is not None and not isinstance(offset_store_dir, (str, os.PathLike)):
             raise MQClientError(f"offset_store_dir must be a directory path, got {offset_store_dir!r}")
-        if not isinstance(broker, (Broker, str, os.PathLike)):
-            raise MQClientError(f"broker must be a Broker or a store path, got {type(broker).__name__}")
+        check_broker_target(broker)
         parse_consume_timestamp(consume_timestamp, 0)  # validate now, not at the first rebalance
         self.group = group
         self.message_model = message_model
@@ -129,7 +129,7 @@ class ConsumerBase(abc.ABC):
         self._client_id = client_id or new_client_id()
         self._offset_store_dir = offset_store_dir
         self._target = broker
-        self._broker: Broker | None = None
+        self._broker: BrokerPort | None = None
         self._state = "CREATED"
         self._state_lock = threading.Lock()
         self._subscriptions: dict[str, MessageSelector] = {}
@@ -150,7 +150,7 @@ class ConsumerBase(abc.ABC):
         return self._client_id
 
     @property
-    def broker(self) -> Broker:
+    def broker(self) -> BrokerPort:
         """The broker consumed from (after `start()`)."""
         return self._running()
 
@@ -166,7 +166,7 @@ class ConsumerBase(abc.ABC):
         """The selector `topic` is consumed with, or None when it is not subscribed."""
         return self._subscriptions.get(topic)
 
-    def _running(self) -> Broker:
+    def _running(self) -> BrokerPort:
         broker = self._broker
         if self._state != "RUNNING" or broker is None:
             raise IllegalStateError(f"The consumer not running, please start it first ({self._kind} {self.group!r} "
@@ -195,24 +195,25 @@ class ConsumerBase(abc.ABC):
             return {mq for mq, pq in self._process_queues.items() if not pq.dropped}
 
     # -- lifecycle helpers ------------------------------------------------------------------------------------
-    def _attach(self) -> Broker:
+    def _attach(self) -> BrokerPort:
         """Take the broker, build the offset store, join the group (caller holds `_state_lock`)."""
-        broker = Broker.acquire(self._target)
+        broker = acquire(self._target)
         try:
             if broker.read_only:
                 raise IllegalStateError("consumers need a writable broker (offsets are committed to it); "
                                         "open the store without read_only=True")
             # Fixed once, on the broker's clock (RocketMQ fixes its default when the consumer is built):
             # every queue without an offset starts from the same moment, whenever it is allocated.
-            self._consume_timestamp_ms = parse_consume_timestamp(self.consume_timestamp, broker.store.clock.now_ms())
+            self._consume_timestamp_ms = parse_consume_timestamp(self.consume_timestamp, broker.clock.now_ms())
             if self.clustering:
                 self.offset_store = RemoteBrokerOffsetStore(broker, self.group)
             else:
                 if self._offset_store_dir is not None:  # the caller's directory: wherever it resolves
                     path = local_offsets_path(self._offset_store_dir, self._client_id, self.group)
-                else:  # inside the store: it must stay there
-                    path = local_offsets_path(os.path.join(broker.path, "broadcast_offsets"), self._client_id,
-                                              self.group, within=broker.path)
+                else:  # inside the broker's directory for clients (the store): it must stay there
+                    state_dir = broker.client_state_dir
+                    path = local_offsets_path(os.path.join(state_dir, "broadcast_offsets"), self._client_id,
+                                              self.group, within=state_dir)
                 self.offset_store = LocalFileOffsetStore(path)
         except BaseException:
             broker.release()
@@ -234,15 +235,14 @@ class ConsumerBase(abc.ABC):
             broker, self._broker = self._broker, None
             if broker is not None:
                 if isinstance(self._wake, PullLoop):
-                    broker.arrivals.unwatch(self._wake)
+                    broker.unwatch_arrivals(self._wake)
                 broker.release()
             raise
         if self._trace:  # a member now: its consumption is recorded until it leaves
             broker = self._broker
             assert broker is not None
-            store = broker.store
-            self._tracer = ConsumerTracer(broker.trace_dispatcher(self.group), self.group, store.clock.now_ms,
-                                          store.look_message_by_offset)
+            self._tracer = ConsumerTracer(broker.trace_dispatcher(self.group), self.group, broker.clock.now_ms,
+                                          broker.view_message)
             self._tracer.start()
 
     def _leave(self) -> None:
@@ -293,7 +293,7 @@ class ConsumerBase(abc.ABC):
         for topic in subscriptions:
             mq_all = self._queues_of(topic)
             if self.clustering:
-                cid_all = broker.consumer_groups.client_ids(self.group)
+                cid_all = broker.consumer_ids(self.group)
                 if not mq_all or not cid_all:
                     mine: set[MessageQueue] = set()
                 else:

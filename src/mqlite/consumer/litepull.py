@@ -37,19 +37,19 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from ..broker import Broker
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullStatus
 from ..message import MessageExt, MessageQueue
+from ..port import BrokerPort
 from ..rebalance import AllocateMessageQueueStrategy
 from .base import PERSIST_OFFSET_INTERVAL, REBALANCE_INTERVAL, ConsumerBase, check_range
 from .processqueue import ProcessQueue
 from .service import PullLoop
 from .types import ConsumeFromWhere, MessageModel, MessageQueueListener
 
-__all__ = ["LitePullConsumer", "TopicMessageQueueChangeListener"]
+__all__ = ["LitePullConsumer", "TopicMessageQueueChangeListener", "ConsumeRequest"]
 
 log = logging.getLogger("mqlite.consumer")
 
@@ -72,10 +72,11 @@ class TopicMessageQueueChangeListener(Protocol):
     def __call__(self, topic: str, message_queues: set[MessageQueue], /) -> None: ...
 
 
-class _ConsumeRequest:
-    """One pull result's messages from one queue, waiting for `poll()` (`ConsumeRequest`).
+class ConsumeRequest:
+    """One pull result's messages (`msgs`) from one queue (`mq`), waiting for `poll()` (`ConsumeRequest`).
 
-    `epoch` is the queue's seek epoch when it was pulled (see `_Assigned`).
+    What `LitePullConsumer.take` returns. `pq` and `epoch` (the queue's seek
+    epoch when it was pulled, see `_Assigned`) tell whether it went stale.
     """
 
     __slots__ = ("msgs", "mq", "pq", "epoch")
@@ -153,7 +154,7 @@ class LitePullConsumer(ConsumerBase):
     _kind = "lite pull consumer"
     consume_type = "CONSUME_ACTIVELY"  # RocketMQ's ConsumeType: the application pulls
 
-    def __init__(self, broker: Broker | str | os.PathLike[str], group: str, *,
+    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str, *,
                  auto_commit: bool = True, auto_commit_interval: float = 5.0, pull_batch_size: int = 10,
                  poll_timeout: float = 5.0, consumer_timeout: float | None = None,
                  message_model: MessageModel = MessageModel.CLUSTERING,
@@ -184,7 +185,7 @@ class LitePullConsumer(ConsumerBase):
         self._cv = threading.Condition()
         self._mode = "NONE"  # SUBSCRIBE or ASSIGN once chosen
         self._assigned: dict[MessageQueue, _Assigned] = {}
-        self._requests: collections.deque[_ConsumeRequest] = collections.deque()
+        self._requests: collections.deque[ConsumeRequest] = collections.deque()
         self._paused: set[MessageQueue] = set()
         self._assign_selectors: dict[str, MessageSelector] = {}
         self._topic_listeners: dict[str, TopicMessageQueueChangeListener] = {}
@@ -312,7 +313,7 @@ class LitePullConsumer(ConsumerBase):
                 raise IllegalStateError(f"lite pull consumer {self.group!r} is {self._state.lower()}; "
                                         "create a new one")
             broker = self._attach()
-            loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait, clock=broker.store.clock)
+            loop = PullLoop(f"pull-{self.group}", self._pull_round, self.long_polling_wait, clock=broker.clock)
             self._loop = loop
             self._wake = loop  # request_rebalance wakes the loop
             for topic in list(self._topic_listeners):
@@ -342,7 +343,7 @@ class LitePullConsumer(ConsumerBase):
         loop, broker = self._loop, self._broker
         if loop is not None:
             if broker is not None:
-                broker.arrivals.unwatch(loop)
+                broker.unwatch_arrivals(loop)
             loop.stop()
         if self._mode == "SUBSCRIBE":
             self._drop_all()
@@ -398,22 +399,35 @@ class LitePullConsumer(ConsumerBase):
         """
         self._running()
         wait = self.poll_timeout if timeout is None else check_seconds("poll(timeout)", timeout)
-        if self.auto_commit:
-            self._maybe_auto_commit()
+        self.commit_if_due()
         return self._poll(float(wait))
 
     def _poll(self, timeout: float) -> list[MessageExt]:
-        request = self._take(timeout)
+        request = self.take(timeout)
         if request is None:
             return []
-        self._hand_out(request, request.msgs)
+        self.hand_out(request, request.msgs)
         return request.msgs
 
-    def _take(self, timeout: float, abandoned: Callable[[], bool] | None = None) -> _ConsumeRequest | None:
-        """The next live request, waiting up to `timeout`; None on timeout or shutdown.
+    # -- taking and handing out: `poll()` in two steps, for adapters (`mqlite.aio`) ----------------------------
+    def check_running(self) -> None:
+        """Raise `IllegalStateError` unless the consumer runs (between `start()` and `shutdown()`)."""
+        self._running()
 
-        `abandoned` (checked whenever `_cv` is notified) ends the wait early:
-        `mqlite.aio` sets it when the coroutine waiting for this take is cancelled.
+    def commit_if_due(self) -> None:
+        """With `auto_commit`: commit every queue's consume offset once `auto_commit_interval` has passed
+        since the last time (what `poll()` does before it waits). Nothing without `auto_commit`."""
+        if self.auto_commit:
+            self._maybe_auto_commit()
+
+    def take(self, timeout: float, abandoned: Callable[[], bool] | None = None) -> ConsumeRequest | None:
+        """The next live pull result, waiting up to `timeout` seconds; None on timeout or shutdown.
+
+        The first step of `poll()`: the messages are not handed out yet, so the
+        consume offset has not moved; pass them to `hand_out` (or `give_back`).
+        `abandoned` (checked whenever the wait is woken, see `wake_takers`) ends
+        the wait early: `mqlite.aio` sets it when the coroutine waiting for this
+        take is cancelled. Blocks on a condition; any thread may call it.
         """
         deadline = time.monotonic() + timeout
         with self._cv:
@@ -427,8 +441,8 @@ class LitePullConsumer(ConsumerBase):
                     return None
                 self._cv.wait(remaining)
 
-    def _hand_out(self, request: _ConsumeRequest, msgs: list[MessageExt]) -> bool:
-        """`msgs` of `request` go to the application: the queue's consume offset moves past them.
+    def hand_out(self, request: ConsumeRequest, msgs: list[MessageExt]) -> bool:
+        """`msgs` of `request` (from `take`) go to the application: the queue's consume offset moves past them.
 
         False when the request went stale since it was taken (a seek, a reset,
         the queue given up or a shutdown): its offset then stays where it is.
@@ -451,19 +465,25 @@ class LitePullConsumer(ConsumerBase):
             tracer.polled(msgs)
         return state is not None
 
-    def _state_of(self, request: _ConsumeRequest) -> _Assigned | None:
+    def _state_of(self, request: ConsumeRequest) -> _Assigned | None:
         """The queue state `request` belongs to, or None when it went stale (caller holds `_cv`)."""
         state = self._assigned.get(request.mq)
         if state is None or state.pq is not request.pq or state.epoch != request.epoch or state.pq.dropped:
             return None
         return state
 
-    def _give_back(self, request: _ConsumeRequest, msgs: list[MessageExt]) -> None:
-        """Messages taken but never handed out (an iteration stopped mid-batch) are polled first next time."""
+    def give_back(self, request: ConsumeRequest, msgs: list[MessageExt]) -> None:
+        """Messages of `request` taken but never handed out (an iteration stopped mid-batch, a cancelled
+        coroutine) are polled first next time; dropped when the request went stale meanwhile."""
         with self._cv:
             if msgs and self._state_of(request) is not None:
-                self._requests.appendleft(_ConsumeRequest(msgs, request.mq, request.pq, request.epoch))
+                self._requests.appendleft(ConsumeRequest(msgs, request.mq, request.pq, request.epoch))
                 self._cv.notify()
+
+    def wake_takers(self) -> None:
+        """Wake every waiting `take()`: one whose `abandoned()` is true now returns None at once."""
+        with self._cv:
+            self._cv.notify_all()
 
     def __iter__(self) -> Iterator[MessageExt]:
         """Messages one by one; stops after `consumer_timeout` seconds without one (None: at shutdown).
@@ -480,19 +500,18 @@ class LitePullConsumer(ConsumerBase):
                 if remaining <= 0:
                     return
                 wait = min(wait, remaining)
-            if self.auto_commit:
-                self._maybe_auto_commit()
-            request = self._take(wait)
+            self.commit_if_due()
+            request = self.take(wait)
             if request is None:
                 continue
             msgs = request.msgs
             for i, msg in enumerate(msgs):
-                if not self._hand_out(request, [msg]):
+                if not self.hand_out(request, [msg]):
                     break  # seeked or given up meanwhile: the rest of this batch is stale
                 try:
                     yield msg
                 except GeneratorExit:
-                    self._give_back(request, msgs[i + 1:])
+                    self.give_back(request, msgs[i + 1:])
                     raise
                 idle_since = time.monotonic()
 
@@ -680,10 +699,10 @@ class LitePullConsumer(ConsumerBase):
             return
         gone = [(mq.topic, mq.queue_id) for mq in removed]
         if gone:
-            broker.arrivals.unwatch(loop, gone)
+            broker.unwatch_arrivals(loop, gone)
         new = [(mq.topic, mq.queue_id) for mq in added]
         if new:
-            broker.arrivals.watch(loop, new)
+            broker.watch_arrivals(loop, new)
             loop.poke()
 
     def _poke(self) -> None:
@@ -778,7 +797,7 @@ class LitePullConsumer(ConsumerBase):
                 return False  # seeked, reset or given up while the pull ran
             if result.pull_status is PullStatus.FOUND and msgs:
                 state.pq.put_messages(msgs)
-                self._requests.append(_ConsumeRequest(msgs, mq, state.pq, epoch))
+                self._requests.append(ConsumeRequest(msgs, mq, state.pq, epoch))
                 self._cv.notify()
             elif result.pull_status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("%s %s: offset %d of %s is illegal; moving to %d", self._kind, self.group, offset,

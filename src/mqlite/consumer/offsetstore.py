@@ -1,8 +1,8 @@
 """Where a consumer keeps its offsets: on the broker (clustering) or in a local file (broadcasting).
 
 RocketMQ's `RemoteBrokerOffsetStore` keeps a client table and sends it to the
-broker every 5 s; in one process the broker's table *is* that table, so
-updates go straight to it (no I/O) and the broker's offset-persist service
+broker every 5 s; here updates go straight to the broker (`commit_offset`: in
+one process a dict store, no I/O) and the broker's offset-persist service
 writes `config/consumerOffset.json` every 5 s and on close.
 `LocalFileOffsetStore` keeps broadcasting offsets per client instance, because
 every member consumes every queue: `<dir>/<client_id>/<group>/offsets.json`.
@@ -22,7 +22,7 @@ from ..message import MessageQueue
 from ..topics import check_group
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..port import BrokerPort
 
 __all__ = ["OffsetStore", "RemoteBrokerOffsetStore", "LocalFileOffsetStore", "local_offsets_path", "check_client_id"]
 
@@ -52,14 +52,11 @@ class OffsetStore(Protocol):
 class RemoteBrokerOffsetStore:
     """Clustering offsets: the broker's consumer-offset table, shared by the whole group."""
 
-    def __init__(self, broker: Broker, group: str) -> None:
+    def __init__(self, broker: BrokerPort, group: str) -> None:
+        if broker.read_only:
+            raise IllegalStateError("consumers need a writable broker: its consumer offsets live there")
         self._broker = broker
         self._group = group
-        offsets = broker.offsets
-        if offsets is None:
-            raise IllegalStateError("consumers need a writable broker: its consumer offsets live there")
-        # The table itself: a commit after every consumed batch is one lock and a dict store.
-        self._commit = offsets.commit
 
     def read(self, mq: MessageQueue) -> int:
         """The group's committed offset of `mq`, or -1."""
@@ -68,7 +65,7 @@ class RemoteBrokerOffsetStore:
     def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
         """Commit to the broker's table (in memory; persisted by the broker)."""
         if offset >= 0:
-            self._commit(self._group, mq.topic, mq.queue_id, offset, increase_only=increase_only)
+            self._broker.commit_offset(self._group, mq, offset, increase_only=increase_only)
 
     def persist(self, mqs: Iterable[MessageQueue] | None = None) -> None:
         """Nothing to send: the broker's own service writes the table every 5 s and on close."""

@@ -23,16 +23,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from ..broker import Broker
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import JAVA_INT_MAX, check_seconds
 from ..errors import IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullStatus
 from ..message import MessageExt, MessageQueue
+from ..port import BrokerPort
 from ..rebalance import AllocateMessageQueueStrategy, allocate
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, is_retry_topic
-from ..store import MessageStore
 from .base import PERSIST_OFFSET_INTERVAL, REBALANCE_INTERVAL, ConsumerBase, check_range
 from .processqueue import ProcessQueue
 from .service import PullLoop, WorkerPool
@@ -97,7 +96,7 @@ class PushConsumer(ConsumerBase):
 
     _kind = "push consumer"
 
-    def __init__(self, broker: Broker | str | os.PathLike[str], group: str, *,
+    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str, *,
                  message_model: MessageModel = MessageModel.CLUSTERING,
                  consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
                  consume_timestamp: str | int | None = None,
@@ -194,7 +193,7 @@ class PushConsumer(ConsumerBase):
             if self._listener is None:
                 raise IllegalStateError("register a message listener before start()")
             broker = self._attach()
-            self._clock = broker.store.clock
+            self._clock = broker.clock
             self._subscribe_retry_topic()
             self._pool = WorkerPool(f"mqlite-consume-{self.group}", self.consume_thread_nums)
             self._loop = PullLoop(f"pull-{self.group}", self._pull_round_and_signal, self.long_polling_wait,
@@ -226,7 +225,7 @@ class PushConsumer(ConsumerBase):
         broker = self._broker
         if loop is not None:
             if broker is not None:
-                broker.arrivals.unwatch(loop)
+                broker.unwatch_arrivals(loop)
             loop.stop()
         if pool is not None:
             pool.stop()  # queued requests see _stopping and return; running ones finish
@@ -277,8 +276,7 @@ class PushConsumer(ConsumerBase):
         if timeout is not None:
             timeout = check_seconds("join(timeout)", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        store = broker.store
-        if isinstance(store, MessageStore) and not store.wait_dispatched(timeout):
+        if not broker.wait_dispatched(timeout):
             return False
         targets = {mq: broker.max_offset(mq) for topic in list(self._subscriptions)
                    for mq in broker.fetch_subscribe_queues(topic)}
@@ -324,7 +322,7 @@ class PushConsumer(ConsumerBase):
         broker = self._broker
         if broker is None:
             return set()
-        cids = broker.consumer_groups.client_ids(self.group) if self.clustering else []
+        cids = broker.consumer_ids(self.group) if self.clustering else []
         mine: set[MessageQueue] = set()
         for topic in list(self._subscriptions):
             mq_all = broker.fetch_subscribe_queues(topic)
@@ -388,14 +386,14 @@ class PushConsumer(ConsumerBase):
         self._next_offsets[mq] = offset
         broker = self._broker
         if broker is not None and self._loop is not None:
-            broker.arrivals.watch(self._loop, [(mq.topic, mq.queue_id)])
+            broker.watch_arrivals(self._loop, [(mq.topic, mq.queue_id)])
 
     def _may_take(self, mq: MessageQueue) -> bool:
         if not (self._orderly and self.clustering):
             return True
         broker = self._broker
         assert broker is not None
-        return mq in broker.queue_locks.try_lock(self.group, [mq], self.client_id)
+        return mq in broker.lock_queues(self.group, [mq], self.client_id)
 
     def _remove_unnecessary_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
         broker = self._broker
@@ -407,23 +405,20 @@ class PushConsumer(ConsumerBase):
                 return False
             try:
                 super()._remove_unnecessary_queue(mq, pq)
-                broker.queue_locks.unlock(self.group, [mq], self.client_id)
+                broker.unlock_queues(self.group, [mq], self.client_id)  # the next owner is told it can lock it
             finally:
                 pq.consume_lock.release()
-            for member in broker.consumer_groups.members(self.group):
-                if member is not self:
-                    member.request_rebalance()  # the next owner can lock it now
         else:
             super()._remove_unnecessary_queue(mq, pq)
         if self._loop is not None:
-            broker.arrivals.unwatch(self._loop, [(mq.topic, mq.queue_id)])
+            broker.unwatch_arrivals(self._loop, [(mq.topic, mq.queue_id)])
         self._next_offsets.pop(mq, None)
         return True
 
     def _release_all_locks(self) -> None:
         broker = self._broker
         if broker is not None and self._orderly and self.clustering:
-            broker.queue_locks.unlock(self.group, [mq for mq, _ in self._process_queue_items()], self.client_id)
+            broker.unlock_queues(self.group, [mq for mq, _ in self._process_queue_items()], self.client_id)
 
     # -- the pull thread ---------------------------------------------------------------------------------
     def _now_ms(self) -> int:
@@ -573,7 +568,7 @@ class PushConsumer(ConsumerBase):
         broker = self._broker
         assert broker is not None
         items = [(mq, pq) for mq, pq in self._process_queue_items() if not pq.dropped]
-        held = broker.queue_locks.try_lock(self.group, [mq for mq, _ in items], self.client_id)
+        held = broker.lock_queues(self.group, [mq for mq, _ in items], self.client_id)
         now = self._now_ms()
         for mq, pq in items:
             pq.locked = mq in held
@@ -813,7 +808,7 @@ class PushConsumer(ConsumerBase):
             if relock and not pq.dropped:
                 broker = self._broker
                 assert broker is not None
-                if mq in broker.queue_locks.try_lock(self.group, [mq], self.client_id):
+                if mq in broker.lock_queues(self.group, [mq], self.client_id):
                     pq.locked = True
                     pq.last_lock_timestamp = self._now_ms()
             pool = self._pool

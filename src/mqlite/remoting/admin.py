@@ -1,0 +1,144 @@
+"""Admin requests (`AdminBrokerProcessor`, `QueryMessageProcessor`): topics, stats, offsets reset, messages.
+
+`UPDATE_AND_CREATE_TOPIC`, `DELETE_TOPIC_IN_BROKER`, `GET_ALL_TOPIC_CONFIG`, `GET_TOPIC_STATS_INFO`,
+`GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
+`VIEW_MESSAGE_BY_ID`: what `mqadmin` and the admin surface of `Broker` ask, each answered by one
+`Broker` call and rendered in RocketMQ's body classes (fastjson).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..commitlog import stored_record
+from ..errors import MessageNotFoundError, MQClientError
+from ..message import MessageQueue
+from ..topics import is_system_topic
+from .handlers import Mode, Request, RequestError, handles
+from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
+
+__all__: list[str] = []
+
+_BOOT_MS = int(time.time() * 1000)
+
+
+@handles(RequestCode.UPDATE_AND_CREATE_TOPIC, mode=Mode.BLOCKING)
+def update_and_create_topic(request: Request) -> RemotingCommand | None:
+    """Create or resize a topic (mqadmin `updateTopic`)."""
+    h = request.header
+    topic = h.text("topic", max_length=255)
+    read = h.int32("readQueueNums", low=1, high=1024)
+    write = h.int32("writeQueueNums", low=1, high=1024)
+    if read != write:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"readQueueNums {read} and writeQueueNums {write} differ; "
+                                                      "an mqlite topic has as many read queues as write queues")
+    if is_system_topic(topic):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    try:
+        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7))
+    except MQClientError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    return request.reply()
+
+
+@handles(RequestCode.DELETE_TOPIC_IN_BROKER, mode=Mode.BLOCKING)
+def delete_topic(request: Request) -> RemotingCommand | None:
+    """Delete a topic; an unknown one is not an error (RocketMQ answers success)."""
+    broker = request.broker
+    topic = request.header.text("topic", max_length=255)
+    if is_system_topic(topic):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    if topic in broker.topic_list():
+        broker.delete_topic(topic)
+    return request.reply()
+
+
+@handles(RequestCode.GET_ALL_TOPIC_CONFIG)
+def all_topic_config(request: Request) -> RemotingCommand | None:
+    """`TopicConfigSerializeWrapper`: every configured topic."""
+    broker = request.broker
+    table = {}
+    for topic in broker.topic_list():
+        config = broker.topic_config(topic)
+        if config is not None:
+            table[topic] = config.to_json()
+    version = {"counter": len(table), "stateVersion": 0, "timestamp": _BOOT_MS}
+    return request.reply(body=to_wire_json({"dataVersion": version, "topicConfigTable": table}))
+
+
+@handles(RequestCode.GET_TOPIC_STATS_INFO)
+def topic_stats(request: Request) -> RemotingCommand | None:
+    """`TopicStatsTable`: min and max offset and the last store time per queue."""
+    broker = request.broker
+    topic = request.header.text("topic", max_length=255)
+    if broker.topic_config(topic) is None and topic not in broker.topic_list():
+        raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+    table = {MessageQueue(topic, broker.broker_name, row.queue_id):
+             {"lastUpdateTimestamp": row.last_update_timestamp, "maxOffset": row.max_offset,
+              "minOffset": row.min_offset} for row in broker.topic_status(topic)}
+    return request.reply(body=to_wire_json({"offsetTable": table}))
+
+
+@handles(RequestCode.GET_CONSUME_STATS)
+def consume_stats(request: Request) -> RemotingCommand | None:
+    """`ConsumeStats`: per queue the broker offset, the group's offset and the last consumed store time."""
+    h, broker = request.header, request.broker
+    group = h.text("consumerGroup", max_length=255)
+    topic = h.optional_text("topic")
+    table = {MessageQueue(row.topic, row.broker_name, row.queue_id):
+             {"brokerOffset": row.broker_offset, "consumerOffset": row.consumer_offset,
+              "lastTimestamp": row.last_timestamp}
+             for row in broker.consumer_progress(group) if not topic or row.topic == topic}
+    return request.reply(body=to_wire_json({"consumeTps": 0.0, "offsetTable": table}))
+
+
+@handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, mode=Mode.BLOCKING)
+def reset_offset(request: Request) -> RemotingCommand | None:
+    """Move a group's offsets on a topic to a time (-1: the end); live members drop what they cached."""
+    h = request.header
+    try:
+        table = request.broker.reset_offset_by_time(h.text("group", max_length=255), h.text("topic", max_length=255),
+                                                    h.int64("timestamp", low=-1))
+    except MQClientError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    return request.reply(body=to_wire_json({"offsetTable": table}))
+
+
+@handles(RequestCode.GET_BROKER_RUNTIME_INFO)
+def runtime_info(request: Request) -> RemotingCommand | None:
+    """`KVTable` of a few runtime facts (mqadmin `brokerStatus`)."""
+    broker = request.broker
+    table = {"brokerVersionDesc": "V5_0_0", "brokerVersion": "413", "bootTimestamp": str(_BOOT_MS),
+             "runtime": f"[ {int(time.time() * 1000 - _BOOT_MS) // 1000} s ]",
+             "commitLogMaxOffset": str(broker.store.commitlog.max_offset),
+             "commitLogMinOffset": str(broker.store.commitlog.min_offset), "brokerName": broker.broker_name}
+    return request.reply(body=to_wire_json({"table": table}))
+
+
+def _records(messages: list[object]) -> bytes:
+    return b"".join(r for r in map(stored_record, messages) if r is not None)  # type: ignore[arg-type]
+
+
+@handles(RequestCode.QUERY_MESSAGE, mode=Mode.BLOCKING)
+def query_message(request: Request) -> RemotingCommand | None:
+    """Messages of a topic by key or unique id, as stored records (`QueryMessageProcessor`)."""
+    h, broker = request.header, request.broker
+    found = broker.query_message(h.text("topic", max_length=255), h.text("key", max_length=4096),
+                                 h.int32("maxNum", 32, low=1, high=64 * 1024), h.int64("beginTimestamp", 0),
+                                 h.int64("endTimestamp", (1 << 63) - 1))
+    if not found:
+        raise RequestError(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+    last = max(m.store_timestamp for m in found)
+    return request.reply(ResponseCode.SUCCESS, {"indexLastUpdateTimestamp": last, "indexLastUpdatePhyoffset": 0},
+                         _records(found))  # type: ignore[arg-type]
+
+
+@handles(RequestCode.VIEW_MESSAGE_BY_ID)
+def view_message(request: Request) -> RemotingCommand | None:
+    """The stored record at a commit-log offset."""
+    offset = request.header.int64("offset", low=0)
+    try:
+        msg = request.broker.store.look_message_by_offset(offset)
+    except MessageNotFoundError:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}") from None
+    return request.reply(body=stored_record(msg))

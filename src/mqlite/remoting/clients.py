@@ -1,0 +1,368 @@
+"""Remote clients: heartbeats, membership, queue locks, and the broker's calls back to clients.
+
+RocketMQ's `ClientManageProcessor` and `ConsumerManageProcessor` (`HEART_BEAT`, `UNREGISTER_CLIENT`,
+`GET_CONSUMER_LIST_BY_GROUP`, `CHECK_CLIENT_CONFIG`), `AdminBrokerProcessor`'s `LOCK_BATCH_MQ`,
+`UNLOCK_BATCH_MQ` and `GET_CONSUMER_CONNECTION_LIST`.
+
+A heartbeat registers one server-side proxy per (group, client id) in the broker's groups, so
+local and remote consumers of a group share one membership, one allocation and one set of locks:
+
+- `RemoteConsumer` is a `GroupMember`: `request_rebalance` sends `NOTIFY_CONSUMER_IDS_CHANGED` to
+  its connection (oneway), `reset_offsets` sends `RESET_CONSUMER_CLIENT_OFFSET`;
+- `RemoteProducer` is a `TransactionChecker`: `check_transaction` sends `CHECK_TRANSACTION_STATE`
+  with the half message, restored to its real topic, as a whole record.
+
+A connection that closes takes its proxies out of their groups at once (the others are notified);
+the server closes a connection silent for longer than its channel expiry (RocketMQ: 120 s).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, topic_prefix
+from ..errors import FilterError, IllegalStateError, MQClientError
+from ..filter import MessageSelector
+from ..groups import ConsumerData
+from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
+from ..sendback import retry_topic
+from .handlers import Mode, Peer, Request, RequestError, handles
+from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
+
+__all__ = ["ClientRegistry", "RemoteConsumer", "RemoteProducer", "encode_message_ext"]
+
+
+class RemoteConsumer:
+    """A consumer in another process, as its group's member in this broker."""
+
+    def __init__(self, peer: Peer, group: str, client_id: str, data: ConsumerData, broker: Any) -> None:
+        self.peer = peer
+        self.group = group
+        self._client_id = client_id
+        self.data = data
+        self._broker_name: str = broker.broker_name
+        self._now_ms = broker.clock.now_ms
+
+    @property
+    def client_id(self) -> str:
+        """The client id from the heartbeat."""
+        return self._client_id
+
+    def request_rebalance(self) -> None:
+        """`NOTIFY_CONSUMER_IDS_CHANGED`, oneway (the client rebalances at once)."""
+        self.peer.send_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                      {"consumerGroup": self.group}, oneway=True))
+
+    def subscribed_topics(self) -> set[str]:
+        """The topics of its last heartbeat's subscriptions."""
+        return set(self.data.subscriptions)
+
+    def assigned_queues(self) -> set[MessageQueue]:
+        """Unknown here: a remote client allocates its queues itself (RocketMQ's broker does not know either)."""
+        return set()
+
+    def reset_offsets(self, topic: str, offsets: dict[int, int]) -> None:
+        """`RESET_CONSUMER_CLIENT_OFFSET` (`Broker2Client.resetOffset`): the client drops what it cached."""
+        body = to_wire_json({"offsetTable": {MessageQueue(topic, self._broker_name, q): o
+                                             for q, o in offsets.items()}})
+        self.peer.send_oneway(RemotingCommand.request(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+            {"topic": topic, "group": self.group, "timestamp": self._now_ms(), "isForce": True}, body, oneway=True))
+
+    def shutdown(self) -> None:
+        """Nothing to stop here: the client runs elsewhere (its connection closes with the server)."""
+
+    def consumer_data(self) -> ConsumerData:
+        """What its last heartbeat said."""
+        return self.data
+
+
+class RemoteProducer:
+    """A producer in another process, asked about its group's half messages."""
+
+    def __init__(self, peer: Peer, group: str) -> None:
+        self.peer = peer
+        self.group = group
+
+    def check_transaction(self, msg: MessageExt) -> None:
+        """`CHECK_TRANSACTION_STATE`, oneway; the producer answers with `END_TRANSACTION`."""
+        uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id
+        fields = {"tranStateTableOffset": msg.queue_offset, "commitLogOffset": msg.commit_log_offset,
+                  "msgId": uniq, "transactionId": msg.transaction_id or uniq, "offsetMsgId": msg.offset_msg_id}
+        self.peer.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields,
+                                                      encode_message_ext(msg), oneway=True))
+
+    def shutdown(self) -> None:
+        """Nothing to stop here (the broker calls this on its producers when it closes)."""
+
+
+def _host(host: str) -> tuple[bytes, int]:
+    """`ip:port` as a record's 4-byte IPv4 address and port (0.0.0.0:0 when it is not one)."""
+    ip, _, port = host.rpartition(":")
+    try:
+        return ipaddress.IPv4Address(ip).packed, int(port)
+    except ValueError:
+        return bytes(4), 0
+
+
+def encode_message_ext(msg: MessageExt) -> bytes:
+    """`MessageDecoder.encode(msg, false)`: a whole record of `msg` (IPv4 hosts, body uncompressed)."""
+    body = msg.body or b""
+    prefix, v2 = topic_prefix(msg.topic)
+    props = encode_properties(msg.properties).encode("utf-8")
+    sys_flag = msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK | SysFlag.BORNHOST_V6
+                                | SysFlag.STOREHOSTADDRESS_V6)
+    size = HEADER.size + len(body) + len(prefix) + 2 + len(props)
+    born_ip, born_port = _host(msg.born_host or "")
+    store_ip, store_port = _host(msg.store_host or "")
+    head = HEADER.pack(size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag,
+                       msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp, born_ip, born_port,
+                       msg.store_timestamp, store_ip, store_port, msg.reconsume_times,
+                       msg.prepared_transaction_offset, len(body))
+    return b"".join((head, body, prefix, len(props).to_bytes(2, "big"), props))
+
+
+def _consumer_data(entry: Mapping[str, Any]) -> tuple[str, ConsumerData]:
+    """A heartbeat's `ConsumerData` entry, checked."""
+    group = entry.get("groupName")
+    if not isinstance(group, str) or not group:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's consumer data has no groupName")
+    subscriptions: dict[str, tuple[str, str]] = {}
+    for sub in entry.get("subscriptionDataSet") or ():
+        if not isinstance(sub, Mapping) or not isinstance(sub.get("topic"), str):
+            raise RequestError(ResponseCode.SYSTEM_ERROR, f"a heartbeat's subscription of {group} has no topic")
+        kind = sub.get("expressionType") or "TAG"
+        expression = sub.get("subString") or "*"
+        if not isinstance(kind, str) or not isinstance(expression, str):
+            raise RequestError(ResponseCode.SYSTEM_ERROR, f"a heartbeat's subscription of {group} is malformed")
+        subscriptions[sub["topic"]] = (kind, expression)
+
+    def text(name: str, default: str) -> str:
+        value = entry.get(name)
+        return value if isinstance(value, str) else default
+
+    return group, ConsumerData(text("messageModel", "CLUSTERING"), text("consumeType", "CONSUME_PASSIVELY"),
+                               text("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET"), subscriptions)
+
+
+class ClientRegistry:
+    """Remote consumers and producers by connection; thread-safe (handlers run on the loop, the broker
+    calls proxies from its own threads)."""
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self._lock = threading.Lock()
+        self._consumers: dict[tuple[str, str], RemoteConsumer] = {}  # (group, client id) -> proxy
+        self._producers: dict[tuple[Peer, str], RemoteProducer] = {}  # (connection, group) -> proxy
+        self._by_peer: dict[Peer, set[tuple[str, str]]] = {}
+
+    def heartbeat(self, peer: Peer, data: Mapping[str, Any]) -> None:
+        """`ClientManageProcessor.heartBeat`: register or refresh the client's consumers and producers."""
+        client_id = data.get("clientID")
+        if not isinstance(client_id, str) or not client_id:
+            raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat needs a clientID")
+        broker = self._broker
+        for entry in data.get("consumerDataSet") or ():
+            if not isinstance(entry, Mapping):
+                raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's consumerDataSet holds a non-object")
+            group, consumer = _consumer_data(entry)
+            if consumer.message_model == "CLUSTERING":
+                broker.topics.ensure_system(retry_topic(group), 1)  # as RocketMQ's heartbeat creates it
+            self._register_consumer(peer, group, client_id, consumer)
+        for entry in data.get("producerDataSet") or ():
+            name = entry.get("groupName") if isinstance(entry, Mapping) else None
+            if not isinstance(name, str) or not name:
+                raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's producer data has no groupName")
+            group = name
+            with self._lock:
+                known = (peer, group) in self._producers
+                if not known:
+                    producer = self._producers[(peer, group)] = RemoteProducer(peer, group)
+            if not known:
+                try:
+                    broker.register_producer(group, producer)
+                except MQClientError as exc:
+                    with self._lock:
+                        self._producers.pop((peer, group), None)
+                    raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+
+    def _register_consumer(self, peer: Peer, group: str, client_id: str, data: ConsumerData) -> None:
+        key = (group, client_id)
+        with self._lock:
+            member = self._consumers.get(key)
+            new = member is None
+            if member is None:
+                member = self._consumers[key] = RemoteConsumer(peer, group, client_id, data, self._broker)
+                self._by_peer.setdefault(peer, set()).add(key)
+                changed = False
+            else:
+                changed = member.data.subscriptions != data.subscriptions
+                member.data = data
+                if member.peer is not peer:  # the client reconnected before its old connection was seen to close
+                    self._by_peer.get(member.peer, set()).discard(key)
+                    member.peer = peer
+                    self._by_peer.setdefault(peer, set()).add(key)
+        if new:
+            try:
+                self._broker.register_consumer(group, member)  # every member is notified
+            except (IllegalStateError, MQClientError) as exc:
+                with self._lock:
+                    self._consumers.pop(key, None)
+                    self._by_peer.get(peer, set()).discard(key)
+                raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        elif changed:
+            self._broker.consumer_groups.notify(group)  # a subscription changed: the group rebalances
+
+    def unregister(self, peer: Peer, client_id: str, producer_group: str | None, consumer_group: str | None) -> None:
+        """`UNREGISTER_CLIENT`: the client shut a producer or consumer down."""
+        if consumer_group:
+            self._drop_consumer((consumer_group, client_id), peer)
+        if producer_group:
+            with self._lock:
+                producer = self._producers.pop((peer, producer_group), None)
+            if producer is not None:
+                self._broker.unregister_producer(producer_group, producer)
+
+    def _drop_consumer(self, key: tuple[str, str], peer: Peer | None) -> None:
+        with self._lock:
+            member = self._consumers.get(key)
+            if member is None or (peer is not None and member.peer is not peer):
+                return
+            del self._consumers[key]
+            self._by_peer.get(member.peer, set()).discard(key)
+        self._broker.unregister_consumer(key[0], member)  # the others are notified
+
+    def drop_peer(self, peer: Peer) -> None:
+        """A connection closed: its consumers leave their groups now, its producers are forgotten."""
+        with self._lock:
+            keys = self._by_peer.pop(peer, set())
+            producers = [(k, p) for k, p in self._producers.items() if k[0] is peer]
+            for k, _ in producers:
+                del self._producers[k]
+        for key in keys:
+            self._drop_consumer(key, peer)
+        for (_, group), producer in producers:
+            self._broker.unregister_producer(group, producer)
+
+    def subscription(self, group: str, topic: str) -> tuple[str, str] | None:
+        """(expression type, expression) a remote member of `group` subscribed `topic` with, or None."""
+        with self._lock:
+            members = [m for (g, _), m in self._consumers.items() if g == group]
+        for member in members:
+            found = member.data.subscriptions.get(topic)
+            if found is not None:
+                return found
+        return None
+
+    def consumers(self, group: str) -> list[RemoteConsumer]:
+        """The remote members of `group`."""
+        with self._lock:
+            return [m for (g, _), m in self._consumers.items() if g == group]
+
+
+@handles(RequestCode.HEART_BEAT)
+def heart_beat(request: Request) -> RemotingCommand | None:
+    """Register or refresh the client's consumers and producers (`HeartbeatData` body)."""
+    data = request.body_json()
+    if not isinstance(data, Mapping):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat body must be a HeartbeatData object")
+    request.server.clients.heartbeat(request.peer, data)
+    request.peer.touch()
+    return None if request.cmd.is_oneway else request.reply()
+
+
+@handles(RequestCode.UNREGISTER_CLIENT)
+def unregister_client(request: Request) -> RemotingCommand | None:
+    """A client shut down a producer or a consumer."""
+    h = request.header
+    request.server.clients.unregister(request.peer, h.text("clientID"), h.optional_text("producerGroup"),
+                                      h.optional_text("consumerGroup"))
+    return None if request.cmd.is_oneway else request.reply()
+
+
+@handles(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+def consumer_list(request: Request) -> RemotingCommand | None:
+    """The group's client ids (local and remote members alike)."""
+    group = request.header.text("consumerGroup", max_length=255)
+    ids = request.broker.consumer_ids(group)
+    if not ids:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    return request.reply(body=to_wire_json({"consumerIdList": ids}))
+
+
+def _lock_body(request: Request) -> tuple[str, str, list[MessageQueue]]:
+    body = request.body_json()
+    if not isinstance(body, Mapping):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "a lock request's body must be an object")
+    group, client_id, mqs = body.get("consumerGroup"), body.get("clientId"), body.get("mqSet") or []
+    if not isinstance(group, str) or not isinstance(client_id, str) or not isinstance(mqs, list):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "a lock request needs consumerGroup, clientId and mqSet")
+    try:
+        return group, client_id, [_own_queue(request, message_queue_of(mq)) for mq in mqs]
+    except MQClientError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+
+
+def _own_queue(request: Request, mq: MessageQueue) -> MessageQueue:
+    """`mq` when this broker holds it (routes name this broker); `RequestError` for another broker's."""
+    if mq.broker_name != request.broker.broker_name:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"{mq} is not a queue of broker {request.broker.broker_name}")
+    return mq
+
+
+@handles(RequestCode.LOCK_BATCH_MQ)
+def lock_batch(request: Request) -> RemotingCommand | None:
+    """Lock (or renew) queues for an orderly consumer; the answer lists those it holds."""
+    group, client_id, mqs = _lock_body(request)
+    held = request.broker.lock_queues(group, mqs, client_id)
+    return request.reply(body=to_wire_json({"lockOKMQSet": [mq for mq in mqs if mq in held]}))
+
+
+@handles(RequestCode.UNLOCK_BATCH_MQ)
+def unlock_batch(request: Request) -> RemotingCommand | None:
+    """Give locks back (the group's other members are asked to rebalance)."""
+    group, client_id, mqs = _lock_body(request)
+    request.broker.unlock_queues(group, mqs, client_id)
+    return None if request.cmd.is_oneway else request.reply()
+
+
+@handles(RequestCode.CHECK_CLIENT_CONFIG)
+def check_client_config(request: Request) -> RemotingCommand | None:
+    """A push consumer with an SQL92 subscription asks whether the broker can filter it."""
+    body = request.body_json()
+    sub = body.get("subscriptionData") if isinstance(body, Mapping) else None
+    if not isinstance(sub, Mapping):
+        raise RequestError(ResponseCode.SYSTEM_ERROR, "CHECK_CLIENT_CONFIG needs a subscriptionData")
+    kind, expression = sub.get("expressionType") or "TAG", sub.get("subString")
+    if kind != "TAG":
+        try:
+            MessageSelector(kind, expression)
+        except (FilterError, MQClientError) as exc:
+            raise RequestError(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"{exc}") from None
+    return request.reply()
+
+
+@handles(RequestCode.GET_CONSUMER_CONNECTION_LIST)
+def consumer_connections(request: Request) -> RemotingCommand | None:
+    """`ConsumerConnection` of a group: its members' connections and subscriptions."""
+    group = request.header.text("consumerGroup", max_length=255)
+    members = request.broker.consumer_groups.members(group)
+    if not members:
+        raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+    connections, table = [], {}
+    data = members[0].consumer_data()
+    for member in members:
+        peer = getattr(member, "peer", None)
+        connections.append({"clientAddr": peer.remote_address if peer is not None else "in-process",
+                            "clientId": member.client_id, "language": "JAVA" if peer is not None else "PYTHON",
+                            "version": 0})
+        for topic, (kind, expression) in member.consumer_data().subscriptions.items():
+            table[topic] = {"classFilterMode": False, "codeSet": [], "expressionType": kind, "subString": expression,
+                            "subVersion": 0, "tagsSet": [], "topic": topic}
+    return request.reply(body=to_wire_json({
+        "connectionSet": connections, "consumeFromWhere": data.consume_from_where, "consumeType": data.consume_type,
+        "messageModel": data.message_model, "subscriptionTable": table}))

@@ -1,0 +1,189 @@
+"""Writes: `SEND_MESSAGE`, `SEND_MESSAGE_V2`, `SEND_BATCH_MESSAGE`, `CONSUMER_SEND_MSG_BACK`, `END_TRANSACTION`.
+
+RocketMQ's `SendMessageProcessor` and `EndTransactionProcessor`, in front of `Broker.put_message`,
+`put_messages`, `send_message_back` and `end_transaction` (which apply the rewrites: half, delay,
+retry). The checks come first, as in `AbstractSendMessageProcessor.msgCheck`: the topic exists or
+is auto-created from the request's `defaultTopic`/`defaultTopicQueueNums`, the queue id is one of
+its write queues (a negative one picks a queue at random).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from ..commitlog import PutMessageStatus, PutResult
+from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
+from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SysFlag, decode_properties
+from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
+from .handlers import Mode, Request, RequestError, handles
+from .protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch
+
+__all__ = ["V2_FIELDS"]
+
+#: `SendMessageRequestHeaderV2`'s one-letter fields -> `SendMessageRequestHeader`'s names.
+V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+             "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+             "k": "unitMode", "l": "consumeRetryTimes", "m": "batch"}
+
+_STATUS_CODES = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+}
+
+
+def _v1(request: Request) -> None:
+    """Read a V2 header (one-letter names) as a V1 one."""
+    if request.cmd.code != RequestCode.SEND_MESSAGE_V2:
+        return
+    fields = request.header.fields
+    request.header.fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
+
+
+def _target(request: Request) -> tuple[str, int]:
+    """`msgCheck`: the topic (auto-created when allowed) and a valid write queue id."""
+    h, broker = request.header, request.broker
+    topic = h.text("topic", max_length=255)
+    h.text("producerGroup", max_length=255)
+    queue_id = h.int32("queueId")
+    default_nums = h.int32("defaultTopicQueueNums", 4, low=1, high=1024)
+    config = broker.topic_config(topic)
+    if config is None or not config.writable:
+        try:
+            if is_retry_topic(topic) and config is None:
+                config = broker.topics.ensure_system(topic, 1)  # a client's sendMessageBackAsNormalMessage
+            else:
+                broker.fetch_publish_queues(topic, default_nums)
+                config = broker.topic_config(topic)
+        except MQClientError as exc:
+            code = ResponseCode.NO_PERMISSION if config is not None else ResponseCode.TOPIC_NOT_EXIST
+            raise RequestError(code, f"topic[{topic}] not exist, apply first please! ({exc})") from None
+    assert config is not None
+    if queue_id < 0:
+        queue_id = random.randrange(config.write_queue_nums)
+    elif queue_id >= config.write_queue_nums:
+        raise RequestError(ResponseCode.SYSTEM_ERROR,
+                           f"request queueId[{queue_id}] is illegal, topic: {topic} "
+                           f"topicConfig.writeQueueNums: {config.write_queue_nums}")
+    return topic, queue_id
+
+
+def _response(request: Request, result: PutResult, queue_id: int, properties: Mapping[str, str]) -> RemotingCommand:
+    code = _STATUS_CODES.get(result.status)
+    if code is None:  # FLUSH_DISK_TIMEOUT and friends: RocketMQ answers with that code and the header
+        code = ResponseCode[result.status.name] if result.status.name in ResponseCode.__members__ \
+            else ResponseCode.SYSTEM_ERROR
+    fields = {"msgId": result.offset_msg_id, "queueId": queue_id, "queueOffset": result.queue_offset,
+              "transactionId": properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}
+    return request.reply(code, fields)
+
+
+def put_failure(exc: Exception) -> RequestError:
+    """A put's exception as RocketMQ's `handlePutMessageResult` answers it."""
+    if isinstance(exc, RequestError):
+        return exc
+    if isinstance(exc, SendTimeoutError):
+        return RequestError(ResponseCode.FLUSH_DISK_TIMEOUT, str(exc))
+    if isinstance(exc, (DiskFullError, IllegalStateError)):
+        return RequestError(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}")
+    if isinstance(exc, MQClientError):
+        return RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    raise exc
+
+
+@handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, mode=Mode.PUT)
+def send_message(request: Request) -> RemotingCommand | None:
+    """`SendMessageProcessor.sendMessage`: one message, or a batch when the header says `batch`."""
+    _v1(request)
+    h = request.header
+    if h.flag("batch"):
+        return send_batch(request)
+    try:
+        topic, queue_id = _target(request)
+        properties = decode_properties(h.text("properties", ""))
+        sys_flag = h.int32("sysFlag")
+        reconsume_times = h.int32("reconsumeTimes", 0, low=0)
+        if is_retry_topic(topic):
+            topic, queue_id = _retry_or_dlq(request, topic, queue_id, reconsume_times)
+        body = request.cmd.body or b""
+        result = request.broker.put_message(topic, queue_id, body, properties, flag=h.int32("flag"),
+                                            sys_flag=sys_flag, born_timestamp=h.int64("bornTimestamp", low=0),
+                                            reconsume_times=reconsume_times)
+    except Exception as exc:  # noqa: BLE001 - put_failure re-raises what it does not know
+        raise put_failure(exc) from None
+    return _response(request, result, queue_id, properties)
+
+
+def _retry_or_dlq(request: Request, topic: str, queue_id: int, reconsume_times: int) -> tuple[str, int]:
+    """`handleRetryAndDLQ`: a retried message past its max reconsume times goes to the group's DLQ."""
+    max_times = request.header.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
+    if reconsume_times < max_times:
+        return topic, queue_id
+    dlq = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+    request.broker.topics.ensure_system(dlq, 1)
+    return dlq, 0
+
+
+@handles(RequestCode.SEND_BATCH_MESSAGE, mode=Mode.PUT)
+def send_batch(request: Request) -> RemotingCommand | None:
+    """`SendMessageProcessor.sendBatchMessage`: the `MessageBatch` body's messages in one queue."""
+    _v1(request)
+    h = request.header
+    try:
+        topic, queue_id = _target(request)
+        if is_retry_topic(topic):
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
+        if h.int32("sysFlag", 0) & SysFlag.TRANSACTION_MASK:
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction")
+        entries = decode_batch(request.cmd.body or b"")
+        if not entries:
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
+        shared = decode_properties(h.text("properties", ""))
+        # CommitLog's batch encoder appends the request's properties to each message's.
+        properties = [{**e.properties, **shared} for e in entries]
+        result = request.broker.put_messages(topic, queue_id, [e.body for e in entries], properties,
+                                             flags=[e.flag for e in entries],
+                                             born_timestamp=h.int64("bornTimestamp", low=0))
+    except Exception as exc:  # noqa: BLE001
+        raise put_failure(exc) from None
+    uniq = ",".join(p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for p in properties)
+    return _response(request, result, queue_id, {PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
+
+
+@handles(RequestCode.CONSUMER_SEND_MSG_BACK, mode=Mode.PUT)
+def consumer_send_back(request: Request) -> RemotingCommand | None:
+    """`consumerSendMsgBack`: the message at commit-log `offset` goes to the group's retry (or DLQ) topic."""
+    h, broker = request.header, request.broker
+    offset = h.int64("offset", low=0)
+    group = h.text("group", max_length=255)
+    delay_level = h.int32("delayLevel")
+    max_times = h.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES, low=-1)
+    try:
+        msg = broker.store.look_message_by_offset(offset)
+    except MessageNotFoundError:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}") from None
+    try:
+        broker.send_message_back(group, msg, delay_level, max_times)
+    except Exception as exc:  # noqa: BLE001
+        raise put_failure(exc) from None
+    return request.reply()
+
+
+_COMMIT, _ROLLBACK = SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+@handles(RequestCode.END_TRANSACTION, mode=Mode.PUT)
+def end_transaction(request: Request) -> RemotingCommand | None:
+    """`EndTransactionProcessor`: commit or roll back the half message at `commitLogOffset`
+    (a producer's own end, or its answer to a check-back). Oneway from RocketMQ's clients."""
+    h = request.header
+    group = h.text("producerGroup", max_length=255)
+    offset = h.int64("commitLogOffset", low=0)
+    kind = h.int32("commitOrRollback")
+    if kind not in (_COMMIT, _ROLLBACK):
+        return None  # TRANSACTION_NOT_TYPE (unknown): nothing to do and no answer, as RocketMQ
+    try:
+        request.broker.end_transaction(offset, kind == _COMMIT, group, from_check=h.flag("fromTransactionCheck"),
+                                       transaction_id=h.optional_text("transactionId"))
+    except Exception as exc:  # noqa: BLE001
+        raise put_failure(exc) from None
+    return None if request.cmd.is_oneway else request.reply()
