@@ -6,7 +6,7 @@
     python _cppclient.py '{"mode": "consume", "nameSrv": ..., "topic": ..., "group": ..., "expression": ..,
                            "expect": [keys], "failFirst": [keys], "timeout": seconds}'
 
-A listener that raises makes the C++ consumer answer RECONSUME_LATER (a send-back). The C++
+A failing first delivery answers RECONSUME_LATER (the consumer sends it back). The C++
 library logs under $HOME/logs/rocketmq-cpp: the test gives it a temporary HOME. (`rocketmq` is
 imported in the functions: pytest imports this file to look for doctests.)
 """
@@ -23,6 +23,11 @@ from typing import Any
 
 def emit(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def text(value: bytes | str) -> str:
+    """The binding returns some fields as bytes and some (the id, the topic) as str."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def credentials(client: Any, cfg: dict[str, Any]) -> None:
@@ -56,33 +61,43 @@ def produce(cfg: dict[str, Any]) -> int:
 
 
 def consume(cfg: dict[str, Any]) -> int:
-    from rocketmq.client import PushConsumer
+    from rocketmq.client import MSG_CALLBACK_FUNC, PushConsumer, RecvMessage
+    from rocketmq.ffi import dll
 
     expected = set(cfg["expect"])
     fail_first = set(cfg.get("failFirst", []))
     lock = threading.Lock()
     finished = threading.Event()
 
-    def on_message(msg: Any) -> None:
-        key = msg.keys.decode()
+    def on_message(msg: Any) -> int:
+        """0 CONSUME_SUCCESS, 1 RECONSUME_LATER (the C API's E_CConsumeStatus)."""
+        key = text(msg.keys)
         with lock:
             failing = key in fail_first
             fail_first.discard(key)
-        emit("message", key=key, tags=msg.tags.decode(), topic=msg.topic.decode(),
-             bodyBase64=base64.b64encode(msg.body).decode(), msgId=msg.id.decode(),
+        emit("message", key=key, tags=text(msg.tags), topic=text(msg.topic),
+             bodyBase64=base64.b64encode(msg.body).decode(), msgId=text(msg.id),
              queueId=msg.queue_id, queueOffset=msg.queue_offset, reconsumeTimes=msg.reconsume_times,
              failed=failing)
         if failing:
-            raise RuntimeError(f"failing {key} once on purpose")
+            return 1
         with lock:
             expected.discard(key)
             if not expected:
                 finished.set()
+        return 0
 
     consumer = PushConsumer(cfg["group"])
     consumer.set_namesrv_addr(cfg["nameSrv"])
     credentials(consumer, cfg)
-    consumer.subscribe(cfg["topic"], on_message, cfg.get("expression", "*"))
+    # The binding's subscribe() turns a listener's exception into RECONSUME_LATER by raising it again
+    # inside the ctypes callback, which leaves the returned status undefined; register a callback
+    # that returns the status instead (what subscribe() does, minus the re-raise).
+    if dll.Subscribe(consumer._handle, cfg["topic"].encode(), cfg.get("expression", "*").encode()) != 0:
+        raise RuntimeError("Subscribe failed")
+    callback = MSG_CALLBACK_FUNC(lambda _consumer, msg: on_message(RecvMessage(msg)))
+    if dll.RegisterMessageCallback(consumer._handle, callback) != 0:
+        raise RuntimeError("RegisterMessageCallback failed")
     consumer.start()
     ok = finished.wait(cfg.get("timeout", 60))
     consumer.shutdown()  # persists the consume offsets
