@@ -58,7 +58,7 @@ def test_a_java_binary_request_decodes() -> None:
     assert cmd.body == b"hello" and cmd.remark is None and cmd.serialize_type is SerializeType.ROCKETMQ
     # A response in the request's serialization is laid out exactly as Java lays it out.
     reply = cmd.reply(ResponseCode.SUCCESS, {"queueId": "1"}, remark="ok")
-    assert encode_frame(reply) == java_binary_frame(0, 0, 0, 7, 1, "ok", {"queueId": "1"}, b"")
+    assert encode_frame(reply) == java_binary_frame(0, 0, 413, 7, 1, "ok", {"queueId": "1"}, b"")
 
 
 def test_a_java_json_request_decodes() -> None:
@@ -72,7 +72,7 @@ def test_a_java_json_request_decodes() -> None:
     header = json.loads(encode_frame(reply)[8:])
     assert header == {"code": 17, "flag": 1, "language": "JAVA", "opaque": 3,
                       "remark": "No topic route info in name server for the topic",
-                      "serializeTypeCurrentRPC": "JSON", "version": 0}
+                      "serializeTypeCurrentRPC": "JSON", "version": 413}
 
 
 def test_json_ext_values_of_other_types_become_java_strings() -> None:

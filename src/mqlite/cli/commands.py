@@ -38,6 +38,7 @@ from .dlq import query_dlq, resend_dlq
 from .groups import consumer_progress, reset_offset_by_time, skip_accumulated_message
 from .messages import consume_message, print_msg, query_msg_by_id, query_msg_by_key, query_msg_by_offset, send_message
 from .output import Report
+from .serve import serve
 from .store import stats_all, store_info, verify
 from .topics import delete_topic, topic_list, topic_status, update_topic
 from .tracecmd import query_msg_trace_by_id
@@ -142,4 +143,14 @@ COMMANDS: tuple[Command, ...] = (
         OPTIONAL_TOPIC)),
     Command("storeInfo", store_info),
     Command("verify", verify),
+    # serving
+    Command("serve", serve, (
+        opt("--listen", dest="listen", default="127.0.0.1:9876", metavar="HOST:PORT",
+            help="address to listen on (default 127.0.0.1:9876; port 0 picks a free one)"),
+        opt("--set", dest="settings", action="append", metavar="NAME=VALUE",
+            help="a store setting, as mqlite.open takes it (repeatable), e.g. flush_disk_type=SYNC_FLUSH"),
+        opt("--acl-file", dest="acl_file", metavar="FILE",
+            help='JSON {"access key": "secret key"}: requests must carry RocketMQ ACL signatures'),
+        opt("--allow-anonymous", dest="allow_anonymous", action="store_true",
+            help="serve a non-loopback address without ACL (only on a trusted network)"))),
 )

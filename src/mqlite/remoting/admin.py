@@ -1,7 +1,7 @@
 """Admin requests (`AdminBrokerProcessor`, `QueryMessageProcessor`): topics, stats, offsets reset, messages.
 
 `UPDATE_AND_CREATE_TOPIC`, `DELETE_TOPIC_IN_BROKER`, `GET_ALL_TOPIC_CONFIG`, `GET_TOPIC_STATS_INFO`,
-`GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
+`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
 `VIEW_MESSAGE_BY_ID`: what `mqadmin` and the admin surface of `Broker` ask, each answered by one
 `Broker` call and rendered in RocketMQ's body classes (fastjson).
 """
@@ -64,6 +64,16 @@ def all_topic_config(request: Request) -> RemotingCommand | None:
             table[topic] = config.to_json()
     version = {"counter": len(table), "stateVersion": 0, "timestamp": _BOOT_MS}
     return request.reply(body=to_wire_json({"dataVersion": version, "topicConfigTable": table}))
+
+
+@handles(RequestCode.GET_TOPIC_CONFIG)
+def topic_config(request: Request) -> RemotingCommand | None:
+    """`TopicConfigAndQueueMapping` of one topic (5.0.0's admin asks it before topic and consume stats)."""
+    topic = request.header.text("topic", max_length=255)
+    config = request.broker.topic_config(topic)
+    if config is None:
+        raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+    return request.reply(body=to_wire_json({"attributes": {}, **config.to_json()}))
 
 
 @handles(RequestCode.GET_TOPIC_STATS_INFO)

@@ -22,7 +22,7 @@ import ipaddress
 import threading
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, topic_prefix
 from ..errors import FilterError, IllegalStateError, MQClientError
@@ -33,13 +33,16 @@ from ..sendback import retry_topic
 from .handlers import Mode, Peer, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
 
+if TYPE_CHECKING:
+    from ..broker import Broker
+
 __all__ = ["ClientRegistry", "RemoteConsumer", "RemoteProducer", "encode_message_ext"]
 
 
 class RemoteConsumer:
     """A consumer in another process, as its group's member in this broker."""
 
-    def __init__(self, peer: Peer, group: str, client_id: str, data: ConsumerData, broker: Any) -> None:
+    def __init__(self, peer: Peer, group: str, client_id: str, data: ConsumerData, broker: Broker) -> None:
         self.peer = peer
         self.group = group
         self._client_id = client_id
@@ -88,13 +91,15 @@ class RemoteProducer:
         self.peer = peer
         self.group = group
 
-    def check_transaction(self, msg: MessageExt) -> None:
-        """`CHECK_TRANSACTION_STATE`, oneway; the producer answers with `END_TRANSACTION`."""
+    def check_transaction(self, msg: MessageExt) -> bool:
+        """`CHECK_TRANSACTION_STATE`, oneway; the producer answers with `END_TRANSACTION`. True: asked
+        (whether the remote producer has a transaction listener is not known here, as in RocketMQ)."""
         uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id
         fields = {"tranStateTableOffset": msg.queue_offset, "commitLogOffset": msg.commit_log_offset,
                   "msgId": uniq, "transactionId": msg.transaction_id or uniq, "offsetMsgId": msg.offset_msg_id}
         self.peer.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields,
                                                       encode_message_ext(msg), oneway=True))
+        return True
 
     def shutdown(self) -> None:
         """Nothing to stop here (the broker calls this on its producers when it closes)."""
@@ -153,7 +158,7 @@ class ClientRegistry:
     """Remote consumers and producers by connection; thread-safe (handlers run on the loop, the broker
     calls proxies from its own threads)."""
 
-    def __init__(self, broker: Any) -> None:
+    def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._lock = threading.Lock()
         self._consumers: dict[tuple[str, str], RemoteConsumer] = {}  # (group, client id) -> proxy

@@ -5,7 +5,8 @@ at the address the client reached it at (so a server bound to every interface na
 client used). With `auto_create_topic` on, the default topic `TBW102` has a route, so RocketMQ's
 producers send to an unknown topic with `defaultTopic` set and the send creates it, as with a real
 broker. `GET_BROKER_CLUSTER_INFO`, `GET_ALL_TOPIC_LIST_FROM_NAMESERVER`, and
-`DELETE_TOPIC_IN_NAMESRV` (nothing to do: routes come from the topic table) complete the set.
+`DELETE_TOPIC_IN_NAMESRV` and the KV config codes (nothing to keep: routes come from the topic
+table; `GET_KV_CONFIG` finds nothing) complete the set.
 
 Routes for clients of RocketMQ 4.9.4 and later (request version >= 401) are standard JSON
 (`{"0": addr}`), for older ones fastjson's (`{0: addr}`), as the 5.0.0 name server answers.
@@ -101,3 +102,17 @@ def delete_topic_in_namesrv(request: Request) -> RemotingCommand | None:
     """Nothing to do: routes come from the broker's topic table (`DELETE_TOPIC_IN_BROKER` deletes)."""
     request.header.text("topic", max_length=255)
     return request.reply()
+
+
+@handles(RequestCode.GET_KV_CONFIG)
+def get_kv_config(request: Request) -> RemotingCommand | None:
+    """The name server's KV store holds nothing here (order-topic settings come from the topic table)."""
+    h = request.header
+    raise RequestError(ResponseCode.QUERY_NOT_FOUND,
+                       f"No config item, Namespace: {h.text('namespace', '')} Key: {h.text('key', '')}")
+
+
+@handles(RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG)
+def put_or_delete_kv_config(request: Request) -> RemotingCommand | None:
+    """Accepted and dropped: `mqadmin deleteTopic` deletes the topic's order config here after the topic."""
+    return None if request.cmd.is_oneway else request.reply()

@@ -54,6 +54,7 @@ from ..message import MessageQueue, decode_properties, encode_properties
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
+    "SERVER_VERSION",
     "SerializeType",
     "LanguageCode",
     "RequestCode",
@@ -75,6 +76,8 @@ __all__ = [
     "SIGNATURE",
 ]
 
+#: `MQVersion.CURRENT_VERSION` of RocketMQ 5.0.0 (`V5_0_0.ordinal()`): the version responses carry.
+SERVER_VERSION = 413
 #: `NettySystemConfig.frameMaxLength` / `com.rocketmq.remoting.frameMaxLength`: 16 MiB.
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 
@@ -345,8 +348,8 @@ class RemotingCommand:
                  body: bytes | None = None, remark: str | None = None, *,
                  serialize_type: SerializeType = SerializeType.JSON) -> RemotingCommand:
         """A response to the request with `opaque` (answer in the request's `serialize_type`)."""
-        return cls(int(code), opaque, _RESPONSE_FLAG, remark, header_fields(ext_fields), body, "JAVA", 0,
-                   serialize_type)
+        return cls(int(code), opaque, _RESPONSE_FLAG, remark, header_fields(ext_fields), body, "JAVA",
+                   SERVER_VERSION, serialize_type)
 
     def reply(self, code: int, ext_fields: Mapping[str, object] | None = None, body: bytes | None = None,
               remark: str | None = None) -> RemotingCommand:

@@ -33,7 +33,7 @@ from ..message import MessageQueue
 from .handlers import Mode, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode
 
-__all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS"]
+__all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS", "MAX_TRANSFER_BYTES"]
 
 FLAG_COMMIT_OFFSET = 0x1  # PullSysFlag
 FLAG_SUSPEND = 0x2
@@ -41,7 +41,11 @@ FLAG_SUBSCRIPTION = 0x4
 #: Longest suspension accepted (RocketMQ's clients ask 15 s for push and 20 s for lite pull).
 MAX_SUSPEND_MS = 3_600_000
 _MAX_NUMS = 1024
+#: `maxTransferBytesOnMessageInMemory`: a response carries at most this many bytes of records (and at
+#: least one record), so it stays far below the clients' 16 MiB frame limit.
+MAX_TRANSFER_BYTES = 256 * 1024
 
+_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 _CODES = {PullStatus.FOUND: ResponseCode.SUCCESS, PullStatus.NO_MATCHED_MSG: ResponseCode.PULL_RETRY_IMMEDIATELY,
           PullStatus.NO_NEW_MSG: ResponseCode.PULL_NOT_FOUND, PullStatus.OFFSET_ILLEGAL: ResponseCode.PULL_OFFSET_MOVED}
 
@@ -73,7 +77,7 @@ def _selector(request: Request, group: str, topic: str, sys_flag: int) -> Messag
             if request.broker.consumer_ids(group):
                 return None  # a member in this process (or one without this topic): read everything
             raise RequestError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                               f"the consumer's subscription not exist, group: {group}, topic: {topic}")
+                               f"the consumer's group info not exist{_FAQ}")
         kind, expression = found
     if kind.upper() == "TAG" and expression.strip() in ("", "*"):
         return None
@@ -102,9 +106,11 @@ def _queue(request: Request) -> MessageQueue:
     return mq
 
 
-@handles(RequestCode.PULL_MESSAGE, mode=Mode.ASYNC)
+@handles(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, mode=Mode.ASYNC)
 async def pull_message(request: Request) -> RemotingCommand | None:
-    """Read from a queue; park when nothing is there and the request may be suspended."""
+    """Read from a queue; park when nothing is there and the request may be suspended.
+
+    `LITE_PULL_MESSAGE` (5.0.0's `DefaultLitePullConsumer`) is the same request."""
     h, broker = request.header, request.broker
     group = h.text("consumerGroup", max_length=255)
     mq = _queue(request)
@@ -120,7 +126,7 @@ async def pull_message(request: Request) -> RemotingCommand | None:
     result = broker.pull(group, mq, offset, max_nums, selector)
     if result.pull_status is PullStatus.NO_NEW_MSG and suspend_ms > 0 and not request.server.closing:
         result = await _park(request, group, mq, result, max_nums, selector, suspend_ms / 1000)
-    return _response(request, result)
+    return _response(request, result, min(h.int32("maxMsgBytes", MAX_TRANSFER_BYTES, low=1), MAX_TRANSFER_BYTES))
 
 
 async def _park(request: Request, group: str, mq: MessageQueue, result: PullResult, max_nums: int,
@@ -159,13 +165,34 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
         broker.unwatch_arrivals(waker, key)
 
 
-def _response(request: Request, result: PullResult) -> RemotingCommand:
-    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
-              "minOffset": result.min_offset, "maxOffset": result.max_offset}
+def _response(request: Request, result: PullResult, max_bytes: int) -> RemotingCommand:
+    next_offset = result.next_begin_offset
     body = None
     if result.pull_status is PullStatus.FOUND:
-        records = [stored_record(m) for m in result.msg_found_list]
-        if any(r is None for r in records):  # a store always hands out records; anything else is a bug here
-            raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
-        body = b"".join(records)  # type: ignore[arg-type]
-    return request.reply(_CODES[result.pull_status], fields, body)
+        records: list[bytes] = []
+        total = 0
+        for msg in result.msg_found_list:
+            record = stored_record(msg)
+            if record is None:  # a store hands out records only; anything else is a bug here
+                raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
+            if records and total + len(record) > max_bytes:
+                next_offset = msg.queue_offset  # the rest comes with the next pull
+                break
+            records.append(record)
+            total += len(record)
+        body = b"".join(records)
+    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_offset, "minOffset": result.min_offset,
+              "maxOffset": result.max_offset, "topicSysFlag": 0, "groupSysFlag": 0}
+    return request.reply(_CODES[result.pull_status], fields, body, _remark(result))
+
+
+def _remark(result: PullResult) -> str:
+    """The store's `GetMessageStatus` name, which RocketMQ's broker puts in the remark."""
+    status = result.pull_status
+    if status is PullStatus.FOUND:
+        return "FOUND"
+    if status is PullStatus.NO_MATCHED_MSG:
+        return "NO_MATCHED_MESSAGE"
+    if status is PullStatus.NO_NEW_MSG:
+        return "NO_MESSAGE_IN_QUEUE" if result.max_offset == 0 else "OFFSET_OVERFLOW_ONE"
+    return "OFFSET_TOO_SMALL" if result.next_begin_offset == result.min_offset else "OFFSET_OVERFLOW_BADLY"

@@ -73,7 +73,8 @@ def _response(request: Request, result: PutResult, queue_id: int, properties: Ma
         code = ResponseCode[result.status.name] if result.status.name in ResponseCode.__members__ \
             else ResponseCode.SYSTEM_ERROR
     fields = {"msgId": result.offset_msg_id, "queueId": queue_id, "queueOffset": result.queue_offset,
-              "transactionId": properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)}
+              "transactionId": properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # the two a 5.0.0 broker always adds
     return request.reply(code, fields)
 
 
