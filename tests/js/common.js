@@ -42,9 +42,21 @@ function clientOptions(cfg, counters) {
   return Object.assign(options, cfg.options || {});
 }
 
+// ali-ons turns a refused request into a generic error (and retries sends): print each refusal's
+// RocketMQ response code as it arrives ({"event":"refused","requestCode":310,"code":16,...}).
+function reportRefusals(cfg) {
+  const MQClientAPI = require('ali-ons/lib/mq_client_api');
+  const defaultHandler = MQClientAPI.prototype._defaultHandler;
+  MQClientAPI.prototype._defaultHandler = function(request, response) {
+    emit('refused', { requestCode: request.code, code: response.code, remark: response.remark || null });
+    if (cfg.stopOnRefusal) process.exit(4);
+    return defaultHandler.call(this, request, response);
+  };
+}
+
 function fail(err, exitCode) {
   emit('error', { name: err.name, code: err.code === undefined ? null : err.code, message: err.message });
   process.exit(exitCode);
 }
 
-module.exports = { config, emit, clientOptions, fail };
+module.exports = { config, emit, clientOptions, fail, reportRefusals };

@@ -3,12 +3,14 @@
 // been consumed successfully. Keys in cfg.failFirst make the listener throw on their first delivery,
 // so ali-ons sends them back (CONSUMER_SEND_MSG_BACK) and they return through %RETRY%<group>.
 // Prints {"event":"message",...} per delivery, then {"event":"done","clientFiltered":N} after the
-// consumer closed (offsets persisted); {"event":"timeout"} and exit 3 if cfg.timeoutMs passes first.
+// consumer closed (offsets persisted); {"event":"timeout"} and exit 3 if cfg.timeoutMs passes first;
+// with cfg.stopOnRefusal, exit 4 at the first request the server refuses.
 const { Consumer } = require('ali-ons');
-const { config, emit, clientOptions, fail } = require('./common');
+const { config, emit, clientOptions, fail, reportRefusals } = require('./common');
 
 async function main() {
   const cfg = config();
+  reportRefusals(cfg);
   const counters = { clientFiltered: 0 };
   const expected = new Set(cfg.expect);
   const failFirst = new Set(cfg.failFirst || []);

@@ -3,19 +3,11 @@
 // Producer; prints {"event":"sent",...} per message, then {"event":"done"}; an error ends it with
 // {"event":"error","code":<RocketMQ response code or null>,...} and exit status 2.
 const { Producer, Message } = require('ali-ons');
-const MQClientAPI = require('ali-ons/lib/mq_client_api');
-const { config, emit, clientOptions, fail } = require('./common');
-
-// ali-ons retries a send refused with NO_PERMISSION and others, then throws a generic error: report
-// each refusal's response code as it happens ({"event":"refused","code":16,...}).
-const defaultHandler = MQClientAPI.prototype._defaultHandler;
-MQClientAPI.prototype._defaultHandler = function(request, response) {
-  emit('refused', { requestCode: request.code, code: response.code, remark: response.remark || null });
-  return defaultHandler.call(this, request, response);
-};
+const { config, emit, clientOptions, fail, reportRefusals } = require('./common');
 
 async function main() {
   const cfg = config();
+  reportRefusals(cfg);
   const counters = { clientFiltered: 0 };
   const producer = new Producer(Object.assign(clientOptions(cfg, counters), { producerGroup: cfg.group }));
   producer.on('error', err => process.stderr.write('[producer error] ' + err.message + '\n'));
