@@ -21,8 +21,14 @@ from typing import Any
 
 
 
+_OUT = threading.Lock()
+
+
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    line = json.dumps({"event": event, **fields}) + "\n"
+    with _OUT:  # the library calls the listener from several threads: one whole line at a time
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def text(value: bytes | str) -> str:

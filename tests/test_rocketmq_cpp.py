@@ -1,0 +1,79 @@
+"""rocketmq-client-cpp, Apache's C++ RocketMQ client (PyPI `rocketmq` 0.4.4: its `librocketmq.so`
+through ctypes), against `mqlite serve` in another process.
+
+A second real client that this project did not write, next to ali-ons: its own remoting codec,
+heartbeats, rebalance and offset store. Each client runs in a child process (tests/_cppclient.py):
+the library starts threads of its own and writes logs under $HOME, which the child gets as a
+temporary directory.
+
+Not tested here: its retry. The C++ client sends CONSUMER_SEND_MSG_BACK to the address in the
+record's STOREHOST field (the Java client asks the route), and records stored by mqlite say
+127.0.0.1:10911, not the address `mqlite serve` listens on, so that send-back cannot connect.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+from served import run_lines, serving
+
+pytest.importorskip("rocketmq.client", reason="the rocketmq wheel (rocketmq-client-cpp) is for x86-64 Linux only")
+
+CHILD = str(Path(__file__).resolve().parent / "_cppclient.py")
+
+
+def cpp(tmp_path: Path, config: dict[str, Any], timeout: float = 120.0) -> tuple[int, list[dict[str, Any]], str]:
+    home = tmp_path / "cpp-home"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home)}
+    return run_lines([sys.executable, CHILD, json.dumps(config)], timeout=timeout, env=env)
+
+
+def new_store(tmp_path: Path, topic: str) -> str:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path) as broker:
+        broker.create_topic(topic, 4)
+    return path
+
+
+def by_event(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == name]
+
+
+def test_produce_then_push_consume_with_a_tag_filter(tmp_path: Path) -> None:
+    path = new_store(tmp_path, "CppOrders")
+    sent_msgs = [{"tags": ["TagA", "TagB", "TagC"][i % 3], "keys": f"c{i}", "body": f"cpp body {i}"}
+                 for i in range(9)]
+    wanted = [m["keys"] for m in sent_msgs if m["tags"] != "TagC"]
+    with serving(path) as address:
+        rc, events, err = cpp(tmp_path, {"mode": "produce", "nameSrv": address, "topic": "CppOrders",
+                                         "group": "cpp-pg", "messages": sent_msgs})
+        assert rc == 0 and by_event(events, "done"), (events, err[-3000:])
+        sent = by_event(events, "sent")
+        assert [e["status"] for e in sent] == [0] * 9  # SEND_OK
+        rc, events, err = cpp(tmp_path, {"mode": "consume", "nameSrv": address, "topic": "CppOrders",
+                                         "group": "cpp-cg", "expression": "TagA || TagB", "expect": wanted,
+                                         "timeout": 60})
+        assert rc == 0, (events[-3:], err[-3000:])
+    got = by_event(events, "message")
+    assert sorted(e["key"] for e in got) == sorted(wanted)  # each once; TagC never delivered
+    for e in got:
+        m = sent_msgs[int(e["key"][1:])]
+        assert (e["topic"], e["tags"], base64.b64decode(e["bodyBase64"]).decode()) == ("CppOrders", m["tags"], m["body"])
+        assert e["msgId"] == sent[int(e["key"][1:])]["msgId"]  # the client's UNIQ_KEY, kept by the store
+    with mqlite.open(path, read_only=True) as broker:
+        for e, m in zip(sent, sent_msgs):
+            stored = broker.view_message(e["msgId"])
+            assert (stored.body.decode(), stored.tags, stored.keys) == (m["body"], m["tags"], [m["keys"]])
+        progress = {p.queue_id: p for p in broker.consumer_progress("cpp-cg") if p.topic == "CppOrders"}
+        for queue_id, p in progress.items():  # the offsets the client persisted when it shut down
+            consumed = [e["queueOffset"] for e in got if e["queueId"] == queue_id]
+            assert max(consumed, default=-1) < p.consumer_offset <= p.broker_offset, (queue_id, p, consumed)
