@@ -77,3 +77,22 @@ def test_produce_then_push_consume_with_a_tag_filter(tmp_path: Path) -> None:
         for queue_id, p in progress.items():  # the offsets the client persisted when it shut down
             consumed = [e["queueOffset"] for e in got if e["queueId"] == queue_id]
             assert max(consumed, default=-1) < p.consumer_offset <= p.broker_offset, (queue_id, p, consumed)
+
+
+def test_acl_a_signed_producer_passes_and_unsigned_or_wrongly_signed_ones_store_nothing(tmp_path: Path) -> None:
+    path = new_store(tmp_path, "CppSecure")
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps({"cpp-ak": "cpp-secret"}))
+    tries = {"signed": {"accessKey": "cpp-ak", "secretKey": "cpp-secret"}, "unsigned": {},
+             "wrong-secret": {"accessKey": "cpp-ak", "secretKey": "not-it"}}
+    outcomes = {}
+    with serving(path, "--acl-file", str(acl)) as address:
+        for name, creds in tries.items():
+            one = [{"tags": "TagA", "keys": name, "body": f"from the {name} producer"}]
+            rc, events, err = cpp(tmp_path, {"mode": "produce", "nameSrv": address, "topic": "CppSecure",
+                                             "group": "cpp-pg", "messages": one, **creds})
+            outcomes[name] = (rc, [e["event"] for e in events])
+    assert outcomes == {"signed": (0, ["sent", "done"]), "unsigned": (2, ["error"]), "wrong-secret": (2, ["error"])}
+    with mqlite.open(path, read_only=True) as broker:
+        assert [m.body for m in broker.query_message("CppSecure", "signed")] == [b"from the signed producer"]
+        assert broker.query_message("CppSecure", "unsigned") == broker.query_message("CppSecure", "wrong-secret") == []
