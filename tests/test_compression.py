@@ -38,6 +38,13 @@ JAVA_ZSTD = bytes.fromhex(
 JAVA_LZ4_EMPTY = bytes.fromhex("04224d1860707300000000")  # an empty body still makes a frame
 JAVA_ZSTD_EMPTY = bytes.fromhex("28b52ffd0058010000")
 
+# Stored by `mqlite serve` from RocketMQ 5.0.0's DefaultMQProducer run with -Drocketmq.message.compressType=LZ4
+# (sys flag 0x101) and =ZSTD (0x201, compressLevel 5), sending "Zip-2-" padded with 'x' to 6000 bytes.
+JAVA_CLIENT_BODY = b"Zip-2-" + b"x" * 5994
+JAVA_CLIENT_LZ4 = bytes.fromhex(
+    "04224d18607073280000007f5a69702d322d780100ffffffffffffffffffffffffffffffffffffffffffffff6850787878787800000000")
+JAVA_CLIENT_ZSTD = bytes.fromhex("28b52ffd0058740000385a69702d322d78010066d70323010000")
+
 LZ4 = SysFlag.COMPRESSED | SysFlag.COMPRESSION_LZ4_TYPE
 ZSTD = SysFlag.COMPRESSED | SysFlag.COMPRESSION_ZSTD_TYPE
 
@@ -60,10 +67,12 @@ def java_zstd(body: bytes, level: int = 5) -> bytes:
 def test_the_python_writers_make_javas_bytes() -> None:
     assert java_lz4(BODY) == JAVA_LZ4 and java_lz4(b"") == JAVA_LZ4_EMPTY
     assert java_zstd(BODY) == JAVA_ZSTD and java_zstd(b"") == JAVA_ZSTD_EMPTY
+    assert java_lz4(JAVA_CLIENT_BODY) == JAVA_CLIENT_LZ4 and java_zstd(JAVA_CLIENT_BODY) == JAVA_CLIENT_ZSTD
 
 
 @pytest.mark.parametrize(("stored", "sys_flag", "plain"), [
     (JAVA_LZ4, LZ4, BODY), (JAVA_ZSTD, ZSTD, BODY), (JAVA_LZ4_EMPTY, LZ4, b""), (JAVA_ZSTD_EMPTY, ZSTD, b""),
+    (JAVA_CLIENT_LZ4, LZ4, JAVA_CLIENT_BODY), (JAVA_CLIENT_ZSTD, ZSTD, JAVA_CLIENT_BODY),
     (zlib.compress(BODY, 5), SysFlag.COMPRESSED | SysFlag.COMPRESSION_ZLIB_TYPE, BODY),
     (zlib.compress(BODY, 5), SysFlag.COMPRESSED, BODY),  # no type bits: a client before RocketMQ 5
 ])
