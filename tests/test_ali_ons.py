@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,43 @@ def test_acl_signed_clients_pass_and_unsigned_or_wrongly_signed_ones_are_refused
         assert sorted(k for m in broker.query_message("JsSecure", "shared") for k in m.keys) == ["s0", "shared"]
         for name in wrong:
             assert broker.query_message("JsSecure", f"bad-{name}") == []
+
+
+def test_long_polling_sql92_filter_and_a_restart_that_resumes(tmp_path: Path) -> None:
+    """The consumer starts first: its pulls park on the empty queues (suspended for 60 s here) and
+    the sends wake them. It filters with SQL92, which ali-ons leaves to the server (it checks only
+    tags itself). A second run of the group resumes at the committed offsets: nothing twice."""
+    path = new_store(tmp_path, "JsSql")
+    sent_msgs = [{"tags": "TagA", "keys": [f"q{i}"], "body": f"sql {i}",
+                  "properties": {"n": str(i), "kind": "odd" if i % 2 else "even"}} for i in range(40)]
+    sql = {"expressionType": "SQL92", "subString": "n >= 10 AND kind = 'odd'"}
+    first, later = [f"q{i}" for i in range(11, 30, 2)], [f"q{i}" for i in range(31, 40, 2)]
+    long_polls = {"brokerSuspendMaxTimeMillis": 60000, "consumerTimeoutMillisWhenSuspend": 90000}
+    with serving(path) as address:
+        consumer = {"nameSrv": address, "topic": "JsSql", "group": "js-sql", "expression": sql,
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "options": long_polls, "timeoutMs": 30000}
+        producer = {"nameSrv": address, "topic": "JsSql", "group": "js-pg"}
+        assert NODE is not None
+        waiting = subprocess.Popen([NODE, str(JS / "consume.js"), json.dumps({**consumer, "expect": first})],
+                                   cwd=str(JS), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert waiting.stdout is not None
+            ready = waiting.stdout.readline()
+            assert json.loads(ready or "{}").get("event") == "ready", (ready, waiting.stderr and waiting.stderr.read())
+            rc, events, err = node("produce.js", {**producer, "messages": sent_msgs[:30]})
+            assert rc == 0, err[-3000:]
+            out, err = waiting.communicate(timeout=60)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+        assert waiting.returncode == 0, (out[-2000:], err[-3000:])  # woken, not after the 60 s suspension
+        got = by_event([json.loads(line) for line in out.splitlines() if line.startswith("{")], "message")
+        assert sorted(e["key"] for e in got) == sorted(first)
+        assert all(e["properties"]["kind"] == "odd" and int(e["properties"]["n"]) >= 10 for e in got)
+
+        rc, events, err = node("produce.js", {**producer, "messages": sent_msgs[30:]})
+        assert rc == 0, err[-3000:]
+        rc, events, err = node("consume.js", {**consumer, "expect": later})
+        assert rc == 0, (events[-3:], err[-3000:])
+        assert sorted(e["key"] for e in by_event(events, "message")) == sorted(later)  # nothing from the first run

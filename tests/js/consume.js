@@ -1,10 +1,12 @@
 'use strict';
-// Push-consumes cfg.topic with cfg.expression (tags) in cfg.group until every key of cfg.expect has
-// been consumed successfully. Keys in cfg.failFirst make the listener throw on their first delivery,
-// so ali-ons sends them back (CONSUMER_SEND_MSG_BACK) and they return through %RETRY%<group>.
+// Push-consumes cfg.topic with cfg.expression (tags, or {expressionType: 'SQL92', subString}) in
+// cfg.group until every key of cfg.expect has been consumed successfully. Keys in cfg.failFirst make
+// the listener throw on their first delivery, so ali-ons sends them back (CONSUMER_SEND_MSG_BACK) and
+// they return through %RETRY%<group>.
 // Prints {"event":"message",...} per delivery, then {"event":"done","clientFiltered":N} after the
 // consumer closed (offsets persisted); {"event":"timeout"} and exit 3 if cfg.timeoutMs passes first;
-// with cfg.stopOnRefusal, exit 4 at the first request the server refuses.
+// with cfg.stopOnRefusal, exit 4 at the first request the server refuses. {"event":"ready"} says the
+// consumer has its queues and is pulling.
 const { Consumer } = require('ali-ons');
 const { config, emit, clientOptions, fail, reportRefusals } = require('./common');
 
@@ -21,6 +23,8 @@ async function main() {
   let finish;
   const finished = new Promise(resolve => { finish = resolve; });
   consumer.on('error', err => process.stderr.write('[consumer error] ' + err.message + '\n'));
+  // Queues assigned by a rebalance, their pulls under way: {"event":"ready"} once.
+  consumer.once(`topic_${cfg.topic}_queue_changed`, () => emit('ready', {}));
   consumer.subscribe(cfg.topic, cfg.expression, async msg => {
     const key = msg.keys;
     const failing = failFirst.delete(key);
@@ -34,6 +38,7 @@ async function main() {
       queueOffset: msg.queueOffset,
       reconsumeTimes: msg.reconsumeTimes,
       retryTopic: msg.properties.RETRY_TOPIC || null,
+      properties: msg.properties,
       failed: failing,
     });
     if (failing) throw new Error(`failing ${key} once on purpose`);

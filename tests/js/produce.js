@@ -1,5 +1,5 @@
 'use strict';
-// Sends cfg.messages ([{tags, keys: [..], body (UTF-8) | bodyBase64}]) to cfg.topic with an ali-ons
+// Sends cfg.messages ([{tags, keys: [..], properties?: {..}, body (UTF-8) | bodyBase64}]) to cfg.topic with an ali-ons
 // Producer; prints {"event":"sent",...} per message, then {"event":"done"}; an error ends it with
 // {"event":"error","code":<RocketMQ response code or null>,...} and exit status 2.
 const { Producer, Message } = require('ali-ons');
@@ -16,6 +16,7 @@ async function main() {
     const body = m.bodyBase64 !== undefined ? Buffer.from(m.bodyBase64, 'base64') : Buffer.from(m.body, 'utf8');
     const msg = new Message(cfg.topic, m.tags, body);
     if (m.keys) msg.keys = m.keys;
+    Object.assign(msg.properties, m.properties || {}); // user properties (SQL92 filters read them)
     const result = await producer.send(msg);
     emit('sent', {
       index,
