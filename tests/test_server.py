@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import mqlite
 from mqlite.commitlog import decode_message
@@ -34,6 +36,7 @@ from mqlite.remoting.protocol import (
     sign,
     to_wire_json,
 )
+from mqlite.remoting.handlers import HANDLERS
 from mqlite.remoting.registry import holder_address
 from support import deadline
 
@@ -167,9 +170,9 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
           "i": encode_properties({"TAGS": "b", "UNIQ_KEY": "U2"}), "j": "0", "k": "false"}
     assert client.call(RequestCode.SEND_MESSAGE_V2, v2, b"two").ext_fields["queueOffset"] == "1"
     batch = encode_batch([(0, b"three", {"UNIQ_KEY": "U3"}), (0, b"four", {"UNIQ_KEY": "U4", "TAGS": "c"})])
-    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, {
-        "producerGroup": "pg", "topic": "orders", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
-        "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0, "properties": "", "batch": True}, batch)
+    # RocketMQ's client sends batches with the V2 header (one-letter names), its own properties appended to each.
+    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, {**v2, "i": encode_properties({"UNIQ_KEY": "B"}), "m": "true"},
+                       batch)
     assert sent.code == ResponseCode.SUCCESS and sent.ext_fields["queueOffset"] == "2"
     assert len(sent.ext_fields["msgId"].split(",")) == 2
     broker.wait_dispatched()
@@ -179,7 +182,14 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
     got = records(response.body)
     assert [(m.body, m.tags, m.queue_offset, m.flag) for m in got] == [
         (b"one", "a", 0, 0), (b"two", "b", 1, 3), (b"three", None, 2, 0), (b"four", "c", 3, 0)]
+    # Each message keeps its own UNIQ_KEY (RocketMQ 5.0.0 lets the batch's override them all).
+    assert [m.properties["UNIQ_KEY"] for m in got[2:]] == ["U3", "U4"] and got[2].msg_id == "U3"
     assert got[0].offset_msg_id == first.ext_fields["msgId"] and got[0].keys == ["k1"]
+    # Records name the serving address as their store host, as a RocketMQ broker writes brokerIP1:listenPort:
+    # RocketMQ's consumers send their send-backs there.
+    host, port = client.sock.getpeername()
+    assert got[0].store_host == f"{host}:{port}" and decode_offset_msg_id(first.ext_fields["msgId"])[1] == port
+    assert got[0].born_host == "%s:%d" % client.sock.getsockname()  # the sender's address, as RocketMQ's
     # The body is the commit log's bytes, not a re-encoding.
     assert response.body[:got[0].store_size] == broker.store.commitlog.read(got[0].commit_log_offset,
                                                                               got[0].store_size)
@@ -479,6 +489,7 @@ def test_close_leaves_no_thread_and_clears_the_holder_address(broker: mqlite.Bro
     server.close()
     server.close()  # idempotent
     assert holder_address(broker.path) is None
+    assert broker.put_message("t", 0, b"y").offset_msg_id[8:16] == "00002A9F"  # 127.0.0.1:10911 again
     assert broker.consumer_ids("cg") == []  # its consumers left with their connection
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-remoting")]
     c.close()
@@ -489,8 +500,7 @@ def test_close_leaves_no_thread_and_clears_the_holder_address(broker: mqlite.Bro
 
 
 def test_mqlite_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
-    path = tmp_path / "mq"
-    mqlite.open(path).close()
+    path = tmp_path / "mq"  # a new store: serve creates it
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen([sys.executable, "-m", "mqlite", "serve", str(path), "--listen", "127.0.0.1:0",
                              "--set", "auto_create_topic=true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -511,3 +521,106 @@ def test_mqlite_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
     with mqlite.open(path, read_only=True) as reader:
         assert reader.query_message_by_offset("t", 0, 0).body == b"x"
     assert holder_address(path) is None
+
+
+_FIELDS = ["topic", "queueId", "consumerGroup", "producerGroup", "group", "offset", "queueOffset", "maxMsgNums",
+           "sysFlag", "commitOffset", "subscription", "expressionType", "timestamp", "commitLogOffset",
+           "commitOrRollback", "delayLevel", "maxReconsumeTimes", "key", "maxNum", "readQueueNums", "writeQueueNums",
+           "perm", "clientID", "properties", "bornTimestamp", "flag", "defaultTopicQueueNums", "batch", "a", "b", "e",
+           "setZeroIfNotFound", "beginTimestamp", "endTimestamp", "maxMsgBytes", "namespace"]
+_VALUES = ["", "0", "1", "-1", "7", "22", "2147483648", "-9223372036854775809", "99999999999999999999", "t", "%RETRY%x",
+           "a b", "true", "TAG", "SQL92", "a >", "*", "\x01\x02", "é", "9" * 300]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_fuzzed_headers_always_get_an_answer(fuzz_server: tuple[mqlite.Broker, Client], data: st.DataObject) -> None:
+    """Any request code the server handles, with any header values and a junk body: an answer, never a crash."""
+    _, c = fuzz_server
+    code = data.draw(st.sampled_from(sorted(HANDLERS)))
+    fields = data.draw(st.dictionaries(st.sampled_from(_FIELDS), st.sampled_from(_VALUES), max_size=8))
+    body = data.draw(st.one_of(st.none(), st.binary(max_size=40), st.sampled_from([b"{}", b"[]", b'{"mqSet":[1]}'])))
+    cmd = RemotingCommand.request(code, fields, body)
+    c.send(cmd)
+    with deadline(10):
+        response = c.wait(lambda r: r.is_response and r.opaque == cmd.opaque)
+    assert response.code in set(ResponseCode), response
+    assert "Error:" not in (response.remark or "") and "Exception" not in (response.remark or ""), response
+
+
+@pytest.fixture
+def fuzz_server(tmp_path: Path) -> Iterator[tuple[mqlite.Broker, Client]]:
+    """One server for all of a Hypothesis test's examples (a function-scoped fixture runs once per test)."""
+    with mqlite.open(tmp_path / "fuzz", commitlog_file_size=1 << 20) as b:
+        b.create_topic("t", 2)
+        server = b.serve()
+        c = Client(server.address)
+        yield b, c
+        c.close()
+
+
+def test_a_client_that_does_not_read_does_not_hold_up_others(broker: mqlite.Broker, server: mqlite.Server) -> None:
+    greedy = Client(server.address)
+    for i in range(16):
+        send_v1(greedy, "big", bytes([i]) * 60_000)
+    broker.wait_dispatched()
+    greedy.sock.setblocking(False)
+    request = encode_frame(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g", "topic": "big", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
+        "sysFlag": PULL_SUBSCRIPTION, "subscription": "*"}))
+    sent = 0
+    try:
+        for _ in range(400):  # ~400 answers of ~256 KiB each, never read: far more than socket buffers hold
+            greedy.sock.sendall(request)
+            sent += 1
+    except BlockingIOError:
+        pass  # the server stopped reading this client: its answers wait unsent
+    other = Client(server.address)
+    with deadline(20):
+        for _ in range(20):
+            assert other.call(RequestCode.GET_MAX_OFFSET, {"topic": "big", "queueId": 0}).ext_fields == \
+                {"offset": "16"}
+    assert sent > 0
+    other.close()
+    greedy.close()
+
+
+def test_parked_pulls_do_not_stop_a_connection(broker: mqlite.Broker, server: mqlite.Server,
+                                               client: Client) -> None:
+    """A push consumer parks one pull per queue it owns: more than the executor's in-flight cap."""
+    broker.create_topic("many", 80)
+    with deadline(20):
+        for queue_id in range(80):
+            client.send(RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+                "consumerGroup": "g", "topic": "many", "queueId": queue_id, "queueOffset": 0, "maxMsgNums": 32,
+                "sysFlag": PULL_SUBSCRIPTION | PULL_SUSPEND, "suspendTimeoutMillis": 30_000, "subscription": "*"}))
+        assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": "many", "queueId": 79}).ext_fields == {"offset": "0"}
+        while broker.arrivals.waiting < 80:  # every pull parked (their tasks start after the inline answer)
+            threading.Event().wait(0.005)
+        send_v1(client, "many", b"wake", queue_id=79)
+        woken = client.wait(lambda r: r.is_response and r.code == ResponseCode.SUCCESS and bool(r.body))
+    assert [m.body for m in records(woken.body)] == [b"wake"]
+
+
+def test_trace_records_of_a_traced_client_create_the_trace_topic(broker: mqlite.Broker, client: Client) -> None:
+    # RocketMQ's trace dispatcher finds no route for RMQ_SYS_TRACE_TOPIC and sends with defaultTopic TBW102.
+    assert send_v1(client, "RMQ_SYS_TRACE_TOPIC", b"Pub\x01...").code == ResponseCode.SUCCESS
+    assert broker.topic_config("RMQ_SYS_TRACE_TOPIC") is not None
+
+
+def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "sync", flush_disk_type="SYNC_FLUSH", commitlog_file_size=1 << 20) as broker:
+        server = broker.serve()
+        c = Client(server.address)
+        pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
+            "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "queueId": 0,
+            "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d" % i) for i in range(50)]
+        c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+        with deadline(20):
+            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o) for cmd in pipelined]  # type: ignore[misc]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 50
+        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(50))
+        names = {t.name for t in threading.enumerate()}
+        assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
+        c.close()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]

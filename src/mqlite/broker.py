@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
 import struct
 import threading
 import weakref
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import PutResult, stored_body
+from .commitlog import STORE_HOST, PutResult, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError, StoreLockedError
@@ -379,8 +380,10 @@ class Broker:
     # -- sending ------------------------------------------------------------------------------------------------
     def put_message(self, topic: str, queue_id: int, body: bytes, properties: Mapping[str, str] | None = None, *,
                     flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
-                    reconsume_times: int = 0) -> PutResult:
+                    reconsume_times: int = 0, born_host: str | None = None) -> PutResult:
         """Store one message sent by a client (the broker's `SendMessageProcessor` path).
+
+        `born_host` (`ip:port`) is the sender's address, which a server passes (default: the store's).
 
         Rewrites first, as RocketMQ's broker: a prepared (half) message goes to
         the half topic; a delayed one to the schedule or timer topic.
@@ -401,7 +404,7 @@ class Broker:
             self._register_system_topic(topic)
         try:
             return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                             born_timestamp=born_timestamp, reconsume_times=reconsume_times)
+                             born_timestamp=born_timestamp, born_host=born_host, reconsume_times=reconsume_times)
         except (struct.error, OverflowError, TypeError) as exc:
             # A field that does not fit the record (flag, times beyond their Java types). The header
             # is packed last, before the write position moves: nothing was stored.
@@ -870,6 +873,25 @@ class Broker:
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
     # -- serving ------------------------------------------------------------------------------------------------
+    def set_store_host(self, address: str | None) -> None:
+        """Write `address` (`ip:port`, IPv4) as the store host of the records stored from now on, which
+        their offset message ids name; None goes back to `127.0.0.1:10911`. `serve()` sets the address it
+        serves at, as a RocketMQ broker writes its `brokerIP1:listenPort`: RocketMQ's clients send a
+        consumer's send-back (and an admin's look-up by offset id) to the host in the record."""
+        store = self._writer()
+        if address is None:
+            host, port = STORE_HOST
+        else:
+            host, _, port_text = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+            try:
+                port = int(port_text)
+                socket.inet_aton(host)
+            except (ValueError, OSError):
+                raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}") from None
+            if not 0 <= port <= 65535 or host.count(".") != 3:
+                raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}")
+        store.commitlog.set_store_host(host, port)
+
     def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
               allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:
         """Serve this broker over Apache RocketMQ's remoting protocol; returns the `mqlite.Server`.

@@ -136,12 +136,15 @@ class PutResult(NamedTuple):
     msg_num: int = 1
     commit_log_offsets: list[int] | None = None
     status: PutMessageStatus = PutMessageStatus.PUT_OK
+    store_host: tuple[bytes, int] = (socket.inet_aton(STORE_HOST[0]), STORE_HOST[1])
+    """The records' store host (IPv4 bytes, port): part of their offset message ids."""
 
     @property
     def offset_msg_id(self) -> str:
         """The offset id(s) of the stored record(s), comma-joined for a batch."""
         offsets = self.commit_log_offsets or [self.commit_log_offset]
-        return ",".join(create_offset_msg_id(_STORE_IP, _STORE_PORT, o) for o in offsets)
+        ip, port = self.store_host
+        return ",".join(create_offset_msg_id(ip, port, o) for o in offsets)
 
 
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -673,6 +676,8 @@ class CommitLog:
         self._empty_tails: dict[str, bytes] = {}
         self._v2_topics: set[str] = set()  # topics written with MAGIC_V2 (filled by _topic_prefix)
         self._born_default = (_STORE_IP, _STORE_PORT)  # producer and broker share a process: same host
+        #: The store host written into new records (`set_store_host`; RocketMQ's brokerIP1:listenPort).
+        self.store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)
         self._max_body = config.max_message_size
         # Once units are written with the append, dispatch entries only feed the key index:
         # with the index off none are queued (nothing would read them).
@@ -793,7 +798,7 @@ class CommitLog:
             if not v6:
                 HEADER.pack_into(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
                                  queue_id, flag, qoff, phys, sys_flag, born, born_ip, born_port,
-                                 now, _STORE_IP, _STORE_PORT, reconsume_times, prepared_transaction_offset,
+                                 now, *self.store_host, reconsume_times, prepared_transaction_offset,
                                  len(body))
             else:
                 self._pack_v6_header(mm, pos, total, topic in self._v2_topics, crc, queue_id, flag, qoff, phys,
@@ -811,7 +816,7 @@ class CommitLog:
                 self.dispatch_queue.append((topic, queue_id, phys, total, code, now, qoff, keys, uniq,
                                             sys_flag))  # type: ignore[arg-type]
         # tuple.__new__ skips the NamedTuple's Python-level __new__ (measurable per put).
-        return _new_tuple(PutResult, (phys, total, qoff, now, 1, None, _PUT_OK))
+        return _new_tuple(PutResult, (phys, total, qoff, now, 1, None, _PUT_OK, self.store_host))
 
     def _empty_tail(self, topic: str) -> bytes:
         """Topic bytes plus an empty property block, cached per topic."""
@@ -893,8 +898,7 @@ class CommitLog:
         headers["flag"] = flag if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
         headers["born_host"] = _STORE_IP
         headers["born_port"] = _STORE_PORT
-        headers["store_host"] = _STORE_IP
-        headers["store_port"] = _STORE_PORT
+        headers["store_host"], headers["store_port"] = self.store_host
         headers["body_length"] = body_lengths
         record_starts = np.zeros(count, dtype=np.int64)
         np.cumsum(size_array[:-1], out=record_starts[1:])
@@ -922,7 +926,8 @@ class CommitLog:
             codes = None if properties is None else [fn(topic, p, now) if p else 0 for p in properties]
             self._batch_written(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes, now, keys,
                                               uniqs), keys is not None)
-        return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist())
+        return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist(),
+                         store_host=self.store_host)
 
     def append_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                                key_hashes: Any = None, key_rows: Any = None) -> PutResult:
@@ -1017,6 +1022,12 @@ class CommitLog:
                 f"{MAX_PROPERTIES_LENGTH} (RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
         return blocks
 
+    def set_store_host(self, host: str, port: int) -> None:
+        """Write `host:port` (IPv4) as the store host of records appended from now on, and in their
+        offset message ids. A server sets the address it serves at: RocketMQ's clients send a
+        consumer's send-back, and an admin's view by offset id, to the host in the record."""
+        self.store_host = (socket.inet_aton(host), port)
+
     def _pack_v6_header(self, mm: object, pos: int, total: int, v2: bool, crc: int, queue_id: int, flag: int,
                         qoff: int, phys: int, sys_flag: int, born_ts: int, born_ip: bytes, born_port: int,
                         now: int, reconsume: int, prepared: int, body_len: int) -> int:
@@ -1025,7 +1036,7 @@ class CommitLog:
         p = pos + PREFIX.size
         mm[p : p + 16] = born_ip  # type: ignore[index]
         _INT.pack_into(mm, p + 16, born_port)  # type: ignore[arg-type]
-        _TAIL_V4.pack_into(mm, p + 20, now, _STORE_IP, STORE_HOST[1], reconsume, prepared, body_len)  # type: ignore[arg-type]
+        _TAIL_V4.pack_into(mm, p + 20, now, *self.store_host, reconsume, prepared, body_len)  # type: ignore[arg-type]
         return p + 20 + _TAIL_V4.size
 
     def _batch_written(self, batch: BatchDispatch, has_keys: bool) -> None:

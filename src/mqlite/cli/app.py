@@ -59,7 +59,7 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         for option in command.options:
             option.add_to(cmd)
-        cmd.set_defaults(run=command.run)
+        cmd.set_defaults(run=command.run, creates_store=command.creates_store)
     return parser
 
 
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     prefix = f"mqlite {args.command}"
     try:
-        ctx = Context(args.command, find_store(args.path, args.store, args.command_store))
+        ctx = Context(args.command, find_store(args.path, args.store, args.command_store, create=args.creates_store))
         try:
             return write_report(args.run(ctx, args), args.json, sys.stdout)
         finally:

@@ -55,6 +55,8 @@ class Command:
     name: str
     run: Run
     options: tuple[Opt, ...] = ()
+    creates_store: bool = False
+    """True when the command may start a new store (a missing or empty directory is accepted)."""
 
     @property
     def description(self) -> str:
@@ -152,5 +154,5 @@ COMMANDS: tuple[Command, ...] = (
         opt("--acl-file", dest="acl_file", metavar="FILE",
             help='JSON {"access key": "secret key"}: requests must carry RocketMQ ACL signatures'),
         opt("--allow-anonymous", dest="allow_anonymous", action="store_true",
-            help="serve a non-loopback address without ACL (only on a trusted network)"))),
+            help="serve a non-loopback address without ACL (only on a trusted network)")), creates_store=True),
 )

@@ -33,10 +33,11 @@ class CommandError(Exception):
     """The command could not do its job on this store: exit status 1."""
 
 
-def find_store(*given: str | None) -> str:
+def find_store(*given: str | None, create: bool = False) -> str:
     """The store directory PATH and `--store` name (the same one when both do), else `$MQLITE_STORE`.
 
-    `UsageError` when they name different directories, or none fits.
+    `UsageError` when they name different directories, or none fits. With `create` (a command that
+    opens the store for writing and may start a new one: `serve`), a missing or empty directory fits.
     """
     named = [g for g in given if g]
     if len({os.path.realpath(g) for g in named}) > 1:
@@ -44,6 +45,8 @@ def find_store(*given: str | None) -> str:
     chosen = named[0] if named else os.environ.get(STORE_ENV)
     if not chosen:
         raise UsageError(f"no store given: pass PATH, --store PATH or set {STORE_ENV}")
+    if create and (not os.path.exists(chosen) or (os.path.isdir(chosen) and not os.listdir(chosen))):
+        return str(chosen)  # mqlite.open creates the store there
     if not os.path.isdir(chosen):
         raise UsageError(f"{chosen} is not a directory (no store there)")
     if not any(os.path.exists(os.path.join(chosen, marker)) for marker in _STORE_MARKERS):

@@ -543,15 +543,17 @@ def decode_command(frame: memoryview | bytes) -> RemotingCommand:
     return cmd
 
 
-def _int_field(header: Mapping[str, Any], name: str, low: int = _INT32_MIN, high: int = _INT32_MAX) -> int:
+def _int_field(header: Mapping[str, Any], name: str) -> int:
     value = header.get(name, 0)
+    if type(value) is int and _INT32_MIN <= value <= _INT32_MAX:
+        return value
     if value is None:
         return 0
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,10}", value):
         value = int(value)  # fastjson reads "12" into an int field too
-    if type(value) is not int or not low <= value <= high:
-        raise ProtocolError(f"header field {name!r} must be a Java int, got {value!r}")
-    return value
+        if _INT32_MIN <= value <= _INT32_MAX:
+            return value
+    raise ProtocolError(f"header field {name!r} must be a Java int, got {value!r}")
 
 
 def _decode_json_header(header: memoryview) -> RemotingCommand:
@@ -559,21 +561,25 @@ def _decode_json_header(header: memoryview) -> RemotingCommand:
         obj = json.loads(bytes(header))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"a JSON header is not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise ProtocolError(f"a JSON header must be an object, got {type(obj).__name__}")
     remark = obj.get("remark")
-    if remark is not None and not isinstance(remark, str):
+    if remark is not None and type(remark) is not str:
         raise ProtocolError(f"header field 'remark' must be a string, got {remark!r}")
     language = obj.get("language", "JAVA")
-    if isinstance(language, int) and not isinstance(language, bool):
+    if type(language) is not str:
+        if type(language) is not int:
+            raise ProtocolError(f"header field 'language' must be a string, got {language!r}")
         language = _LANGUAGE_NAMES.get(language, "OTHER")
-    elif not isinstance(language, str):
-        raise ProtocolError(f"header field 'language' must be a string, got {language!r}")
     ext = obj.get("extFields")
-    fields: dict[str, str] = {}
-    if ext is not None:
-        if not isinstance(ext, dict):
-            raise ProtocolError(f"header field 'extFields' must be an object, got {type(ext).__name__}")
+    if ext is None:
+        fields: dict[str, str] = {}
+    elif type(ext) is not dict:
+        raise ProtocolError(f"header field 'extFields' must be an object, got {type(ext).__name__}")
+    elif all(type(v) is str for v in ext.values()):
+        fields = ext  # what RocketMQ's Java client sends: strings only
+    else:  # other clients (ali-ons) send numbers and booleans: Java's toString of each
+        fields = {}
         for key, value in ext.items():
             if value is None:
                 continue

@@ -16,6 +16,7 @@ from ..commitlog import PutMessageStatus, PutResult
 from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SysFlag, decode_properties
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
+from ..trace import TRACE_TOPIC
 from .handlers import Mode, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch
 
@@ -32,8 +33,9 @@ _STATUS_CODES = {
 
 
 def _v1(request: Request) -> None:
-    """Read a V2 header (one-letter names) as a V1 one."""
-    if request.cmd.code != RequestCode.SEND_MESSAGE_V2:
+    """Read a V2 header (one-letter names, what `SEND_MESSAGE_V2` and `SEND_BATCH_MESSAGE` carry) as a V1 one
+    (V1 names are kept, so a batch with V1 names reads too)."""
+    if request.cmd.code == RequestCode.SEND_MESSAGE:
         return
     fields = request.header.fields
     request.header.fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
@@ -49,8 +51,10 @@ def _target(request: Request) -> tuple[str, int]:
     config = broker.topic_config(topic)
     if config is None or not config.writable:
         try:
-            if is_retry_topic(topic) and config is None:
-                config = broker.topics.ensure_system(topic, 1)  # a client's sendMessageBackAsNormalMessage
+            if (is_retry_topic(topic) or topic == TRACE_TOPIC) and config is None:
+                # A client's sendMessageBackAsNormalMessage; a traced client's trace records (RocketMQ's
+                # broker creates the trace topic at start when tracing is on).
+                config = broker.topics.ensure_system(topic, 1)
             else:
                 broker.fetch_publish_queues(topic, default_nums)
                 config = broker.topic_config(topic)
@@ -108,7 +112,7 @@ def send_message(request: Request) -> RemotingCommand | None:
         body = request.cmd.body or b""
         result = request.broker.put_message(topic, queue_id, body, properties, flag=h.int32("flag"),
                                             sys_flag=sys_flag, born_timestamp=h.int64("bornTimestamp", low=0),
-                                            reconsume_times=reconsume_times)
+                                            reconsume_times=reconsume_times, born_host=request.peer.remote_address)
     except Exception as exc:  # noqa: BLE001 - put_failure re-raises what it does not know
         raise put_failure(exc) from None
     return _response(request, result, queue_id, properties)
@@ -139,8 +143,9 @@ def send_batch(request: Request) -> RemotingCommand | None:
         if not entries:
             raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch body holds no message")
         shared = decode_properties(h.text("properties", ""))
-        # CommitLog's batch encoder appends the request's properties to each message's.
-        properties = [{**e.properties, **shared} for e in entries]
+        # The request's properties go with each message, under the message's own: RocketMQ's batch encoder
+        # appends them after, so there the batch's UNIQ_KEY overrides every message's (one id for all).
+        properties = [{**shared, **e.properties} for e in entries]
         result = request.broker.put_messages(topic, queue_id, [e.body for e in entries], properties,
                                              flags=[e.flag for e in entries],
                                              born_timestamp=h.int64("bornTimestamp", low=0))

@@ -9,8 +9,9 @@ in-flight requests, closes the connections (their consumers leave their groups),
 
 One bad peer never harms another: a malformed, truncated or oversized frame closes that connection
 only; a connection whose client stops reading is not read from either (its writes are buffered up
-to a bound, then it is dropped); each connection has at most `MAX_IN_FLIGHT` requests being
-handled, so a flood from one client queues behind itself, not in front of everyone.
+to a bound, then it is dropped); each connection has at most `MAX_IN_FLIGHT` requests on the
+executor and `MAX_PARKED` parked pulls, so a flood from one client queues behind itself, not in
+front of everyone.
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ from .registry import clear_address, record_address
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["Server", "MAX_IN_FLIGHT", "CHANNEL_EXPIRED_TIMEOUT"]
+__all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "CHANNEL_EXPIRED_TIMEOUT"]
 
 log = logging.getLogger("mqlite.remoting")
 
-#: Requests one connection may have in handling at once; reading from it pauses beyond that.
+#: Requests of one connection the executor may hold at once; reading from it pauses beyond that.
 MAX_IN_FLIGHT = 64
+#: Parked pulls one connection may have (a push consumer parks one per queue it owns).
+MAX_PARKED = 4096
 #: `ClientHousekeepingService`'s channel expiry: a connection silent this long is closed (seconds).
 CHANNEL_EXPIRED_TIMEOUT = 120.0
 _WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop reading a client's requests while this much waits to be sent to it
@@ -131,6 +134,16 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _primary_ipv4() -> str:
+    """This machine's outward IPv4 address (a UDP socket's choice of source; nothing is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routed like any address, never answered
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
 def _check_acl(acl: object) -> dict[str, str] | None:
     if acl is None:
         return None
@@ -151,8 +164,10 @@ class _Connection(asyncio.Protocol):
         self.local_address = server.address
         self.last_seen = time.monotonic()
         self.in_flight = 0
+        self.parked = 0
         self._write_paused = False
         self._read_paused = False
+        self._batch: list[bytes] | None = None  # answers collected while a read is handled: one write
 
     # -- asyncio callbacks (loop thread) ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -174,9 +189,19 @@ class _Connection(asyncio.Protocol):
             log.warning("closing the connection from %s: %s", self.remote_address, exc)
             self.abort()
             return
-        for cmd in commands:
-            if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
-                self.server._dispatch(self, cmd)
+        if not commands:
+            return
+        # Answers to the requests of one read go out in one write (a pipelining client sends many).
+        batch: list[bytes] = []
+        self._batch = batch
+        try:
+            for cmd in commands:
+                if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
+                    self.server._dispatch(self, cmd)
+        finally:
+            self._batch = None
+            if batch:
+                self._write(b"".join(batch))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
@@ -198,10 +223,17 @@ class _Connection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write `cmd` (loop thread). A client that lets too much pile up unread is dropped."""
+        frame = encode_frame(cmd)
+        if self._batch is not None:
+            self._batch.append(frame)
+        else:
+            self._write(frame)
+
+    def _write(self, data: bytes) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(encode_frame(cmd))
+        transport.write(data)
         if transport.get_write_buffer_size() > self.server.max_frame_size + 16 * _WRITE_HIGH_WATER:
             log.warning("dropping the connection from %s: it does not read what it is sent", self.remote_address)
             self.abort()
@@ -221,19 +253,27 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def started(self) -> None:
-        self.in_flight += 1
+    def started(self, on_loop: bool) -> None:
+        """A request went to the executor (or, `on_loop`, a coroutine that may park)."""
+        if on_loop:
+            self.parked += 1
+        else:
+            self.in_flight += 1
         self._update_reading()
 
-    def finished(self) -> None:
-        self.in_flight -= 1
+    def finished(self, on_loop: bool) -> None:
+        """A request from `started` was answered."""
+        if on_loop:
+            self.parked -= 1
+        else:
+            self.in_flight -= 1
         self._update_reading()
 
     def _update_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._write_paused or self.in_flight >= MAX_IN_FLIGHT
+        pause = self._write_paused or self.in_flight >= MAX_IN_FLIGHT or self.parked >= MAX_PARKED
         if pause != self._read_paused:
             self._read_paused = pause
             if pause:
@@ -294,6 +334,9 @@ class Server:
                 raise RemotingError(f"cannot listen on {address}: {exc}") from exc
             raise
         self._registered = broker.path if not broker.read_only else None
+        self._store_host = self._advertised_ipv4() if not broker.read_only else None
+        if self._store_host is not None:
+            broker.set_store_host(self._store_host)  # clients send send-backs to the host in the records
         if self._registered is not None:
             record_address(self._registered, self._recorded_address())
         log.info("serving %s on %s", broker.path, self._address)
@@ -321,6 +364,18 @@ class Server:
         """What other processes on this machine should connect to (loopback for a wildcard bind)."""
         host, port = parse_address(self._address)
         return f"127.0.0.1:{port}" if host in ("0.0.0.0", "::") else self._address
+
+    def _advertised_ipv4(self) -> str | None:
+        """`ip:port` to write into records as their store host (RocketMQ's `brokerIP1:listenPort`): the bound
+        IPv4 address, this machine's for a wildcard bind; None for IPv6 (a record's host is 4 bytes here)."""
+        host, port = parse_address(self._address)
+        if host == "0.0.0.0":
+            host = _primary_ipv4()
+        try:
+            socket.inet_pton(socket.AF_INET, host)
+        except OSError:
+            return None
+        return f"{host}:{port}"
 
     @property
     def address(self) -> str:
@@ -358,6 +413,8 @@ class Server:
                 self._executor.shutdown()
                 if self._registered is not None:
                     clear_address(self._registered, self._recorded_address())
+                if self._store_host is not None and not self._broker.closed:
+                    self._broker.set_store_host(None)
                 self._closed = True
         log.info("stopped serving %s on %s", self._broker.path, self._address)
 
@@ -449,13 +506,14 @@ class Server:
         else:
             awaitable = self.to_executor(lambda: handler.fn(request))
         future = asyncio.ensure_future(awaitable, loop=self._loop)
-        conn.started()
+        on_loop = mode is Mode.ASYNC
+        conn.started(on_loop)
         self._pending.add(future)
-        future.add_done_callback(lambda f: self._done(conn, cmd, f))
+        future.add_done_callback(lambda f: self._done(conn, cmd, f, on_loop))
 
-    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any]) -> None:
+    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any], on_loop: bool) -> None:
         self._pending.discard(future)
-        conn.finished()
+        conn.finished(on_loop)
         self._answer(conn, cmd, future.result)
 
     def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> None:
