@@ -5,10 +5,6 @@ A second real client that this project did not write, next to ali-ons: its own r
 heartbeats, rebalance and offset store. Each client runs in a child process (tests/_cppclient.py):
 the library starts threads of its own and writes logs under $HOME, which the child gets as a
 temporary directory.
-
-Not tested here: its retry. The C++ client sends CONSUMER_SEND_MSG_BACK to the address in the
-record's STOREHOST field (the Java client asks the route), and records stored by mqlite say
-127.0.0.1:10911, not the address `mqlite serve` listens on, so that send-back cannot connect.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from typing import Any
 import pytest
 
 import mqlite
-from served import run_lines, serving
+from served import QUICK_RETRY_LEVELS, run_lines, serving
 
 pytest.importorskip("rocketmq.client", reason="the rocketmq wheel (rocketmq-client-cpp) is for x86-64 Linux only")
 
@@ -96,3 +92,30 @@ def test_acl_a_signed_producer_passes_and_unsigned_or_wrongly_signed_ones_store_
     with mqlite.open(path, read_only=True) as broker:
         assert [m.body for m in broker.query_message("CppSecure", "signed")] == [b"from the signed producer"]
         assert broker.query_message("CppSecure", "unsigned") == broker.query_message("CppSecure", "wrong-secret") == []
+
+
+def test_a_failed_delivery_comes_back_through_the_retry_topic(tmp_path: Path) -> None:
+    """The C++ client sends CONSUMER_SEND_MSG_BACK to the record's store host (the Java client asks
+    the route), so the records must name the serving address."""
+    path = new_store(tmp_path, "CppRetry")
+    with mqlite.open(path) as broker:
+        # As if the group had run before: the C++ client asks for the retry topic's route before its
+        # first heartbeat creates the topic, and without a route it waits for its next rebalance (10 s).
+        broker.create_topic("%RETRY%cpp-retry", 1)
+    sent_msgs = [{"tags": "TagA", "keys": f"r{i}", "body": f"retry body {i}"} for i in range(3)]
+    with serving(path, "--set", f"message_delay_level={QUICK_RETRY_LEVELS}") as address:
+        rc, events, err = cpp(tmp_path, {"mode": "produce", "nameSrv": address, "topic": "CppRetry",
+                                         "group": "cpp-pg", "messages": sent_msgs})
+        assert rc == 0, err[-3000:]
+        rc, events, err = cpp(tmp_path, {"mode": "consume", "nameSrv": address, "topic": "CppRetry",
+                                         "group": "cpp-retry", "expect": ["r0", "r1", "r2"], "failFirst": ["r1"],
+                                         "timeout": 60})
+    got = by_event(events, "message")
+    assert rc == 0, (got, err[-3000:])
+    first, again = [e for e in got if e["key"] == "r1"]
+    assert (first["failed"], first["reconsumeTimes"], first["topic"]) == (True, 0, "CppRetry")
+    assert (again["failed"], again["reconsumeTimes"], again["bodyBase64"]) == (False, 1, first["bodyBase64"])
+    assert again["msgId"] == first["msgId"]  # the UNIQ_KEY travels with the retry
+    with mqlite.open(path, read_only=True) as broker:
+        (retried,) = broker.query_message("%RETRY%cpp-retry", "r1")
+        assert retried.reconsume_times == 1 and retried.properties["RETRY_TOPIC"] == "CppRetry"
