@@ -2,9 +2,10 @@
 `librocketmq.so` through ctypes) and prints one JSON object per line.
 
     python _cppclient.py '{"mode": "produce", "nameSrv": ..., "topic": ..., "group": ...,
-                           "messages": [{"tags": .., "keys": .., "body": ..}], "accessKey"?: .., "secretKey"?: ..}'
+                           "messages": [{"tags": .., "keys": .., "body": .., "shard"?: n}],
+                           "accessKey"?: .., "secretKey"?: ..}'
     python _cppclient.py '{"mode": "consume", "nameSrv": ..., "topic": ..., "group": ..., "expression": ..,
-                           "expect": [keys], "failFirst": [keys], "timeout": seconds}'
+                           "expect": [keys], "failFirst": [keys], "orderly"?: true, "timeout": seconds}'
 
 A failing first delivery answers RECONSUME_LATER (the consumer sends it back). The C++
 library logs under $HOME/logs/rocketmq-cpp: the test gives it a temporary HOME. (`rocketmq` is
@@ -55,7 +56,8 @@ def produce(cfg: dict[str, Any]) -> int:
             msg.set_tags(m["tags"])
             msg.set_body(m["body"])
             try:
-                result = producer.send_sync(msg)
+                # "shard": send_orderly with the binding's hashing selector (queue = shard % queue count)
+                result = producer.send_sync(msg) if "shard" not in m else producer.send_orderly(msg, m["shard"])
             except Exception as exc:  # the C++ client's failure, as the ctypes binding raises it
                 emit("error", index=index, name=type(exc).__name__, message=str(exc))
                 return 2
@@ -93,7 +95,7 @@ def consume(cfg: dict[str, Any]) -> int:
                 finished.set()
         return 0
 
-    consumer = PushConsumer(cfg["group"])
+    consumer = PushConsumer(cfg["group"], orderly=bool(cfg.get("orderly")))
     consumer.set_namesrv_addr(cfg["nameSrv"])
     credentials(consumer, cfg)
     # The binding's subscribe() turns a listener's exception into RECONSUME_LATER by raising it again
@@ -102,7 +104,8 @@ def consume(cfg: dict[str, Any]) -> int:
     if dll.Subscribe(consumer._handle, cfg["topic"].encode(), cfg.get("expression", "*").encode()) != 0:
         raise RuntimeError("Subscribe failed")
     callback = MSG_CALLBACK_FUNC(lambda _consumer, msg: on_message(RecvMessage(msg)))
-    if dll.RegisterMessageCallback(consumer._handle, callback) != 0:
+    register = dll.RegisterMessageCallbackOrderly if cfg.get("orderly") else dll.RegisterMessageCallback
+    if register(consumer._handle, callback) != 0:
         raise RuntimeError("RegisterMessageCallback failed")
     consumer.start()
     ok = finished.wait(cfg.get("timeout", 60))

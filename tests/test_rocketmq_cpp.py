@@ -119,3 +119,26 @@ def test_a_failed_delivery_comes_back_through_the_retry_topic(tmp_path: Path) ->
     with mqlite.open(path, read_only=True) as broker:
         (retried,) = broker.query_message("%RETRY%cpp-retry", "r1")
         assert retried.reconsume_times == 1 and retried.properties["RETRY_TOPIC"] == "CppRetry"
+
+
+def test_orderly_send_and_orderly_consume(tmp_path: Path) -> None:
+    """send_orderly picks the queue by shard; the orderly consumer locks its queues (LOCK_BATCH_MQ)
+    before it consumes and gets each queue's messages in the order they were sent."""
+    path = new_store(tmp_path, "CppOrderly")
+    sent_msgs = [{"tags": "TagO", "keys": f"o{i}", "body": f"step {i // 3} of order {i % 3}", "shard": i % 3}
+                 for i in range(12)]
+    with serving(path) as address:
+        rc, events, err = cpp(tmp_path, {"mode": "produce", "nameSrv": address, "topic": "CppOrderly",
+                                         "group": "cpp-pg", "messages": sent_msgs})
+        assert rc == 0, err[-3000:]
+        assert [e["queueOffset"] for e in by_event(events, "sent")] == [i // 3 for i in range(12)]
+        rc, events, err = cpp(tmp_path, {"mode": "consume", "nameSrv": address, "topic": "CppOrderly",
+                                         "group": "cpp-orderly", "orderly": True,
+                                         "expect": [m["keys"] for m in sent_msgs], "timeout": 60})
+        assert rc == 0, (events[-3:], err[-3000:])
+    got = by_event(events, "message")
+    assert sorted(e["key"] for e in got) == sorted(m["keys"] for m in sent_msgs)
+    for shard in range(3):
+        in_queue = [e for e in got if e["queueId"] == shard]
+        assert [e["key"] for e in in_queue] == [f"o{i}" for i in range(shard, 12, 3)]
+        assert [e["queueOffset"] for e in in_queue] == [0, 1, 2, 3]
