@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -611,16 +612,48 @@ def test_trace_records_of_a_traced_client_create_the_trace_topic(broker: mqlite.
 def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
     with mqlite.open(tmp_path / "sync", flush_disk_type="SYNC_FLUSH", commitlog_file_size=1 << 20) as broker:
         server = broker.serve()
-        c = Client(server.address)
-        pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
-            "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4, "queueId": 0,
-            "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d" % i) for i in range(50)]
-        c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+        clients = [Client(server.address) for _ in range(4)]  # four connections, 25 pipelined sends each
+        sent = {}
+        for n, c in enumerate(clients):
+            pipelined = [RemotingCommand.request(RequestCode.SEND_MESSAGE, {
+                "producerGroup": "pg", "topic": "t", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0}, b"%d-%d" % (n, i)) for i in range(25)]
+            c.sock.sendall(b"".join(encode_frame(cmd) for cmd in pipelined))
+            sent[c] = pipelined
         with deadline(20):
-            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o) for cmd in pipelined]  # type: ignore[misc]
-        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 50
-        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(50))
+            answers = [c.wait(lambda r, o=cmd.opaque: r.opaque == o)  # type: ignore[misc]
+                       for c, cmds in sent.items() for cmd in cmds]
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 100
+        assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(100))
         names = {t.name for t in threading.enumerate()}
         assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
-        c.close()
+        for c in clients:
+            c.close()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]
+
+
+def test_check_back_over_the_wire_commits_once(tmp_path: Path) -> None:
+    """A half left UNKNOW: the broker asks the producer's connection, whose oneway answer commits it."""
+    with mqlite.open(tmp_path / "tx", transaction_timeout=0.05, transaction_check_interval=0.05,
+                     commitlog_file_size=1 << 20) as broker:
+        server = broker.serve()
+        producer = Client(server.address)
+        heartbeat(producer, "p1", group="unused", producer="txg")
+        half = send_v1(producer, "txt", b"tx", {"TRAN_MSG": "true", "PGROUP": "txg", "UNIQ_KEY": "TX1"},
+                       sys_flag=SysFlag.TRANSACTION_PREPARED_TYPE, bornTimestamp=int(time.time() * 1000))
+        assert half.code == ResponseCode.SUCCESS
+        with deadline(20):
+            check = producer.server_request(RequestCode.CHECK_TRANSACTION_STATE)
+            record = decode_message(check.body, "mqlite")
+            assert (record.topic, record.body, record.properties["UNIQ_KEY"]) == ("txt", b"tx", "TX1")
+            producer.call(RequestCode.END_TRANSACTION, {
+                "producerGroup": "txg", "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+                "commitLogOffset": check.ext_fields["commitLogOffset"], "commitOrRollback": 8,
+                "fromTransactionCheck": True, "msgId": check.ext_fields["msgId"],
+                "transactionId": check.ext_fields["transactionId"]}, oneway=True)
+            mq = MessageQueue("txt", "mqlite", 0)
+            while broker.max_offset(mq) < 1:
+                threading.Event().wait(0.01)
+        assert broker.query_message_by_offset("txt", 0, 0).body == b"tx"
+        producer.close()
+        server.close()

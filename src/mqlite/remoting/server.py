@@ -407,7 +407,11 @@ class Server:
                 raise IllegalStateError("Server.close() was called from a request handler; call it from another thread")
             self._closing = True
             try:
-                asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
+                if self._thread.is_alive():  # (a loop that died would never run the coroutine)
+                    asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(_CLOSE_GRACE * 3)
+            except concurrent.futures.TimeoutError:
+                log.error("stopping the server on %s took over %.0f s; closing its loop anyway", self._address,
+                          _CLOSE_GRACE * 3)
             finally:
                 self._stop_loop()
                 self._executor.shutdown()
