@@ -100,6 +100,8 @@ def test_produce_then_push_consume_with_a_tag_filter(tmp_path: Path) -> None:
                                                     sent_by_index[i]["queueOffset"])
             assert (stored.body.decode(), stored.tags, stored.keys) == (m["body"], m["tags"], m["keys"])
             assert stored.offset_msg_id == sent_by_index[i]["msgId"]  # ali-ons sets no UNIQ_KEY
+            # The 6 KiB body came zlib-deflated with the compressed flag and no type bits (type 0: ZLIB).
+            assert stored.sys_flag & 0x701 == (0x1 if len(m["body"]) > 4096 else 0)
         shared = sorted(m.body.decode() for m in broker.query_message("JsOrders", "shared"))
         assert shared == sorted(m["body"] for m in sent_msgs if "shared" in m["keys"])  # the index has every key
         # ali-ons committed its offsets (UPDATE_CONSUMER_OFFSET on close): a restart resumes after the

@@ -5,12 +5,12 @@ SYSFLAG (`MessageSysFlag.COMPRESSION_TYPE_COMPARATOR`, 0x700) say how:
 
     | bits 8-10 | codec | written by                                                     |
     |-----------|-------|----------------------------------------------------------------|
-    | 0         | ZLIB  | clients before RocketMQ 5 (no type bits), ali-ons, mqlite < 5  |
+    | 0         | ZLIB  | clients before RocketMQ 5 (no type bits), ali-ons              |
     | 1         | LZ4   | RocketMQ 5 `Lz4Compressor`: lz4-java's `LZ4FrameOutputStream`,  |
     |           |       | the LZ4 *frame* format (4 MiB independent blocks, no checksum) |
     | 2         | ZSTD  | RocketMQ 5 `ZstdCompressor`: zstd-jni's `ZstdOutputStream`, a   |
     |           |       | zstd frame without a content size                              |
-    | 3         | ZLIB  | RocketMQ 5 `ZlibCompressor` (`Deflater`, zlib format)           |
+    | 3         | ZLIB  | RocketMQ 5 `ZlibCompressor` (`Deflater`, zlib format), mqlite   |
 
 Java's decoders (`LZ4FrameInputStream`, `ZstdInputStream`) read frame after frame until the
 input ends, and so does `decompress`. LZ4 and ZSTD need the `lz4` and `zstandard` packages
