@@ -15,10 +15,11 @@ import selectors
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 #: Delay levels 1-4 of one second: a first retry (level 3) comes back after 1 s, not RocketMQ's 10 s.
@@ -40,24 +41,30 @@ def serving(path: str, *args: str, startup: float = 60.0, stop: float = 60.0) ->
     so the test may open it afterwards).
     """
     cmd = [sys.executable, "-m", "mqlite", "serve", path, "--listen", "127.0.0.1:0", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), text=True)
-    try:
-        address = _first_address(proc, startup)
-        yield address
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+    # stderr to a file: a pipe nobody reads while the test runs could fill up and stall the server.
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=_env(), text=True)
         try:
-            out, err = proc.communicate(timeout=stop)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"`mqlite serve` did not stop within {stop} s of SIGTERM; stderr:\n{err[-3000:]}")
-    if proc.returncode != 0:
-        raise AssertionError(f"`mqlite serve` exited with {proc.returncode}; stderr:\n{err[-3000:]}")
+            yield _first_address(proc, log, startup)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=stop)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise AssertionError(f"`mqlite serve` did not stop within {stop} s of SIGTERM; stderr:\n{_tail(log)}")
+        if proc.returncode != 0:
+            raise AssertionError(f"`mqlite serve` exited with {proc.returncode}; stderr:\n{_tail(log)}")
 
 
-def _first_address(proc: subprocess.Popen[str], timeout: float) -> str:
+def _tail(log: IO[str]) -> str:
+    log.seek(0)
+    return log.read()[-3000:]
+
+
+def _first_address(proc: subprocess.Popen[str], log: IO[str], timeout: float) -> str:
     """The "host:port" of the first line `mqlite serve` prints (it prints the address it listens on)."""
     assert proc.stdout is not None
     with selectors.DefaultSelector() as sel:
@@ -70,7 +77,7 @@ def _first_address(proc: subprocess.Popen[str], timeout: float) -> str:
             line = proc.stdout.readline()
             if not line:
                 raise AssertionError(f"`mqlite serve` exited ({proc.wait()}) before printing its address; "
-                                     f"stderr:\n{proc.stderr.read()[-3000:] if proc.stderr else ''}")
+                                     f"stderr:\n{_tail(log)}")
             found = re.search(r"\b(\d{1,3}(?:\.\d{1,3}){3}:\d{1,5})\b", line)
             if found:
                 return found.group(1)
