@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import selectors
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +216,86 @@ def test_long_polling_sql92_filter_and_a_restart_that_resumes(tmp_path: Path) ->
         rc, events, err = node("consume.js", {**consumer, "expect": later})
         assert rc == 0, (events[-3:], err[-3000:])
         assert sorted(e["key"] for e in by_event(events, "message")) == sorted(later)  # nothing from the first run
+
+
+def test_two_consumer_processes_of_a_group_split_the_queues(tmp_path: Path) -> None:
+    """GET_CONSUMER_LIST_BY_GROUP names both ali-ons processes, each takes half of the queues
+    (AllocateMessageQueueAveragely over the sorted client ids), and every message is consumed once."""
+    path = new_store(tmp_path, "JsShared")
+    sent_msgs = messages(40, ["TagA"], prefix="m")
+    keys = {" ".join(m["keys"]) for m in sent_msgs}
+    with serving(path) as address:
+        config = {"nameSrv": address, "topic": "JsShared", "group": "js-shared", "expression": "*", "expect": [],
+                  "untilStdinEnds": True, "timeoutMs": 60000, "options": {"rebalanceInterval": 200}}
+        with Consumers(2, config) as consumers:
+            held = consumers.held
+            # Both rebalanced to disjoint halves before anything is sent (so no queue changes hands
+            # while it has messages: each message then has one consumer).
+            consumers.read_until(lambda: bool(held(0) and held(1)) and held(0) | held(1) == {0, 1, 2, 3}
+                                 and not held(0) & held(1))
+            rc, events, err = node("produce.js", {"nameSrv": address, "topic": "JsShared", "group": "js-pg",
+                                                 "messages": sent_msgs})
+            assert rc == 0, err[-3000:]
+            consumers.read_until(lambda: {e["key"] for e in consumers.events("message")} >= keys)
+            consumers.finish()
+    got = [by_event(s, "message") for s in consumers.seen]
+    assert sorted(e["key"] for g in got for e in g) == sorted(keys)  # once each
+    assert len(held(0)) == len(held(1)) == 2
+    for i in range(2):
+        assert {e["queueId"] for e in got[i]} == held(i)
+
+
+class Consumers:
+    """`count` consume.js processes that run until their standard input closes; their JSON lines."""
+
+    def __init__(self, count: int, config: dict[str, Any]) -> None:
+        assert NODE is not None
+        self.procs = [subprocess.Popen([NODE, str(JS / "consume.js"), json.dumps(config)], cwd=str(JS),
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                      for _ in range(count)]
+        self.seen: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+        self._partial = [b"" for _ in range(count)]
+
+    def __enter__(self) -> Consumers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for s in self.seen for e in by_event(s, name)]
+
+    def held(self, i: int) -> set[int]:
+        """The queue ids consumer `i` said it holds last."""
+        changes = by_event(self.seen[i], "queues")
+        return set(changes[-1]["queueIds"]) if changes else set()
+
+    def read_until(self, done: Callable[[], bool], timeout: float = 60.0) -> None:
+        """Read what the processes print until `done()` holds. Reads the pipes' descriptors: a
+        buffered readline would pull lines into Python's buffer, where select() no longer sees them."""
+        with selectors.DefaultSelector() as sel:
+            for i, proc in enumerate(self.procs):
+                assert proc.stdout is not None
+                sel.register(proc.stdout.fileno(), selectors.EVENT_READ, i)
+            end = time.monotonic() + timeout
+            while not done():
+                ready = sel.select(max(0.0, end - time.monotonic()))
+                assert ready, f"still waiting after {timeout} s; seen: {[s[-3:] for s in self.seen]}"
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 65536)
+                    assert chunk, f"consumer {key.data} exited: {self.seen[key.data][-3:]}"
+                    self._take(key.data, chunk)
+
+    def finish(self) -> None:
+        """Close each one's standard input (it closes its consumer and exits 0) and read the rest."""
+        for i, proc in enumerate(self.procs):
+            out, _ = proc.communicate(timeout=60)
+            self._take(i, out + b"\n")
+            assert proc.returncode == 0 and by_event(self.seen[i], "done"), self.seen[i][-3:]
+
+    def _take(self, i: int, chunk: bytes) -> None:
+        *lines, self._partial[i] = (self._partial[i] + chunk).split(b"\n")
+        self.seen[i] += [json.loads(line) for line in lines if line.startswith(b"{")]

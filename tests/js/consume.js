@@ -6,7 +6,8 @@
 // Prints {"event":"message",...} per delivery, then {"event":"done","clientFiltered":N} after the
 // consumer closed (offsets persisted); {"event":"timeout"} and exit 3 if cfg.timeoutMs passes first;
 // with cfg.stopOnRefusal, exit 4 at the first request the server refuses. {"event":"ready"} says the
-// consumer has its queues and is pulling.
+// consumer has its queues and is pulling. With cfg.untilStdinEnds it consumes until its standard
+// input is closed instead (cfg.expect is then only what the timeout reports as missing).
 const { Consumer } = require('ali-ons');
 const { config, emit, clientOptions, fail, reportRefusals } = require('./common');
 
@@ -23,8 +24,16 @@ async function main() {
   let finish;
   const finished = new Promise(resolve => { finish = resolve; });
   consumer.on('error', err => process.stderr.write('[consumer error] ' + err.message + '\n'));
-  // Queues assigned by a rebalance, their pulls under way: {"event":"ready"} once.
+  // Queues assigned by a rebalance, their pulls under way: {"event":"ready"} once, and the queue ids
+  // it holds after every change ({"event":"queues","queueIds":[..]}).
   consumer.once(`topic_${cfg.topic}_queue_changed`, () => emit('ready', {}));
+  consumer.on(`topic_${cfg.topic}_queue_changed`, () => {
+    const held = Array.from(consumer.processQueueTable.values())
+      .map(item => item.messageQueue)
+      .filter(mq => mq.topic === cfg.topic)
+      .map(mq => Number(mq.queueId));
+    emit('queues', { queueIds: held.sort((a, b) => a - b) });
+  });
   consumer.subscribe(cfg.topic, cfg.expression, async msg => {
     const key = msg.keys;
     const failing = failFirst.delete(key);
@@ -45,8 +54,12 @@ async function main() {
     expected.delete(key);
     // After the consume loop has moved the offset past this message (microtasks), not before:
     // close() persists the offsets it holds at that moment.
-    if (expected.size === 0) setImmediate(finish);
+    if (expected.size === 0 && !cfg.untilStdinEnds) setImmediate(finish);
   });
+  if (cfg.untilStdinEnds) {
+    process.stdin.on('end', finish);
+    process.stdin.resume();
+  }
   const timer = setTimeout(() => {
     emit('timeout', { missing: Array.from(expected) });
     process.exit(3);
