@@ -192,22 +192,14 @@ def test_long_polling_sql92_filter_and_a_restart_that_resumes(tmp_path: Path) ->
         consumer = {"nameSrv": address, "topic": "JsSql", "group": "js-sql", "expression": sql,
                     "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "options": long_polls, "timeoutMs": 30000}
         producer = {"nameSrv": address, "topic": "JsSql", "group": "js-pg"}
-        assert NODE is not None
-        waiting = subprocess.Popen([NODE, str(JS / "consume.js"), json.dumps({**consumer, "expect": first})],
-                                   cwd=str(JS), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            assert waiting.stdout is not None
-            ready = waiting.stdout.readline()
-            assert json.loads(ready or "{}").get("event") == "ready", (ready, waiting.stderr and waiting.stderr.read())
+        with Consumers(1, {**consumer, "expect": first, "untilStdinEnds": True}) as waiting:
+            waiting.read_until(lambda: bool(waiting.events("ready")))
             rc, events, err = node("produce.js", {**producer, "messages": sent_msgs[:30]})
             assert rc == 0, err[-3000:]
-            out, err = waiting.communicate(timeout=60)
-        finally:
-            if waiting.poll() is None:
-                waiting.kill()
-                waiting.communicate()
-        assert waiting.returncode == 0, (out[-2000:], err[-3000:])  # woken, not after the 60 s suspension
-        got = by_event([json.loads(line) for line in out.splitlines() if line.startswith("{")], "message")
+            # Woken by the sends: well before the 60 s suspension would have answered the pulls.
+            waiting.read_until(lambda: {e["key"] for e in waiting.events("message")} >= set(first), timeout=30)
+            waiting.finish()
+        got = waiting.events("message")
         assert sorted(e["key"] for e in got) == sorted(first)
         assert all(e["properties"]["kind"] == "odd" and int(e["properties"]["n"]) >= 10 for e in got)
 
