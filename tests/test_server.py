@@ -420,6 +420,10 @@ def test_admin_codes(broker: mqlite.Broker, server: mqlite.Server, client: Clien
     assert records(viewed.body)[0].keys == ["key1"]
     assert client.call(RequestCode.QUERY_MESSAGE, {"topic": "adm", "key": "nope", "maxNum": 8}).code == \
         ResponseCode.QUERY_NOT_FOUND
+    config = client.call(RequestCode.GET_BROKER_CONFIG)
+    settings = dict(line.split("=", 1) for line in config.body.decode().splitlines())
+    assert settings["maxMessageSize"] == str(broker.config.max_message_size) and settings["brokerId"] == "0"
+    assert settings["autoCreateTopicEnable"] == "true" and settings["commitlog_file_size"] == str(1 << 20)
     info = from_wire_json(client.call(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
     assert info["brokerVersionDesc"] == "V5_0_0"
     assert client.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "adm"}).code == ResponseCode.SUCCESS
@@ -657,3 +661,25 @@ def test_check_back_over_the_wire_commits_once(tmp_path: Path) -> None:
         assert broker.query_message_by_offset("txt", 0, 0).body == b"tx"
         producer.close()
         server.close()
+
+
+def test_a_busy_or_bad_address_is_refused_and_leaves_no_thread(broker: mqlite.Broker, server: mqlite.Server,
+                                                               tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "other", commitlog_file_size=1 << 20) as other:
+        with pytest.raises(mqlite.RemotingError, match="port 0 picks a free one"):
+            other.serve(server.address)
+        for bad in ("nonsense", "127.0.0.1:70000", "127.0.0.1:x"):
+            with pytest.raises(ConfigError):
+                other.serve(bad)
+        with pytest.raises(ConfigError, match="acl"):
+            other.serve("127.0.0.1:0", acl={"": "x"})
+    assert [t.name for t in threading.enumerate() if t.name.startswith("mqlite-remoting")] == ["mqlite-remoting"]
+
+
+def test_a_long_group_s_retry_topic_is_served(broker: mqlite.Broker, client: Client) -> None:
+    group = "g" * 250  # RocketMQ allows 255-character groups: the retry topic is longer than any user topic
+    heartbeat(client, "c1", group=group)
+    retry = "%RETRY%" + group
+    assert client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": retry}).code == ResponseCode.SUCCESS
+    assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": retry, "queueId": 0}).ext_fields == {"offset": "0"}
+    assert pull(client, retry, 0, 0, group=group).code == ResponseCode.PULL_NOT_FOUND

@@ -1,20 +1,23 @@
 """Admin requests (`AdminBrokerProcessor`, `QueryMessageProcessor`): topics, stats, offsets reset, messages.
 
 `UPDATE_AND_CREATE_TOPIC`, `DELETE_TOPIC_IN_BROKER`, `GET_ALL_TOPIC_CONFIG`, `GET_TOPIC_STATS_INFO`,
-`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
+`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_CONFIG`,
+`GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
 `VIEW_MESSAGE_BY_ID`: what `mqadmin` and the admin surface of `Broker` ask, each answered by one
 `Broker` call and rendered in RocketMQ's body classes (fastjson).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..commitlog import stored_record
 from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageQueue
 from ..topics import is_system_topic
-from .handlers import Mode, Request, RequestError, handles
+from .handlers import NAME_MAX, Mode, Request, RequestError, handles
+from .nameserver import CLUSTER_NAME
 from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
 
 __all__: list[str] = []
@@ -26,7 +29,7 @@ _BOOT_MS = int(time.time() * 1000)
 def update_and_create_topic(request: Request) -> RemotingCommand | None:
     """Create or resize a topic (mqadmin `updateTopic`)."""
     h = request.header
-    topic = h.text("topic", max_length=255)
+    topic = h.text("topic", max_length=NAME_MAX)
     read = h.int32("readQueueNums", low=1, high=1024)
     write = h.int32("writeQueueNums", low=1, high=1024)
     if read != write:
@@ -45,7 +48,7 @@ def update_and_create_topic(request: Request) -> RemotingCommand | None:
 def delete_topic(request: Request) -> RemotingCommand | None:
     """Delete a topic; an unknown one is not an error (RocketMQ answers success)."""
     broker = request.broker
-    topic = request.header.text("topic", max_length=255)
+    topic = request.header.text("topic", max_length=NAME_MAX)
     if is_system_topic(topic):
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     if topic in broker.topic_list():
@@ -69,7 +72,7 @@ def all_topic_config(request: Request) -> RemotingCommand | None:
 @handles(RequestCode.GET_TOPIC_CONFIG)
 def topic_config(request: Request) -> RemotingCommand | None:
     """`TopicConfigAndQueueMapping` of one topic (5.0.0's admin asks it before topic and consume stats)."""
-    topic = request.header.text("topic", max_length=255)
+    topic = request.header.text("topic", max_length=NAME_MAX)
     config = request.broker.topic_config(topic)
     if config is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
@@ -80,7 +83,7 @@ def topic_config(request: Request) -> RemotingCommand | None:
 def topic_stats(request: Request) -> RemotingCommand | None:
     """`TopicStatsTable`: min and max offset and the last store time per queue."""
     broker = request.broker
-    topic = request.header.text("topic", max_length=255)
+    topic = request.header.text("topic", max_length=NAME_MAX)
     if broker.topic_config(topic) is None and topic not in broker.topic_list():
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
     table = {MessageQueue(topic, broker.broker_name, row.queue_id):
@@ -93,7 +96,7 @@ def topic_stats(request: Request) -> RemotingCommand | None:
 def consume_stats(request: Request) -> RemotingCommand | None:
     """`ConsumeStats`: per queue the broker offset, the group's offset and the last consumed store time."""
     h, broker = request.header, request.broker
-    group = h.text("consumerGroup", max_length=255)
+    group = h.text("consumerGroup", max_length=NAME_MAX)
     topic = h.optional_text("topic")
     table = {MessageQueue(row.topic, row.broker_name, row.queue_id):
              {"brokerOffset": row.broker_offset, "consumerOffset": row.consumer_offset,
@@ -107,11 +110,36 @@ def reset_offset(request: Request) -> RemotingCommand | None:
     """Move a group's offsets on a topic to a time (-1: the end); live members drop what they cached."""
     h = request.header
     try:
-        table = request.broker.reset_offset_by_time(h.text("group", max_length=255), h.text("topic", max_length=255),
+        table = request.broker.reset_offset_by_time(h.text("group", max_length=NAME_MAX), h.text("topic", max_length=NAME_MAX),
                                                     h.int64("timestamp", low=-1))
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply(body=to_wire_json({"offsetTable": table}))
+
+
+def _config_value(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+@handles(RequestCode.GET_BROKER_CONFIG)
+def broker_config(request: Request) -> RemotingCommand | None:
+    """The broker's settings as `key=value` lines (mqadmin `getBrokerConfig`): RocketMQ's names of the ones
+    it shares, then every mqlite setting (`StoreConfig`) under its own name."""
+    broker = request.broker
+    config = broker.config
+    host, _, port = request.peer.local_address.rpartition(":")
+    shared = {"brokerClusterName": CLUSTER_NAME, "brokerName": broker.broker_name, "brokerId": 0,
+              "brokerIP1": host.strip("[]"), "listenPort": port, "storePathRootDir": broker.path,
+              "maxMessageSize": config.max_message_size, "flushDiskType": config.flush_disk_type,
+              "autoCreateTopicEnable": config.auto_create_topic, "defaultTopicQueueNums": config.default_topic_queue_nums,
+              "messageDelayLevel": config.message_delay_level,
+              "transactionTimeOut": int(config.transaction_timeout * 1000),
+              "transactionCheckInterval": int(config.transaction_check_interval * 1000),
+              "transactionCheckMax": config.transaction_check_max, "aclEnable": request.server.acl_enabled}
+    lines = [f"{k}={_config_value(v)}" for k, v in shared.items()]
+    lines += [f"{f.name}={_config_value(getattr(config, f.name))}" for f in dataclasses.fields(config)]
+    version = to_wire_json({"counter": 0, "stateVersion": 0, "timestamp": _BOOT_MS}).decode()
+    return request.reply(ResponseCode.SUCCESS, {"version": version}, "\n".join(lines).encode("utf-8"))
 
 
 @handles(RequestCode.GET_BROKER_RUNTIME_INFO)
@@ -133,7 +161,7 @@ def _records(messages: list[object]) -> bytes:
 def query_message(request: Request) -> RemotingCommand | None:
     """Messages of a topic by key or unique id, as stored records (`QueryMessageProcessor`)."""
     h, broker = request.header, request.broker
-    found = broker.query_message(h.text("topic", max_length=255), h.text("key", max_length=4096),
+    found = broker.query_message(h.text("topic", max_length=NAME_MAX), h.text("key", max_length=4096),
                                  h.int32("maxNum", 32, low=1, high=64 * 1024), h.int64("beginTimestamp", 0),
                                  h.int64("endTimestamp", (1 << 63) - 1))
     if not found:

@@ -30,7 +30,7 @@ from ..filter import MessageSelector
 from ..groups import ConsumerData
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
 from ..sendback import retry_topic
-from .handlers import Mode, Peer, Request, RequestError, handles
+from .handlers import NAME_MAX, Peer, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def unregister_client(request: Request) -> RemotingCommand | None:
 @handles(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
 def consumer_list(request: Request) -> RemotingCommand | None:
     """The group's client ids (local and remote members alike)."""
-    group = request.header.text("consumerGroup", max_length=255)
+    group = request.header.text("consumerGroup", max_length=NAME_MAX)
     ids = request.broker.consumer_ids(group)
     if not ids:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
@@ -354,7 +354,7 @@ def check_client_config(request: Request) -> RemotingCommand | None:
 @handles(RequestCode.GET_CONSUMER_CONNECTION_LIST)
 def consumer_connections(request: Request) -> RemotingCommand | None:
     """`ConsumerConnection` of a group: its members' connections and subscriptions."""
-    group = request.header.text("consumerGroup", max_length=255)
+    group = request.header.text("consumerGroup", max_length=NAME_MAX)
     members = request.broker.consumer_groups.members(group)
     if not members:
         raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")

@@ -31,11 +31,14 @@ from .protocol import RemotingCommand, ResponseCode, from_wire_json
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["Mode", "Handler", "HANDLERS", "handles", "RequestError", "Header", "Request", "Peer", "ServerState"]
+__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "Header", "Request", "Peer", "ServerState"]
 
 _JAVA_LONG = re.compile(r"[-+]?[0-9]{1,19}")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+#: Longest topic or group name a header may carry (the broker checks the name itself; a retry or
+#: dead-letter topic is a group name with a prefix, longer than RocketMQ's 127-character topics).
+NAME_MAX = 1024
 #: Longest string header field accepted (a topic is at most 127 chars; properties are the long one).
 _MAX_TEXT = 1 << 20
 
@@ -118,7 +121,7 @@ class Header:
 
     def queue(self, broker_name: str, topic_field: str = "topic", queue_field: str = "queueId") -> MessageQueue:
         """The `MessageQueue` named by a topic and a queue id field of this broker."""
-        return MessageQueue(self.text(topic_field, max_length=255), broker_name,
+        return MessageQueue(self.text(topic_field, max_length=NAME_MAX), broker_name,
                             self.int32(queue_field, low=0))
 
 
@@ -164,6 +167,11 @@ class ServerState(Protocol):
 
     def to_executor(self, fn: Callable[[], Any]) -> Awaitable[Any]:
         """Run `fn` on the bounded executor; await its result on the loop."""
+        ...
+
+    @property
+    def acl_enabled(self) -> bool:
+        """True when requests must carry ACL signatures."""
         ...
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..topics import PERM_READ, PERM_WRITE
-from .handlers import Request, RequestError, handles
+from .handlers import NAME_MAX, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
 
 __all__ = ["CLUSTER_NAME", "DEFAULT_TOPIC", "route_data"]
@@ -69,7 +69,7 @@ def _standard(value: Any) -> Any:
 def get_route_info(request: Request) -> RemotingCommand | None:
     """Routes of a topic: this broker, its queue counts and permission."""
     h = request.header
-    topic = h.text("topic", max_length=255)
+    topic = h.text("topic", max_length=NAME_MAX)
     route = route_data(request, topic)
     if route is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST,
@@ -100,7 +100,7 @@ def get_all_topics(request: Request) -> RemotingCommand | None:
 @handles(RequestCode.DELETE_TOPIC_IN_NAMESRV)
 def delete_topic_in_namesrv(request: Request) -> RemotingCommand | None:
     """Nothing to do: routes come from the broker's topic table (`DELETE_TOPIC_IN_BROKER` deletes)."""
-    request.header.text("topic", max_length=255)
+    request.header.text("topic", max_length=NAME_MAX)
     return request.reply()
 
 

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from .handlers import Request, RequestError, handles
+from .handlers import NAME_MAX, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__: list[str] = []
@@ -21,7 +21,7 @@ def query_consumer_offset(request: Request) -> RemotingCommand | None:
     """The group's committed offset; for a group without one, 0 when the queue still starts at its
     first message (`Broker.offset_for_new_group`), else `QUERY_NOT_FOUND`."""
     h, broker = request.header, request.broker
-    group = h.text("consumerGroup", max_length=255)
+    group = h.text("consumerGroup", max_length=NAME_MAX)
     mq = h.queue(broker.broker_name)
     offset = broker.query_offset(group, mq)
     if offset >= 0:
@@ -37,7 +37,7 @@ def query_consumer_offset(request: Request) -> RemotingCommand | None:
 def update_consumer_offset(request: Request) -> RemotingCommand | None:
     """Record the group's next offset (often oneway)."""
     h, broker = request.header, request.broker
-    broker.commit_offset(h.text("consumerGroup", max_length=255), h.queue(broker.broker_name),
+    broker.commit_offset(h.text("consumerGroup", max_length=NAME_MAX), h.queue(broker.broker_name),
                          h.int64("commitOffset", low=0))
     return _answer(request)
 

@@ -43,6 +43,7 @@ import base64
 import enum
 import hashlib
 import hmac
+import itertools
 import json
 import re
 import struct
@@ -304,6 +305,7 @@ class ResponseCode(enum.IntEnum):
 
 
 _LANGUAGE_NAMES = {code.value: code.name for code in LanguageCode}
+_OPAQUES = itertools.count(1)  # this process's request ids (`RemotingCommand.requestId`)
 
 
 class RemotingCommand:
@@ -318,8 +320,6 @@ class RemotingCommand:
     """
 
     __slots__ = ("code", "opaque", "flag", "remark", "ext_fields", "body", "language", "version", "serialize_type")
-
-    _next_opaque = 0
 
     def __init__(self, code: int, opaque: int = 0, flag: int = 0, remark: str | None = None,
                  ext_fields: dict[str, str] | None = None, body: bytes | None = None, language: str = "JAVA",
@@ -339,7 +339,7 @@ class RemotingCommand:
                 oneway: bool = False, serialize_type: SerializeType = SerializeType.JSON) -> RemotingCommand:
         """A new request with the next opaque of this process (values of `ext_fields` become strings,
         as `makeCustomHeaderToNet` writes them; None values are left out)."""
-        opaque = RemotingCommand._next_opaque = (RemotingCommand._next_opaque + 1) & 0x7FFFFFFF
+        opaque = next(_OPAQUES) & 0x7FFFFFFF  # `next` on a count is atomic: threads never share an opaque
         return cls(int(code), opaque, _ONEWAY_FLAG if oneway else 0, None, header_fields(ext_fields), body,
                    "PYTHON", 0, serialize_type)
 

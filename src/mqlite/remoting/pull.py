@@ -30,7 +30,7 @@ from ..errors import FilterError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullResult, PullStatus
 from ..message import MessageQueue
-from .handlers import Mode, Request, RequestError, handles
+from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode
 
 __all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS", "MAX_TRANSFER_BYTES"]
@@ -112,7 +112,7 @@ async def pull_message(request: Request) -> RemotingCommand | None:
 
     `LITE_PULL_MESSAGE` (5.0.0's `DefaultLitePullConsumer`) is the same request."""
     h, broker = request.header, request.broker
-    group = h.text("consumerGroup", max_length=255)
+    group = h.text("consumerGroup", max_length=NAME_MAX)
     mq = _queue(request)
     offset = h.int64("queueOffset")
     max_nums = min(h.int32("maxMsgNums", low=1), _MAX_NUMS)

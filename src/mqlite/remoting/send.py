@@ -17,7 +17,7 @@ from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQC
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SysFlag, decode_properties
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
 from ..trace import TRACE_TOPIC
-from .handlers import Mode, Request, RequestError, handles
+from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch
 
 __all__ = ["V2_FIELDS"]
@@ -44,8 +44,8 @@ def _v1(request: Request) -> None:
 def _target(request: Request) -> tuple[str, int]:
     """`msgCheck`: the topic (auto-created when allowed) and a valid write queue id."""
     h, broker = request.header, request.broker
-    topic = h.text("topic", max_length=255)
-    h.text("producerGroup", max_length=255)
+    topic = h.text("topic", max_length=NAME_MAX)
+    h.text("producerGroup", max_length=NAME_MAX)
     queue_id = h.int32("queueId")
     default_nums = h.int32("defaultTopicQueueNums", 4, low=1, high=1024)
     config = broker.topic_config(topic)
@@ -160,7 +160,7 @@ def consumer_send_back(request: Request) -> RemotingCommand | None:
     """`consumerSendMsgBack`: the message at commit-log `offset` goes to the group's retry (or DLQ) topic."""
     h, broker = request.header, request.broker
     offset = h.int64("offset", low=0)
-    group = h.text("group", max_length=255)
+    group = h.text("group", max_length=NAME_MAX)
     delay_level = h.int32("delayLevel")
     max_times = h.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES, low=-1)
     try:
@@ -182,7 +182,7 @@ def end_transaction(request: Request) -> RemotingCommand | None:
     """`EndTransactionProcessor`: commit or roll back the half message at `commitLogOffset`
     (a producer's own end, or its answer to a check-back). Oneway from RocketMQ's clients."""
     h = request.header
-    group = h.text("producerGroup", max_length=255)
+    group = h.text("producerGroup", max_length=NAME_MAX)
     offset = h.int64("commitLogOffset", low=0)
     kind = h.int32("commitOrRollback")
     if kind not in (_COMMIT, _ROLLBACK):

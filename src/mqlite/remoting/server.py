@@ -58,12 +58,15 @@ MAX_PARKED = 4096
 #: `ClientHousekeepingService`'s channel expiry: a connection silent this long is closed (seconds).
 CHANNEL_EXPIRED_TIMEOUT = 120.0
 _WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop reading a client's requests while this much waits to be sent to it
-_READ_SIZE = 256 * 1024
 _CLOSE_GRACE = 10.0  # seconds close() waits for in-flight requests and for connections to flush
 
 
 class _Executor:
-    """A bounded pool of named threads (`<prefix>-1` ... `<prefix>-N`), started as work arrives."""
+    """A bounded pool of named threads (`<prefix>-1` ... `<prefix>-N`), started as work arrives.
+
+    As `concurrent.futures.ThreadPoolExecutor` (an idle-thread semaphore decides whether a new thread
+    is needed), which cannot name its threads `-N`.
+    """
 
     def __init__(self, prefix: str, workers: int) -> None:
         self._prefix = prefix
@@ -71,22 +74,21 @@ class _Executor:
         self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = \
             queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = 0
+        self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
         self._shutdown = False
 
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Queue `fn`; a thread is started when none is idle and fewer than N run."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._shutdown:
                 raise IllegalStateError("the server's executor is shut down")
             self._queue.put((future, fn))
-            if self._idle == 0 and len(self._threads) < self._max:
+            if not self._idle.acquire(timeout=0) and len(self._threads) < self._max:
                 thread = threading.Thread(target=self._work, name=f"{self._prefix}-{len(self._threads) + 1}")
                 self._threads.append(thread)
                 thread.start()
-            else:
-                self._idle -= 1 if self._idle else 0
         return future
 
     def _work(self) -> None:
@@ -100,8 +102,8 @@ class _Executor:
                     future.set_result(fn())
                 except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
                     future.set_exception(exc)
-            with self._lock:
-                self._idle += 1
+            del item, future, fn
+            self._idle.release()
 
     def shutdown(self) -> None:
         """Finish queued work, then join every thread."""
@@ -331,7 +333,8 @@ class Server:
             self._stop_loop()
             self._executor.shutdown()
             if isinstance(exc, OSError):
-                raise RemotingError(f"cannot listen on {address}: {exc}") from exc
+                raise RemotingError(f"cannot listen on {address}: {exc.strerror or exc}; pick another address or "
+                                    "port (port 0 picks a free one), or stop what listens there") from exc
             raise
         self._registered = broker.path if not broker.read_only else None
         self._store_host = self._advertised_ipv4() if not broker.read_only else None
@@ -386,6 +389,11 @@ class Server:
     def broker(self) -> Broker:
         """The served broker."""
         return self._broker
+
+    @property
+    def acl_enabled(self) -> bool:
+        """True when requests must carry ACL signatures."""
+        return self._acl is not None
 
     @property
     def closing(self) -> bool:
