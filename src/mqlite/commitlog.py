@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .clock import Clock, SystemClock
+from .compression import decompress
 from .config import StoreConfig
 from .errors import MQClientError, StoreCorruptedError
 from .consumequeue import ConsumeQueue
@@ -285,7 +286,7 @@ def _body_of(raw: bytes) -> bytes:
     (length,) = _INT.unpack_from(raw, pos)
     body = raw[pos + 4 : pos + 4 + length]
     if sys_flag & SysFlag.COMPRESSED:
-        body = _decompress(body, sys_flag)
+        body = decompress(body, sys_flag)
     return body
 
 
@@ -310,17 +311,6 @@ def stored_body(msg: MessageExt) -> tuple[bytes, int]:
     pos = _body_offset(raw, sys_flag)
     (length,) = _INT.unpack_from(raw, pos)
     return bytes(raw[pos + _INT.size : pos + _INT.size + length]), sys_flag
-
-
-def _decompress(body: bytes, sys_flag: int) -> bytes:
-    # CompressionType.findByValue: 0 (older messages) and 3 mean zlib. LZ4 and
-    # ZSTD need libraries mqlite does not carry: the stored bytes are returned.
-    if (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8 in (0, 3):
-        try:
-            return zlib.decompress(body)
-        except zlib.error:
-            return body
-    return body
 
 
 def _decode_into(msg: MessageExt, raw: bytes) -> None:
@@ -368,7 +358,7 @@ def _decode_into(msg: MessageExt, raw: bytes) -> None:
     msg.prepared_transaction_offset = prepared
     msg.offset_msg_id = create_offset_msg_id(store_ip, store_port, phys)
     body = raw[body_end - body_len : body_end]
-    msg.body = _decompress(body, sys_flag) if sys_flag & SysFlag.COMPRESSED else body
+    msg.body = decompress(body, sys_flag) if sys_flag & SysFlag.COMPRESSED else body
 
 
 def decode_message(raw: bytes, broker_name: str) -> StoredMessage:
