@@ -152,6 +152,7 @@ def test_subscribe_with_a_sql92_selector(broker: mqlite.Broker) -> None:
         assert sorted(m.body for m in got) == [b"s4", b"s5"]
 
 
+@over_the_wire
 def test_admin_reset_moves_a_running_consumer(broker: mqlite.Broker) -> None:
     _put(broker, 5)
     with _consumer(broker) as consumer:

@@ -876,9 +876,10 @@ class Broker:
             table[queue_id] = (store.max_offset(topic, queue_id) if timestamp == -1
                                else store.offset_by_time(topic, queue_id, timestamp))
             offsets.commit(group, topic, queue_id, table[queue_id])
+        # Every member hears of it, as RocketMQ's Broker2Client.resetOffset tells every connection of the group:
+        # an assign-mode consumer's heartbeat subscribes nothing, and each member ignores queues it does not hold.
         for member in self.consumer_groups.members(group):
-            if topic in member.subscribed_topics():
-                member.reset_offsets(topic, dict(table))
+            member.reset_offsets(topic, dict(table))
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
     # -- serving ------------------------------------------------------------------------------------------------
