@@ -424,13 +424,17 @@ class Broker:
 
     def put_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                      properties: Sequence[Mapping[str, str] | None], *, flags: Sequence[int] | None = None,
-                     born_timestamp: int | None = None) -> PutResult:
-        """Store a batch of one queue (consecutive queue offsets, one segment)."""
+                     born_timestamp: int | None = None, born_host: str | None = None) -> PutResult:
+        """Store a batch of one queue (consecutive queue offsets, one segment).
+
+        `born_host` (`ip:port`) is the sender's address, which a server passes (default: the store's).
+        """
         store = self._writer()
         if topic not in _GOOD_TOPICS or type(queue_id) is not int or not 0 <= queue_id <= JAVA_INT_MAX:
             _check_put_target(topic, queue_id)
         try:
-            return store.put_batch(topic, queue_id, bodies, properties, flags=flags, born_timestamp=born_timestamp)
+            return store.put_batch(topic, queue_id, bodies, properties, flags=flags, born_timestamp=born_timestamp,
+                                   born_host=born_host)
         except (struct.error, OverflowError, TypeError) as exc:
             raise _bad_field(exc, flags=flags, born_timestamp=born_timestamp) from None
 

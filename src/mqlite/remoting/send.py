@@ -164,7 +164,8 @@ def send_batch(request: Request) -> RemotingCommand | None:
         properties = [{**shared, **e.properties} for e in entries]
         result = request.broker.put_messages(topic, queue_id, [e.body for e in entries], properties,
                                              flags=[e.flag for e in entries],
-                                             born_timestamp=h.int64("bornTimestamp", low=0))
+                                             born_timestamp=h.int64("bornTimestamp", low=0),
+                                             born_host=request.peer.remote_address)
     except Exception as exc:  # noqa: BLE001
         raise put_failure(exc) from None
     uniq = ",".join(p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for p in properties)

@@ -1,0 +1,64 @@
+"""What `mqlite serve` records and answers where a real RocketMQ 5.0.0 broker was seen to differ
+(the Java kit's end-to-end runs against both): born hosts of batches, trace store hosts, admin
+answers, pull subscription versions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import mqlite
+from mqlite.message import encode_properties
+from mqlite.remoting.protocol import RequestCode, ResponseCode, encode_batch
+from test_server import Client, pull, records
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
+    with mqlite.open(tmp_path / "mq", commitlog_file_size=1 << 20) as b:
+        yield b
+
+
+@pytest.fixture
+def server(broker: mqlite.Broker) -> Iterator[mqlite.Server]:
+    server = broker.serve()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def client(server: mqlite.Server) -> Iterator[Client]:
+    c = Client(server.address)
+    yield c
+    c.close()
+
+
+def _batch_header(topic: str) -> dict[str, object]:
+    """SEND_BATCH_MESSAGE's header as RocketMQ 5.0.0's client sends it (V2 one-letter names)."""
+    return {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000001", "h": "0",
+            "i": encode_properties({"UNIQ_KEY": "B"}), "j": "0", "k": "false", "m": "true"}
+
+
+def test_a_batch_records_the_senders_address_as_born_host(broker: mqlite.Broker, client: Client) -> None:
+    body = encode_batch([(0, b"one", {"UNIQ_KEY": "U1"}), (0, b"two", {"UNIQ_KEY": "U2"})])
+    assert client.call(RequestCode.SEND_BATCH_MESSAGE, _batch_header("orders"), body).code == ResponseCode.SUCCESS
+    got = records(pull(client, "orders", 0, 0).body)
+    sender = "%s:%d" % client.sock.getsockname()
+    # RocketMQ's broker stamps every message of a batch with the channel's remote address, as a single send.
+    assert [(m.body, m.born_host) for m in got] == [(b"one", sender), (b"two", sender)]
+
+
+def test_a_batch_from_an_ipv6_sender_keeps_its_address(tmp_path: Path) -> None:
+    with mqlite.open(tmp_path / "mq") as broker:
+        result = broker.put_messages("T", 0, [b"a", b"bb"], [{"KEYS": "k"}, None], born_host="[::1]:4567")
+        broker.put_message("T", 0, b"after")
+        assert result.msg_num == 2
+        broker.wait_dispatched()
+        pulled = broker.pull("g", mqlite.MessageQueue("T", broker.broker_name, 0), 0, 32).msg_found_list
+        assert [(m.body, m.born_host) for m in pulled] == [(b"a", "[::1]:4567"), (b"bb", "[::1]:4567"),
+                                                            (b"after", "127.0.0.1:10911")]
+        assert [m.keys for m in pulled[:2]] == [["k"], []]
+    with mqlite.open(tmp_path / "mq") as broker:  # recovery reads the longer headers too
+        assert [m.body for m in broker.pull("g", mqlite.MessageQueue("T", broker.broker_name, 0), 0, 32).msg_found_list] == [b"a", b"bb", b"after"]
