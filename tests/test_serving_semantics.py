@@ -4,7 +4,6 @@ answers, pull subscription versions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,27 +11,8 @@ import pytest
 import mqlite
 from mqlite.message import encode_properties
 from mqlite.remoting.protocol import RequestCode, ResponseCode, encode_batch
-from test_server import Client, pull, records
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
-    with mqlite.open(tmp_path / "mq", commitlog_file_size=1 << 20) as b:
-        yield b
-
-
-@pytest.fixture
-def server(broker: mqlite.Broker) -> Iterator[mqlite.Server]:
-    server = broker.serve()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def client(server: mqlite.Server) -> Iterator[Client]:
-    c = Client(server.address)
-    yield c
-    c.close()
+# The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
+from test_server import Client, broker, client, pull, records, server  # noqa: F401
 
 
 def _batch_header(topic: str) -> dict[str, object]:
