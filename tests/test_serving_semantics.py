@@ -42,3 +42,24 @@ def test_a_batch_from_an_ipv6_sender_keeps_its_address(tmp_path: Path) -> None:
         assert [m.keys for m in pulled[:2]] == [["k"], []]
     with mqlite.open(tmp_path / "mq") as broker:  # recovery reads the longer headers too
         assert [m.body for m in broker.pull("g", mqlite.MessageQueue("T", broker.broker_name, 0), 0, 32).msg_found_list] == [b"a", b"bb", b"after"]
+
+
+def test_trace_records_name_the_serving_address_as_store_host(broker: mqlite.Broker, server: mqlite.Server) -> None:
+    class Commit:
+        def execute_local_transaction(self, msg: object, arg: object) -> mqlite.LocalTransactionState:
+            return mqlite.LocalTransactionState.COMMIT_MESSAGE
+
+        def check_local_transaction(self, msg: object) -> mqlite.LocalTransactionState:
+            return mqlite.LocalTransactionState.COMMIT_MESSAGE
+
+    broker.create_topic("T", 1)
+    with mqlite.connect(server.address) as remote:  # a traced producer here and one in another process
+        for target in (broker, remote):
+            with mqlite.Producer(target, "pg", trace=True) as producer, \
+                    mqlite.TransactionProducer(target, "tg", listener=Commit(), trace=True) as tx:
+                sent = producer.send(mqlite.Message("T", b"x"))
+                half = tx.send_message_in_transaction(mqlite.Message("T", b"y"))
+            # RocketMQ's hooks record the address the request went to: the broker's brokerIP1:listenPort.
+            views = broker.query_trace(sent.msg_id) + broker.query_trace(half.msg_id)
+            assert [v.msg_type for v in views] == ["Pub", "Pub", "EndTransaction"]
+            assert {v.store_host for v in views} == {server.address}
