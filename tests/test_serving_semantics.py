@@ -63,3 +63,25 @@ def test_trace_records_name_the_serving_address_as_store_host(broker: mqlite.Bro
             views = broker.query_trace(sent.msg_id) + broker.query_trace(half.msg_id)
             assert [v.msg_type for v in views] == ["Pub", "Pub", "EndTransaction"]
             assert {v.store_host for v in views} == {server.address}
+
+
+def test_an_offset_reset_with_no_consumer_online(broker: mqlite.Broker, server: mqlite.Server,
+                                                 client: Client) -> None:
+    broker.create_topic("T", 2)
+    for i in range(3):
+        broker.put_message("T", i % 2, b"m%d" % i)
+    mq0, mq1 = (mqlite.MessageQueue("T", broker.broker_name, q) for q in (0, 1))
+    broker.commit_offset("g", mq0, 0)
+    fields = {"topic": "T", "group": "g", "timestamp": -1, "isForce": "true"}
+    # 5.0.0's broker refuses and moves nothing; mqadmin then sets each queue's offset itself.
+    refused = client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields)
+    assert (refused.code, refused.remark) == (
+        ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online, so can not reset offset, Group: g Topic: T Timestamp: -1")
+    assert broker.query_offset("g", mq0) == 0
+    missing = client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {**fields, "topic": "nope"})
+    assert missing.code == ResponseCode.SYSTEM_ERROR and "no topic in this broker" in (missing.remark or "")
+    with mqlite.connect(server.address) as remote:  # does what mqadmin does: the same result as a local reset
+        assert remote.reset_offset_by_time("g", "T", -1) == {mq0: 2, mq1: 1}
+        assert (broker.query_offset("g", mq0), broker.query_offset("g", mq1)) == (2, 1)
+        assert remote.reset_offset_by_time("g", "T", 0) == {mq0: 0, mq1: 0}
+        assert (broker.query_offset("g", mq0), broker.query_offset("g", mq1)) == (0, 0)
