@@ -10,7 +10,7 @@ import pytest
 
 import mqlite
 from mqlite.message import encode_properties
-from mqlite.remoting.protocol import RequestCode, ResponseCode, encode_batch
+from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, encode_batch, to_wire_json
 # The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
 from test_server import Client, broker, client, pull, records, server  # noqa: F401
 
@@ -85,3 +85,33 @@ def test_an_offset_reset_with_no_consumer_online(broker: mqlite.Broker, server: 
         assert (broker.query_offset("g", mq0), broker.query_offset("g", mq1)) == (2, 1)
         assert remote.reset_offset_by_time("g", "T", 0) == {mq0: 0, mq1: 0}
         assert (broker.query_offset("g", mq0), broker.query_offset("g", mq1)) == (0, 0)
+
+
+def _subscribe(client: Client, expression: str, version: int) -> None:
+    """A push consumer's heartbeat: group "cg" subscribes topic "T" with `expression` at time `version`."""
+    data = {"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
+        "groupName": "cg", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": "T", "subString": expression, "expressionType": "TAG", "tagsSet": [],
+                                 "codeSet": [], "subVersion": version, "classFilterMode": False}]}]}
+    assert client.call(RequestCode.HEART_BEAT, None, to_wire_json(data)).code == ResponseCode.SUCCESS
+
+
+def test_a_pull_newer_than_the_heartbeats_subscription_is_refused(broker: mqlite.Broker, client: Client) -> None:
+    broker.create_topic("T", 1)
+    broker.put_message("T", 0, b"a", {"TAGS": "a"})
+    broker.put_message("T", 0, b"b", {"TAGS": "b"})
+
+    def push_pull(version: int) -> RemotingCommand:  # RocketMQ's push consumer: no subscription, its version
+        return client.call(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "cg", "topic": "T", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0,
+            "commitOffset": 0, "suspendTimeoutMillis": 0, "subVersion": version, "expressionType": "TAG"})
+
+    _subscribe(client, "a", 100)
+    assert [m.body for m in records(push_pull(100).body)] == [b"a"]
+    # The consumer subscribed anew at 200 and pulls before its heartbeat says so: 5.0.0 refuses the pull
+    # (the client retries), rather than filter with the old expression.
+    stale = push_pull(200)
+    assert (stale.code, stale.remark) == (ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+    _subscribe(client, "b", 200)
+    assert [m.body for m in records(push_pull(200).body)] == [b"b"]
