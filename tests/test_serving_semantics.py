@@ -10,7 +10,14 @@ import pytest
 
 import mqlite
 from mqlite.message import encode_properties
-from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, encode_batch, to_wire_json
+from mqlite.remoting.protocol import (
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    encode_batch,
+    from_wire_json,
+    to_wire_json,
+)
 # The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
 from test_server import Client, broker, client, pull, records, server  # noqa: F401
 
@@ -115,3 +122,23 @@ def test_a_pull_newer_than_the_heartbeats_subscription_is_refused(broker: mqlite
     assert (stale.code, stale.remark) == (ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
     _subscribe(client, "b", 200)
     assert [m.body for m in records(push_pull(200).body)] == [b"b"]
+
+
+def test_a_topic_with_fewer_write_queues_than_read_queues(broker: mqlite.Broker, server: mqlite.Server,
+                                                           client: Client) -> None:
+    fields = {"topic": "T", "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 2, "perm": 6,
+              "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}
+    assert client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, fields).code == ResponseCode.SUCCESS
+    [queues] = from_wire_json(client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}).body)["queueDatas"]
+    assert (queues["readQueueNums"], queues["writeQueueNums"]) == (4, 2)
+    refused = client.call(RequestCode.SEND_MESSAGE_V2, {**_batch_header("T"), "e": "3", "m": "false"}, b"x")
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "writeQueueNums: 2" in (refused.remark or "")
+    assert pull(client, "T", 3, 0).code == ResponseCode.PULL_NOT_FOUND  # queue 3 is still read
+    with mqlite.connect(server.address) as remote:
+        remote.create_topic("U", 2, read_queue_nums=3)
+        assert {q.queue_id for q in remote.fetch_publish_queues("U")} == {0, 1}
+        assert {q.queue_id for q in remote.fetch_subscribe_queues("U")} == {0, 1, 2}
+        with mqlite.Producer(remote, "pg") as producer:
+            assert {producer.send(mqlite.Message("U", b"m")).message_queue.queue_id for _ in range(8)} == {0, 1}
+    config = broker.topic_config("U")
+    assert config is not None and (config.read_queue_nums, config.write_queue_nums) == (3, 2)

@@ -32,13 +32,11 @@ def update_and_create_topic(request: Request) -> RemotingCommand | None:
     topic = h.text("topic", max_length=NAME_MAX)
     read = h.int32("readQueueNums", low=1, high=1024)
     write = h.int32("writeQueueNums", low=1, high=1024)
-    if read != write:
-        raise RequestError(ResponseCode.SYSTEM_ERROR, f"readQueueNums {read} and writeQueueNums {write} differ; "
-                                                      "an mqlite topic has as many read queues as write queues")
     if is_system_topic(topic):
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     try:
-        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7))
+        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7),
+                                    read_queue_nums=read, write_queue_nums=write)
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply()

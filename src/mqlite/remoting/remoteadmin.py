@@ -71,14 +71,17 @@ class RemoteAdmin:
 
     # -- topics --------------------------------------------------------------------------------------------
     def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False,
-                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+                     perm: int = PERM_READ | PERM_WRITE, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None) -> TopicConfig:
         """`UPDATE_AND_CREATE_TOPIC`: create (or resize) a topic."""
         check_topic(topic)
         if is_system_topic(topic):
             raise MQClientError(f"topic {topic!r} is a RocketMQ system topic; choose another name")
-        config = TopicConfig(topic, queue_nums, queue_nums, perm, order=order)
+        read = queue_nums if read_queue_nums is None else read_queue_nums
+        write = queue_nums if write_queue_nums is None else write_queue_nums
+        config = TopicConfig(topic, read, write, perm, order=order)
         self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queue_nums, "writeQueueNums": queue_nums,
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read, "writeQueueNums": write,
             "perm": perm, "topicFilterType": config.topic_filter_type, "topicSysFlag": 0, "order": order})
         self._forget_routes()
         return config
