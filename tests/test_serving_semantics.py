@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 import mqlite
 from mqlite.message import encode_properties
 from mqlite.remoting.protocol import (
+    ACCESS_KEY,
+    SIGNATURE,
     RemotingCommand,
     RequestCode,
     ResponseCode,
     encode_batch,
     from_wire_json,
+    sign,
     to_wire_json,
 )
 # The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
@@ -142,3 +144,21 @@ def test_a_topic_with_fewer_write_queues_than_read_queues(broker: mqlite.Broker,
             assert {producer.send(mqlite.Message("U", b"m")).message_queue.queue_id for _ in range(8)} == {0, 1}
     config = broker.topic_config("U")
     assert config is not None and (config.read_queue_nums, config.write_queue_nums) == (3, 2)
+
+
+def test_with_acl_the_name_servers_requests_are_signed_too(broker: mqlite.Broker) -> None:
+    broker.create_topic("T", 1)
+    server = broker.serve(acl={"ak": "secret"})
+    try:
+        c = Client(server.address)
+        # One port serves the name server and the broker: an unsigned client learns no route either
+        # (5.0.0's name server has no ACL), and the answer is NO_PERMISSION (5.0.0's broker: SYSTEM_ERROR).
+        for code, fields in ((RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}),
+                             (RequestCode.GET_BROKER_CLUSTER_INFO, {}),
+                             (RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})):
+            assert c.call(code, fields).code == ResponseCode.NO_PERMISSION
+            signed = {**fields, ACCESS_KEY: "ak"}
+            assert c.call(code, {**signed, SIGNATURE: sign(signed, None, "secret")}).code == ResponseCode.SUCCESS
+        c.close()
+    finally:
+        server.close()
