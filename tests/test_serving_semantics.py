@@ -1,11 +1,10 @@
 """What `mqlite serve` records and answers where a real RocketMQ 5.0.0 broker was seen to differ
 (the Java kit's end-to-end runs against both): born hosts of batches, trace store hosts, admin
-answers, pull subscription versions."""
+answers, pull subscription versions, topics' read and write queue counts, ACL on the name server's requests."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
 
 import mqlite
 from mqlite.message import encode_properties
