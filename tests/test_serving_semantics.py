@@ -20,6 +20,7 @@ from mqlite.remoting.protocol import (
     to_wire_json,
 )
 # The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
+from support import deadline
 from test_server import Client, broker, client, pull, records, server  # noqa: F401
 
 
@@ -161,3 +162,10 @@ def test_with_acl_the_name_servers_requests_are_signed_too(broker: mqlite.Broker
         c.close()
     finally:
         server.close()
+
+
+def test_the_brokers_requests_to_clients_are_headed_as_a_5_0_0_brokers(client: Client) -> None:
+    with deadline(20):
+        _subscribe(client, "*", 1)
+        notify = client.server_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
+    assert (notify.language, notify.version, notify.is_oneway) == ("JAVA", 413, True)

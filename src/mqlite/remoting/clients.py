@@ -31,7 +31,7 @@ from ..groups import ConsumerData
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
 from ..sendback import retry_topic
 from .handlers import NAME_MAX, Peer, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
+from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -60,8 +60,7 @@ class RemoteConsumer:
 
     def request_rebalance(self) -> None:
         """`NOTIFY_CONSUMER_IDS_CHANGED`, oneway (the client rebalances at once)."""
-        self.peer.send_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                                      {"consumerGroup": self.group}, oneway=True))
+        self.peer.send_oneway(_to_client(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": self.group}))
 
     def subscribed_topics(self) -> set[str]:
         """The topics of its last heartbeat's subscriptions."""
@@ -75,9 +74,9 @@ class RemoteConsumer:
         """`RESET_CONSUMER_CLIENT_OFFSET` (`Broker2Client.resetOffset`): the client drops what it cached."""
         body = to_wire_json({"offsetTable": {MessageQueue(topic, self._broker_name, q): o
                                              for q, o in offsets.items()}})
-        self.peer.send_oneway(RemotingCommand.request(
+        self.peer.send_oneway(_to_client(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-            {"topic": topic, "group": self.group, "timestamp": self._now_ms(), "isForce": True}, body, oneway=True))
+            {"topic": topic, "group": self.group, "timestamp": self._now_ms(), "isForce": True}, body))
 
     def shutdown(self) -> None:
         """Nothing to stop here: the client runs elsewhere (its connection closes with the server)."""
@@ -100,12 +99,18 @@ class RemoteProducer:
         uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id
         fields = {"tranStateTableOffset": msg.queue_offset, "commitLogOffset": msg.commit_log_offset,
                   "msgId": uniq, "transactionId": msg.transaction_id or uniq, "offsetMsgId": msg.offset_msg_id}
-        self.peer.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields,
-                                                      encode_message_ext(msg), oneway=True))
+        self.peer.send_oneway(_to_client(RequestCode.CHECK_TRANSACTION_STATE, fields, encode_message_ext(msg)))
         return True
 
     def shutdown(self) -> None:
         """Nothing to stop here (the broker calls this on its producers when it closes)."""
+
+
+def _to_client(code: int, fields: Mapping[str, object], body: bytes | None = None) -> RemotingCommand:
+    """A oneway request of the broker to a client, headed as a 5.0.0 broker heads its own (`JAVA`, version 413)."""
+    cmd = RemotingCommand.request(code, fields, body, oneway=True)
+    cmd.language, cmd.version = "JAVA", SERVER_VERSION
+    return cmd
 
 
 def _host(host: str) -> tuple[bytes, int]:
