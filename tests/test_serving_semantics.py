@@ -169,3 +169,13 @@ def test_the_brokers_requests_to_clients_are_headed_as_a_5_0_0_brokers(client: C
         _subscribe(client, "*", 1)
         notify = client.server_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
     assert (notify.language, notify.version, notify.is_oneway) == ("JAVA", 413, True)
+
+
+def test_a_send_without_a_body_is_illegal(broker: mqlite.Broker, client: Client) -> None:
+    header = {**_batch_header("T"), "m": "false"}
+    refused = client.call(RequestCode.SEND_MESSAGE_V2, header)
+    assert (refused.code, refused.remark) == (ResponseCode.MESSAGE_ILLEGAL, (
+        "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
+        f"{broker.config.max_message_size}B, msg properties length limit 32KB."))
+    assert all(q.max_offset == 0 for q in broker.topic_status("T"))  # nothing stored
+    assert client.call(RequestCode.SEND_MESSAGE_V2, header, b"x").code == ResponseCode.SUCCESS

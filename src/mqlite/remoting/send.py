@@ -98,6 +98,11 @@ def _response(request: Request, result: PutResult, queue_id: int, properties: Ma
     return request.reply(code, fields)
 
 
+#: `SendMessageProcessor.handlePutMessageResult`'s remark for MESSAGE_ILLEGAL (the body-size limit goes in).
+_ILLEGAL = ("the message is illegal, maybe msg body or properties length not matched. msg body length limit %dB, "
+            "msg properties length limit 32KB.")
+
+
 def put_failure(exc: Exception) -> RequestError:
     """A put's exception as RocketMQ's `handlePutMessageResult` answers it."""
     if isinstance(exc, RequestError):
@@ -125,7 +130,9 @@ def send_message(request: Request) -> RemotingCommand | None:
         reconsume_times = h.int32("reconsumeTimes", 0, low=0)
         if is_retry_topic(topic):
             topic, queue_id = _retry_or_dlq(request, topic, queue_id, reconsume_times)
-        body = request.cmd.body or b""
+        body = request.cmd.body
+        if not body:  # RocketMQ's decoder reads an empty body as null, which HookUtils refuses
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, _ILLEGAL % request.broker.config.max_message_size)
         result = request.broker.put_message(topic, queue_id, body, properties, flag=h.int32("flag"),
                                             sys_flag=sys_flag, born_timestamp=h.int64("bornTimestamp", low=0),
                                             reconsume_times=reconsume_times, born_host=request.peer.remote_address)
