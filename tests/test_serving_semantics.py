@@ -179,3 +179,13 @@ def test_a_send_without_a_body_is_illegal(broker: mqlite.Broker, client: Client)
         f"{broker.config.max_message_size}B, msg properties length limit 32KB."))
     assert all(q.max_offset == 0 for q in broker.topic_status("T"))  # nothing stored
     assert client.call(RequestCode.SEND_MESSAGE_V2, header, b"x").code == ResponseCode.SUCCESS
+
+
+def test_all_topic_config_is_5_0_0s_wrapper(broker: mqlite.Broker, client: Client) -> None:
+    broker.create_topic("T", 2)
+    body = from_wire_json(client.call(RequestCode.GET_ALL_TOPIC_CONFIG).body)
+    assert sorted(body) == ["dataVersion", "mappingDataVersion", "topicConfigTable", "topicQueueMappingDetailMap",
+                            "topicQueueMappingInfoMap"]
+    assert body["topicConfigTable"]["T"] == {
+        "attributes": {}, "order": False, "perm": 6, "readQueueNums": 2, "topicFilterType": "SINGLE_TAG",
+        "topicName": "T", "topicSysFlag": 0, "writeQueueNums": 2}
