@@ -189,3 +189,12 @@ def test_all_topic_config_is_5_0_0s_wrapper(broker: mqlite.Broker, client: Clien
     assert body["topicConfigTable"]["T"] == {
         "attributes": {}, "order": False, "perm": 6, "readQueueNums": 2, "topicFilterType": "SINGLE_TAG",
         "topicName": "T", "topicSysFlag": 0, "writeQueueNums": 2}
+
+
+def test_a_message_sent_without_an_id_gets_one(broker: mqlite.Broker, client: Client) -> None:
+    header = {**_batch_header("T"), "i": encode_properties({"TAGS": "a"}), "m": "false"}  # as ali-ons sends
+    sent = client.call(RequestCode.SEND_MESSAGE_V2, header, b"x")
+    [got] = records(pull(client, "T", 0, 0).body)
+    uniq = got.properties["UNIQ_KEY"]  # 5.0.0's broker gives it one: its msg id, answered as transactionId
+    assert len(uniq) == 32 and got.msg_id == uniq == sent.ext_fields["transactionId"]
+    assert got.offset_msg_id == sent.ext_fields["msgId"] and got.tags == "a"

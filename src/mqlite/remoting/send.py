@@ -18,6 +18,7 @@ from ..message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     EncodedProperties,
     SysFlag,
+    UniqIdGenerator,
     decode_properties,
     encode_properties,
 )
@@ -34,6 +35,7 @@ V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
              "k": "unitMode", "l": "consumeRetryTimes", "m": "batch"}
 
 _V1_TO_V2 = {v1: v2 for v2, v1 in V2_FIELDS.items()}
+_IDS = UniqIdGenerator()  # the ids this broker gives messages sent without one (MessageClientIDSetter)
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
 }
@@ -78,8 +80,13 @@ def _target(request: Request) -> tuple[str, int]:
 
 def _properties(text: str) -> EncodedProperties:
     """The wire's property string as the map the store writes: decoding by the separators leaves no
-    name or value that `check_properties` would refuse, so the map carries its encoding (no second check)."""
+    name or value that `check_properties` would refuse, so the map carries its encoding (no second check).
+
+    A message without a `UNIQ_KEY` gets one, as 5.0.0's `SendMessageProcessor` gives it (its msg id):
+    clients such as ali-ons send none."""
     properties = EncodedProperties(decode_properties(text))
+    if not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+        properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _IDS.next_id()
     try:
         properties.encoded = encode_properties(properties).encode("utf-8")
     except UnicodeEncodeError:
