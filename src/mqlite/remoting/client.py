@@ -161,8 +161,11 @@ class _Connection:
             pending, self.pending = self.pending, {}
             self.parked = False
             self.state.notify_all()
-        for waiter in pending.values():
-            waiter.complete(None, RemotingError(f"{why}; the request's outcome is unknown"))
+        # Whoever reads (the reader thread or a caller) may still pop from the old table: each waiter is
+        # completed once, by the one whose pop got it.
+        for opaque, waiter in list(pending.items()):
+            if pending.pop(opaque, None) is waiter:
+                waiter.complete(None, RemotingError(f"{why}; the request's outcome is unknown"))
 
     # -- requests ---------------------------------------------------------------------------------------
     def call(self, opaque: int, frame: bytes, timeout: float) -> RemotingCommand | None:
