@@ -20,7 +20,9 @@ import mqlite
 from _crashchild import Child
 from mqlite.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus
 from mqlite.errors import IllegalStateError, MessageNotFoundError, MQClientError, RemotingError, SendTimeoutError
+from mqlite.message import EncodedProperties, encode_properties
 from mqlite.producer import LocalTransactionState
+from mqlite.remoting.protocol import decode_batch, encode_batch
 from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
 from support import deadline
 
@@ -487,3 +489,15 @@ def test_a_held_path_whose_server_refuses_the_connection_is_still_a_held_store(b
             connect_to_holder(os.path.realpath(broker.path))
     finally:
         server.close()
+
+
+def test_a_batch_body_takes_a_producers_encoded_properties_as_they_are() -> None:
+    plain = {"PGROUP": "pg", "UNIQ_KEY": "id-1", "KEYS": "k\u00e9"}
+    encoded = EncodedProperties(plain)
+    encoded.encoded = encode_properties(plain).encode()
+    messages = [(0, b"a", plain), (7, b"bc", {}), (1, bytearray(b"d"), plain)]
+    body = encode_batch(messages)
+    assert encode_batch([(0, b"a", encoded), (7, b"bc", {}), (1, bytearray(b"d"), encoded)]) == body
+    assert [tuple(e) for e in decode_batch(body)] == [(0, b"a", plain), (7, b"bc", {}), (1, b"d", plain)]
+    with pytest.raises(MQClientError, match="at most 32767 fit"):
+        encode_batch([(0, b"a", {"big": "x" * 40000})])

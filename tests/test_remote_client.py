@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from mqlite.errors import IllegalStateError, MQClientError, RemotingError
+from mqlite.remoting import client as client_module
 from mqlite.remoting.client import RemotingClient, parse_address
 from mqlite.remoting.protocol import (
     FrameDecoder,
@@ -261,3 +262,89 @@ def test_a_server_that_stops_reading_fails_a_send_instead_of_blocking_it(peer: P
     # The client's own timeout ended the send, not the test's deadline (its TimeoutError is an OSError too).
     assert "still running" not in str(refused.value), refused.value
     client.close()
+
+
+@pytest.fixture
+def patient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader thread stays parked 0.5 s (not 5 ms) after the last caller read its own answer, so a
+    test's next request surely finds it parked however slowly the test's thread starts."""
+    monkeypatch.setattr(client_module, "_PARK", 0.5)
+
+
+def _until_the_reader_parks(client: RemotingClient, peer: Peer) -> None:
+    """One sync request answered through the reader thread, which then leaves the socket to the next
+    sync caller (it reads its own answer: `_Connection`)."""
+    thread, _ = _in_thread(client.request, RemotingCommand.request(RequestCode.HEART_BEAT))
+    peer.accept()
+    peer.send(peer.receive().reply(ResponseCode.SUCCESS))
+    thread.join()
+    _parked(client)
+
+
+def _parked(client: RemotingClient) -> None:
+    while not client._conn.parked:  # type: ignore[union-attr]  # set just after an answer is handed over
+        threading.Event().wait(0.001)
+
+
+@pytest.mark.usefixtures("patient")
+def test_a_caller_reading_its_own_answer_passes_on_what_else_arrives(peer: Peer) -> None:
+    client = RemotingClient(peer.address, timeout=5)
+    notified: list[str] = []
+    async_threads: list[str] = []
+    got_async = threading.Event()
+
+    def on_notify(cmd: RemotingCommand) -> RemotingCommand | None:
+        notified.append(cmd.ext_fields["consumerGroup"])
+        return cmd.reply(ResponseCode.SUCCESS)
+
+    def callback(response: RemotingCommand | None, error: BaseException | None) -> None:
+        async_threads.append(threading.current_thread().name)
+        got_async.set()
+
+    client.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, on_notify)
+    with deadline(10):
+        _until_the_reader_parks(client, peer)
+        leader, box = _in_thread(client.request, RemotingCommand.request(RequestCode.GET_MAX_OFFSET))
+        own = peer.receive()  # sent: its caller now reads the socket
+        client.request_async(RemotingCommand.request(RequestCode.PULL_MESSAGE), 5, callback)
+        other = peer.receive()
+        first = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "while-leading"})
+        peer.send(first)
+        assert peer.receive().opaque == first.opaque  # the server's request went to its handler
+        peer.send(other.reply(ResponseCode.PULL_NOT_FOUND))
+        assert got_async.wait(5)
+        peer.send(own.reply(ResponseCode.SUCCESS, {"offset": "7"}))
+        leader.join()
+        # Nobody sends now: the reader thread has the socket again and answers the server at once.
+        second = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "idle"})
+        peer.send(second)
+        assert peer.receive().opaque == second.opaque
+    assert box["value"].ext_fields == {"offset": "7"}
+    assert async_threads == ["test-caller"]  # read by the waiting caller itself, not the reader thread
+    assert notified == ["while-leading", "idle"]
+    client.close()
+    assert _remote_threads() == []
+
+
+@pytest.mark.usefixtures("patient")
+def test_a_caller_reading_its_own_answer_times_out_and_fails_at_once_on_a_drop(peer: Peer) -> None:
+    client = RemotingClient(peer.address, timeout=60)
+    with deadline(10):
+        _until_the_reader_parks(client, peer)
+        thread, box = _in_thread(client.request, RemotingCommand.request(RequestCode.HEART_BEAT), 0.2)
+        late = peer.receive()
+        thread.join()
+        assert "within 0.2 s" in str(box["error"])
+        peer.send(late.reply(ResponseCode.SUCCESS))  # dropped by whoever reads next
+        thread, box = _in_thread(client.request, RemotingCommand.request(RequestCode.HEART_BEAT))
+        peer.send(peer.receive().reply(ResponseCode.SUCCESS, {"n": "2"}))
+        thread.join()
+        assert box["value"].ext_fields == {"n": "2"}
+        _parked(client)
+        thread, box = _in_thread(client.request, RemotingCommand.request(RequestCode.HEART_BEAT))
+        peer.receive()
+        peer.hang_up()
+        thread.join()  # the timeout is 60 s: only the drop ends it
+    assert isinstance(box["error"], RemotingError) and "closed the connection" in str(box["error"])
+    client.close()
+    assert _remote_threads() == []

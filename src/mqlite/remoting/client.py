@@ -22,8 +22,11 @@ Threads: per live connection one reader, `mqlite-remote-io` (blocks in
 `select`, decodes frames, completes waiters, times out async requests about
 once a second, RocketMQ's `scanResponseTable`), and one handler thread
 `mqlite-remote-callback` for the server's requests. Writers send from their own
-thread under a lock (no hand-off on the send path). `close()` joins both.
-Callbacks of `request_async` run on the I/O thread and must not block or send.
+thread under a lock (no hand-off on the send path); a sync caller with nothing
+else waiting on the connection reads its own answer too (no hand-off on the
+answer's path either; `_Connection` tells how the socket passes between it and
+the reader). `close()` joins both threads. Callbacks of `request_async` run on
+the thread that reads their answer and must not block or send.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from .._service import close_at_exit, forget_at_exit
 from ..config import check_seconds
@@ -55,7 +58,13 @@ AsyncCallback = Callable[["RemotingCommand | None", "BaseException | None"], Non
 DEFAULT_MAX_FRAME_SIZE = 16 << 20
 #: How often the reader looks for async requests past their deadline (`scanResponseTable`: 1 s).
 _SCAN_INTERVAL = 1.0
-_RECV_SIZE = 1 << 18
+#: At most this much a recv. Not more: CPython allocates the whole size for each call (256 KiB took 13 us
+#: more a call than 64 KiB, measured on a loopback socket pair), and a bigger frame just takes a few reads.
+_RECV_SIZE = 1 << 16
+#: How long the reader thread leaves the socket to callers reading their own answers after the last one did.
+_PARK = 0.005
+#: How late past its deadline a caller reading its own answer may notice the deadline passed.
+_RECV_SLACK = 0.01
 #: `RemotingCommand`'s flag bit for a request that expects no response (`RPC_ONEWAY`).
 ONEWAY_FLAG = 2
 
@@ -100,7 +109,21 @@ class _Pending:
 
 
 class _Connection:
-    """One socket and what waits on it; dies once (the client then makes a new one)."""
+    """One socket and what waits on it; dies once (the client then makes a new one).
+
+    Who reads the socket (leader/follower): normally the reader thread. Handing
+    an answer from it to the thread that waits costs a second thread wake-up per
+    round trip, most of a loopback round trip's client time. So once the reader
+    has handed a sync caller its answer and nothing else waits, it parks, and the
+    next sync request made while nothing else waits is read by its own caller
+    (`_lead`): it reads and dispatches whatever comes (other answers, the
+    server's requests) until its own answer arrives. A request made meanwhile
+    waits as usual and the leader, leaving, gives the socket back to the reader
+    thread at once. A parked reader takes the socket back by itself once no
+    caller has led for `_PARK` s, so the server's requests are still answered
+    within about 2 x `_PARK` when nobody sends. Exactly one of the reader thread
+    (not `parked`) and a leader (`leading`) reads at a time; `state` guards both.
+    """
 
     def __init__(self, client: RemotingClient, sock: socket.socket) -> None:
         self.client = client
@@ -109,6 +132,10 @@ class _Connection:
         self.pending: dict[int, _Pending] = {}
         self.alive = True
         self.decoder = FrameDecoder(client.max_frame_size)
+        self.state = threading.Condition(threading.Lock())
+        self.parked = False  # the reader thread leaves the socket to callers
+        self.leading = False  # a caller reads the socket for its own answer
+        self.led_at = 0.0  # when the last leader left
         self.thread = threading.Thread(target=self._read_loop, name="mqlite-remote-io")
 
     def send(self, frame: bytes) -> None:
@@ -127,26 +154,123 @@ class _Connection:
                 return
             self.alive = False
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.shutdown(socket.SHUT_RDWR)  # a leader's or the reader's recv returns at once
         except OSError:
             pass
-        pending, self.pending = self.pending, {}
-        for waiter in pending.values():
-            waiter.complete(None, RemotingError(f"{why}; the request's outcome is unknown"))
+        with self.state:
+            pending, self.pending = self.pending, {}
+            self.parked = False
+            self.state.notify_all()
+        # Whoever reads (the reader thread or a caller) may still pop from the old table: each waiter is
+        # completed once, by the one whose pop got it.
+        for opaque, waiter in list(pending.items()):
+            if pending.pop(opaque, None) is waiter:
+                waiter.complete(None, RemotingError(f"{why}; the request's outcome is unknown"))
 
+    # -- requests ---------------------------------------------------------------------------------------
+    def call(self, opaque: int, frame: bytes, timeout: float) -> RemotingCommand | None:
+        """Send a request's `frame` and wait for the answer with `opaque`: None when time runs out."""
+        with self.state:
+            lead = self.parked and not self.leading and not self.pending and self.alive
+            if lead:
+                self.leading = True
+        if lead:
+            try:
+                self.send(frame)
+                return self._lead(opaque, time.monotonic() + max(timeout, 0.0))
+            finally:
+                self._unlead()
+        waiter = _Pending(None, 0.0)
+        self.register(opaque, waiter)
+        self.send(frame)
+        if not waiter.latch.acquire(timeout=max(timeout, 0.0)):
+            self.pending.pop(opaque, None)
+            if waiter.latch.acquire(blocking=False) and waiter.response is not None:
+                return waiter.response  # it arrived while giving up
+            return None
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.response
+
+    def register(self, opaque: int, waiter: _Pending) -> None:
+        """Wait for the answer with `opaque` (before the request is sent); a parked reader resumes."""
+        with self.state:
+            self.pending[opaque] = waiter
+            if self.parked and not self.leading:
+                self.parked = False
+                self.state.notify()
+        if not self.alive:  # it died before the request went out: fail now rather than wait
+            self.pending.pop(opaque, None)
+            raise RemotingError(f"the connection to {self.client.address} closed; retry the request")
+
+    def _lead(self, opaque: int, deadline: float) -> RemotingCommand | None:
+        """Read the socket until the answer with `opaque` arrives (None: the deadline passed)."""
+        sock = self.sock
+        # recv waits up to the socket's own timeout; a select first (one more system call) only when the
+        # request's deadline comes sooner than that (by more than _RECV_SLACK).
+        patience = self.client.timeout - _RECV_SLACK
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                if remaining < patience and not select.select([sock], [], [], remaining)[0]:
+                    continue
+                data = sock.recv(_RECV_SIZE)
+            except TimeoutError:
+                continue
+            except (OSError, ValueError) as exc:
+                self._broken(f"the connection to {self.client.address} broke ({exc})")
+            if not data:
+                self._broken(f"the server at {self.client.address} closed the connection")
+            try:
+                commands = self.decoder.feed(data)
+            except ProtocolError as exc:
+                self._broken(f"the server at {self.client.address} sent a malformed frame ({exc})")
+            mine = None
+            for cmd in commands:
+                if cmd.opaque == opaque and cmd.is_response:
+                    mine = cmd
+                else:
+                    self._dispatch(cmd)
+            if mine is not None:
+                return mine
+
+    def _broken(self, why: str) -> NoReturn:
+        self.fail(why)
+        raise RemotingError(f"{why}; the request's outcome is unknown")
+
+    def _unlead(self) -> None:
+        with self.state:
+            self.leading = False
+            self.led_at = time.monotonic()
+            if self.pending or not self.alive:  # others wait: the reader thread reads for them
+                self.parked = False
+                self.state.notify_all()
+
+    # -- the reader thread ------------------------------------------------------------------------------
     def _read_loop(self) -> None:
         sock = self.sock
         next_scan = time.monotonic() + _SCAN_INTERVAL
         try:
             while self.alive:
+                if self.parked:
+                    next_scan = self._park(next_scan)
+                    continue
                 ready, _, _ = select.select([sock], [], [], _SCAN_INTERVAL)
                 if ready:
                     data = sock.recv(_RECV_SIZE)
                     if not data:
                         self.fail(f"the server at {self.client.address} closed the connection")
                         break
+                    handed = False
                     for cmd in self.decoder.feed(data):
-                        self._dispatch(cmd)
+                        handed = self._dispatch(cmd) or handed
+                    if handed:
+                        with self.state:
+                            # A sync caller got its answer and nothing else waits: it will likely send
+                            # again, and then read its own answer.
+                            self.parked = not self.pending and self.alive
                 now = time.monotonic()
                 if now >= next_scan:
                     self._expire(now)
@@ -157,19 +281,37 @@ class _Connection:
             self.fail(f"the server at {self.client.address} sent a malformed frame ({exc})")
         finally:
             self.fail(f"the connection to {self.client.address} is closed")
+            with self.state:
+                self.state.wait_for(lambda: not self.leading, 1.0)  # it stops reading as the socket is shut
             try:
                 sock.close()
             except OSError:
                 pass
 
-    def _dispatch(self, cmd: RemotingCommand) -> None:
+    def _park(self, next_scan: float) -> float:
+        """Wait while callers read their own answers; take the socket back once none has for `_PARK` s."""
+        with self.state:
+            if self.parked and self.alive:
+                self.state.wait(_PARK)
+            if self.parked and not self.leading and time.monotonic() - self.led_at >= _PARK:
+                self.parked = False
+        now = time.monotonic()
+        if now >= next_scan:  # async requests made while a caller leads still time out
+            self._expire(now)
+            return now + _SCAN_INTERVAL
+        return next_scan
+
+    def _dispatch(self, cmd: RemotingCommand) -> bool:
+        """Hand `cmd` to whoever waits for it; True when that was a sync caller."""
         if cmd.is_response:
             waiter = self.pending.pop(cmd.opaque, None)
             if waiter is not None:
                 waiter.complete(cmd, None)
+                return waiter.callback is None
             # else: a response after its request timed out (RocketMQ logs and drops it too)
-            return
+            return False
         self.client._handle_request(self, cmd)
+        return False
 
     def _expire(self, now: float) -> None:
         expired = [(opaque, w) for opaque, w in list(self.pending.items())
@@ -231,47 +373,36 @@ class RemotingClient:
     def request(self, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         """Send `cmd` and wait for its response; `RemotingError` when the connection fails or time runs out.
 
-        Blocks up to `timeout` seconds (the client's default when None).
+        Blocks up to `timeout` seconds (the client's default when None). When
+        nothing else waits on the connection, the calling thread reads the answer
+        itself (see `_Connection`).
         """
         timeout = self.timeout if timeout is None else timeout
         conn = self._connection(timeout)
-        waiter = _Pending(None, 0.0)
-        frame = self._frame(conn, cmd, waiter)
-        conn.send(frame)
-        if not waiter.latch.acquire(timeout=max(timeout, 0.0)):
-            conn.pending.pop(cmd.opaque, None)
-            if waiter.latch.acquire(blocking=False) and waiter.response is not None:
-                return waiter.response  # it arrived while giving up
+        # RemotingCommand.request numbered it (unique in the process).
+        response = conn.call(cmd.opaque, encode_frame(self._signed(cmd)), timeout)
+        if response is None:
             raise RemotingError(f"no response from {self.address} within {timeout:g} s "
                                 f"(request code {cmd.code}); the server may be overloaded or stopped")
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.response is not None
-        return waiter.response
+        return response
 
     def request_async(self, cmd: RemotingCommand, timeout: float, callback: AsyncCallback) -> None:
-        """Send `cmd`; `callback(response, None)` or `callback(None, error)` runs once, on the I/O thread.
+        """Send `cmd`; `callback(response, None)` or `callback(None, error)` runs once, on the thread
+        that reads the answer (the I/O thread, or a caller reading its own answer meanwhile).
 
         The callback must be quick and must not send requests itself. Raises
         `RemotingError` at once when the request cannot be sent.
         """
         conn = self._connection(self.timeout)
-        waiter = _Pending(callback, time.monotonic() + timeout)
-        conn.send(self._frame(conn, cmd, waiter))
+        frame = encode_frame(self._signed(cmd))
+        conn.register(cmd.opaque, _Pending(callback, time.monotonic() + timeout))
+        conn.send(frame)
 
     def oneway(self, cmd: RemotingCommand) -> None:
         """Send `cmd` flagged oneway; no response comes. `RemotingError` when it cannot be sent."""
         conn = self._connection(self.timeout)
         cmd.flag |= ONEWAY_FLAG
         conn.send(encode_frame(self._signed(cmd)))
-
-    def _frame(self, conn: _Connection, cmd: RemotingCommand, waiter: _Pending) -> bytes:
-        frame = encode_frame(self._signed(cmd))  # RemotingCommand.request numbered it (unique in the process)
-        conn.pending[cmd.opaque] = waiter
-        if not conn.alive:  # it died between _connection() and here: fail now rather than wait
-            conn.pending.pop(cmd.opaque, None)
-            raise RemotingError(f"the connection to {self.address} closed; retry the request")
-        return frame
 
     def _signed(self, cmd: RemotingCommand) -> RemotingCommand:
         if self._access_key is not None and self._secret_key is not None:

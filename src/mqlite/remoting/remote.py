@@ -42,6 +42,7 @@ from ..groups import GroupMember
 from ..longpoll import PullResult, PullStatus, Waker
 from ..message import (
     PROPERTY_PRODUCER_GROUP,
+    EncodedProperties,
     MessageExt,
     MessageQueue,
     decode_offset_msg_id,
@@ -89,6 +90,9 @@ _SEND_STATUS = {
     ResponseCode.SUCCESS: PutMessageStatus.PUT_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: PutMessageStatus.FLUSH_DISK_TIMEOUT,
 }
+_DEFAULT_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
+#: An IPv6 store host: a `PutResult` keeps its default (it holds IPv4 bytes only).
+_NO_STORE_HOST: tuple[bytes, int] = (b"", 0)
 
 
 def decode_records(body: bytes | None, broker_name: str) -> list[MessageExt]:
@@ -149,6 +153,7 @@ class RemoteBroker(RemoteAdmin):
         self._users = 0  # users beyond its owner: clients given a store path share one connection
         self._routes: dict[str, tuple[float, Any]] = {}  # topic -> (fetched at, route body)
         self._routes_version = 0
+        self._id_hosts: dict[str, tuple[bytes, int]] = {}  # an offset msg id's host part -> (ip, port)
         self._members: dict[str, dict[str, GroupMember]] = {}  # group -> client id -> member
         self._producers: dict[str, list[TransactionChecker]] = {}
         self._ahead = PullAhead(self.remote, self.timeout, self._pull_result)
@@ -372,12 +377,19 @@ class RemoteBroker(RemoteAdmin):
         """`SEND_MESSAGE_V2`: store one message on the server."""
         props = properties or {}
         group = props.get(PROPERTY_PRODUCER_GROUP, DEFAULT_PRODUCER_GROUP)
-        text = encode_properties(props) if props else ""
-        fields = {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": DEFAULT_TOPIC_QUEUE_NUMS, "e": queue_id,
-                  "f": sys_flag, "g": born_timestamp if born_timestamp is not None else SYSTEM_CLOCK.now_ms(),
-                  "h": flag, "i": text, "j": reconsume_times, "k": False, "m": False}
+        if type(props) is EncodedProperties:  # a producer's send: its encoding comes with it
+            encoded = props.encoded
+            text = encoded.decode()
+        else:
+            text = encode_properties(props) if props else ""
+            encoded = text.encode()
+        born = born_timestamp if born_timestamp is not None else SYSTEM_CLOCK.now_ms()
+        # The ext fields as the strings they travel as (what header_fields would make of the values).
+        fields = {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": _DEFAULT_QUEUE_NUMS_TEXT, "e": str(queue_id),
+                  "f": str(sys_flag), "g": str(born), "h": str(flag), "i": text, "j": str(reconsume_times),
+                  "k": "false", "m": "false"}
         response = self._send(RequestCode.SEND_MESSAGE_V2, fields, body)
-        size = record_length(sys_flag, len(body), len(topic.encode()), len(text.encode()))
+        size = record_length(sys_flag, len(body), len(topic.encode()), len(encoded))
         return self._put_result(response, size, 1)
 
     def put_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes],
@@ -391,14 +403,15 @@ class RemoteBroker(RemoteAdmin):
         if first:
             group = first.get(PROPERTY_PRODUCER_GROUP, group)
         body = encode_batch(zip(flags or [0] * len(bodies), bodies, [p or {} for p in properties]))
-        fields = {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": DEFAULT_TOPIC_QUEUE_NUMS, "e": queue_id,
-                  "f": 0, "g": born_timestamp if born_timestamp is not None else SYSTEM_CLOCK.now_ms(),
-                  "h": 0, "i": "", "j": 0, "k": False, "m": True}
+        born = born_timestamp if born_timestamp is not None else SYSTEM_CLOCK.now_ms()
+        fields = {"a": group, "b": topic, "c": DEFAULT_TOPIC, "d": _DEFAULT_QUEUE_NUMS_TEXT, "e": str(queue_id),
+                  "f": "0", "g": str(born), "h": "0", "i": "", "j": "0", "k": "false", "m": "true"}
         response = self._send(RequestCode.SEND_BATCH_MESSAGE, fields, body)
         return self._put_result(response, len(body), len(bodies))
 
-    def _send(self, code: int, fields: Mapping[str, object], body: bytes) -> RemotingCommand:
-        cmd = RemotingCommand.request(code, fields, body)
+    def _send(self, code: int, fields: dict[str, str], body: bytes) -> RemotingCommand:
+        cmd = RemotingCommand.request(code, None, body)
+        cmd.ext_fields = fields  # strings already
         try:
             response = self._request(cmd)
         except RemotingError as exc:
@@ -410,18 +423,29 @@ class RemoteBroker(RemoteAdmin):
     def _put_result(self, response: RemotingCommand, size: int, count: int) -> PutResult:
         ext = response.ext_fields or {}
         ids = [i for i in ext.get("msgId", "").split(",") if i]
-        host, port = "", 0
+        store_host = None
         if ids:
-            host, port, _ = decode_offset_msg_id(ids[0])  # checks the form; the batch's ids share the host
+            # The records' store host (the server's address), in their ids; the batch's ids share it. The
+            # host part of an id is the same for every answer of a server: decoded (and checked) once.
+            first = ids[0]
+            host_part = first[:-16]
+            store_host = self._id_hosts.get(host_part)
+            if store_host is None or len(first) not in (32, 56):
+                host, port, _ = decode_offset_msg_id(first)  # checks the form
+                store_host = (socket.inet_aton(host), port) if ":" not in host else _NO_STORE_HOST
+                if len(self._id_hosts) < 16:
+                    self._id_hosts[host_part] = store_host
         # The commit-log offset is an id's last 16 hex digits (8 bytes), whatever the host's length.
         offsets = [int(i[-16:], 16) for i in ids]
         # RocketMQ's answer has no store time: the time the answer came is the closest this side knows.
         stored = int(ext["storeTimestamp"]) if "storeTimestamp" in ext else SYSTEM_CLOCK.now_ms()
-        result = PutResult(offsets[0] if offsets else -1, size, int(ext.get("queueOffset", -1)), stored, count,
-                           offsets if count > 1 else None, _SEND_STATUS[ResponseCode(response.code)])
-        if ids and ":" not in host:  # the records' store host (the server's address), in their ids
-            result = result._replace(store_host=(socket.inet_aton(host), port))
-        return result
+        status = _SEND_STATUS[response.code]  # type: ignore[index]  # (an IntEnum key hashes as its int)
+        queue_offset = int(ext.get("queueOffset", -1))
+        first_offset = offsets[0] if offsets else -1
+        many = offsets if count > 1 else None
+        if store_host is None or store_host is _NO_STORE_HOST:
+            return PutResult(first_offset, size, queue_offset, stored, count, many, status)
+        return PutResult(first_offset, size, queue_offset, stored, count, many, status, store_host)
 
     def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
                         from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
