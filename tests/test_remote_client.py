@@ -7,6 +7,8 @@ of order, stay silent or hang up at exactly the moment it needs.
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import threading
 from collections.abc import Iterator
@@ -348,3 +350,35 @@ def test_a_caller_reading_its_own_answer_times_out_and_fails_at_once_on_a_drop(p
     assert isinstance(box["error"], RemotingError) and "closed the connection" in str(box["error"])
     client.close()
     assert _remote_threads() == []
+
+
+def test_a_connection_whose_descriptor_is_past_1024_works(peer: Peer) -> None:
+    # select() refuses descriptors >= FD_SETSIZE (1024); a process holding a store and many sockets gets there.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1100:
+        if hard != resource.RLIM_INFINITY and hard < 1100:
+            pytest.skip(f"the hard limit on open files ({hard}) is below 1100")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1100, hard))
+    fillers: list[int] = []
+    try:
+        base = os.open(os.devnull, os.O_RDONLY)
+        fillers.append(base)
+        while fillers[-1] < 1030:
+            fillers.append(os.dup(base))
+        client = RemotingClient(peer.address, timeout=5)
+        with deadline(10):
+            for n in range(2):  # through the reader thread, then by a caller reading its own answer
+                # 4 s < the client's 5: a caller reading its own answer waits for readiness before recv
+                thread, box = _in_thread(client.request, RemotingCommand.request(RequestCode.HEART_BEAT), 4)
+                if n == 0:
+                    peer.accept()
+                peer.send(peer.receive().reply(ResponseCode.SUCCESS, {"n": str(n)}))
+                thread.join()
+                assert box.get("value") is not None, box
+                assert box["value"].ext_fields == {"n": str(n)}
+        assert client._conn is not None and client._conn.sock.fileno() >= 1024
+        client.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -19,7 +19,7 @@ server's and the broker's requests on one port, so one connection serves a
   `AccessKey` and `Signature` ext fields (`AclClientRPCHook`).
 
 Threads: per live connection one reader, `mqlite-remote-io` (blocks in
-`select`, decodes frames, completes waiters, times out async requests about
+its selector (epoll or poll), decodes frames, completes waiters, times out async requests about
 once a second, RocketMQ's `scanResponseTable`), and one handler thread
 `mqlite-remote-callback` for the server's requests. Writers send from their own
 thread under a lock (no hand-off on the send path); a sync caller with nothing
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import select
+import selectors
 import socket
 import threading
 import time
@@ -106,6 +106,13 @@ class _Pending:
             self.callback(response, error)
         except Exception:
             log.exception("remoting: an async request's callback failed")
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    """Whether `sock` has bytes (or EOF) to read within `timeout` s; any descriptor number (not select())."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
 
 
 class _Connection:
@@ -206,7 +213,7 @@ class _Connection:
     def _lead(self, opaque: int, deadline: float) -> RemotingCommand | None:
         """Read the socket until the answer with `opaque` arrives (None: the deadline passed)."""
         sock = self.sock
-        # recv waits up to the socket's own timeout; a select first (one more system call) only when the
+        # recv waits up to the socket's own timeout; a readiness wait first (one more system call) only when the
         # request's deadline comes sooner than that (by more than _RECV_SLACK).
         patience = self.client.timeout - _RECV_SLACK
         while True:
@@ -214,7 +221,7 @@ class _Connection:
             if remaining <= 0:
                 return None
             try:
-                if remaining < patience and not select.select([sock], [], [], remaining)[0]:
+                if remaining < patience and not _readable(sock, remaining):
                     continue
                 data = sock.recv(_RECV_SIZE)
             except TimeoutError:
@@ -252,13 +259,16 @@ class _Connection:
     def _read_loop(self) -> None:
         sock = self.sock
         next_scan = time.monotonic() + _SCAN_INTERVAL
+        # epoll/poll, registered once: select() refuses descriptors >= FD_SETSIZE (1024), which a process
+        # holding a store and many sockets soon reaches.
+        selector = selectors.DefaultSelector()
         try:
+            selector.register(sock, selectors.EVENT_READ)
             while self.alive:
                 if self.parked:
                     next_scan = self._park(next_scan)
                     continue
-                ready, _, _ = select.select([sock], [], [], _SCAN_INTERVAL)
-                if ready:
+                if selector.select(_SCAN_INTERVAL):
                     data = sock.recv(_RECV_SIZE)
                     if not data:
                         self.fail(f"the server at {self.client.address} closed the connection")
@@ -275,7 +285,7 @@ class _Connection:
                 if now >= next_scan:
                     self._expire(now)
                     next_scan = now + _SCAN_INTERVAL
-        except (OSError, ValueError) as exc:  # ValueError: select on a socket closed meanwhile
+        except (OSError, ValueError) as exc:  # ValueError: registering a socket closed meanwhile
             self.fail(f"the connection to {self.client.address} broke ({exc})")
         except ProtocolError as exc:
             self.fail(f"the server at {self.client.address} sent a malformed frame ({exc})")
@@ -283,6 +293,7 @@ class _Connection:
             self.fail(f"the connection to {self.client.address} is closed")
             with self.state:
                 self.state.wait_for(lambda: not self.leading, 1.0)  # it stops reading as the socket is shut
+            selector.close()
             try:
                 sock.close()
             except OSError:
@@ -431,7 +442,7 @@ class RemotingClient:
                 raise RemotingError(f"cannot connect to {self.address} ({exc}); is `mqlite serve` (or "
                                     "broker.serve()) running there?") from None
             # A send that cannot go out within the timeout (a server that stopped reading) fails instead of
-            # blocking for ever; the reader is unaffected: it only receives what select() found ready.
+            # blocking for ever; the reader is unaffected: it only receives what its selector found ready.
             sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(self, sock)
