@@ -197,6 +197,24 @@ def test_offsets_over_the_wire(broker: mqlite.Broker, remote: mqlite.RemoteBroke
         remote.commit_offset("g", mq, -1)
 
 
+def test_an_increase_only_commit_never_moves_the_offset_back(broker: mqlite.Broker,
+                                                             remote: mqlite.RemoteBroker) -> None:
+    # The broker's UPDATE_CONSUMER_OFFSET is a plain set: the client's table decides, as the local broker does.
+    broker.create_topic("F", 1)
+    mq = mqlite.MessageQueue("F", broker.broker_name, 0)
+    remote.commit_offset("g", mq, 5)
+    remote.commit_offset("g", mq, 3, increase_only=True)  # a late commit of a batch consumed before
+    assert broker.query_offset("g", mq) == 5
+    broker.commit_offset("g", mq, 9)  # another client moved it on; this one reads it
+    assert remote.query_offset("g", mq) == 9
+    remote.commit_offset("g", mq, 7, increase_only=True)
+    assert broker.query_offset("g", mq) == 9
+    remote.commit_offset("g", mq, 10, increase_only=True)
+    assert broker.query_offset("g", mq) == 10
+    remote.commit_offset("g", mq, 1)  # a plain set (a reset) still goes back
+    assert broker.query_offset("g", mq) == 1
+
+
 def test_a_consumer_process_killed_hands_its_queues_to_the_others(broker: mqlite.Broker, server: Any,
                                                                   tmp_path: Path) -> None:
     broker.create_topic("R", 4)

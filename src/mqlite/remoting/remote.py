@@ -156,6 +156,11 @@ class RemoteBroker(RemoteAdmin):
         self._id_hosts: dict[str, tuple[bytes, int]] = {}  # an offset msg id's host part -> (ip, port)
         self._members: dict[str, dict[str, GroupMember]] = {}  # group -> client id -> member
         self._producers: dict[str, list[TransactionChecker]] = {}
+        # RemoteBrokerOffsetStore's client table: (group, queue) -> the offset this client last committed or
+        # read. UPDATE_CONSUMER_OFFSET is a plain set on the broker, so `increase_only` is decided here, and
+        # the lock keeps two commits of one queue from crossing on the wire.
+        self._offsets: dict[tuple[str, MessageQueue], int] = {}
+        self._offsets_lock = threading.Lock()
         self._ahead = PullAhead(self.remote, self.timeout, self._pull_result)
         self._trace_dispatchers: list[TraceDispatcher] = []
         self._client_id = f"{_local_host()}@{os.getpid()}@{id(self):x}"
@@ -644,11 +649,24 @@ class RemoteBroker(RemoteAdmin):
 
     # -- offsets ------------------------------------------------------------------------------------------
     def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
-        """`UPDATE_CONSUMER_OFFSET` (waits for the answer, so a query after it sees the offset)."""
+        """`UPDATE_CONSUMER_OFFSET` (waits for the answer, so a query after it sees the offset).
+
+        The broker's update is a plain set (RocketMQ has no increase-only flag
+        on the wire), so, as RocketMQ's `RemoteBrokerOffsetStore`, this client
+        keeps a table of the offsets it committed or read, and with
+        `increase_only` an offset below that table's is not sent. Another
+        process's commits are not in this table: see docs/design.md "Serving".
+        """
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise MQClientError(f"offset must be an int >= 0 (the next queue offset to consume), got {offset!r}")
-        self._call(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic,
-                                                         "queueId": mq.queue_id, "commitOffset": offset})
+        key = (group, mq)
+        with self._offsets_lock:
+            known = self._offsets.get(key)
+            if increase_only and known is not None and known > offset:
+                return
+            self._call(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic,
+                                                             "queueId": mq.queue_id, "commitOffset": offset})
+            self._offsets[key] = offset
 
     def query_offset(self, group: str, mq: MessageQueue) -> int:
         """`QUERY_CONSUMER_OFFSET`: the committed offset, or -1 (`QUERY_NOT_FOUND`)."""
@@ -660,7 +678,10 @@ class RemoteBroker(RemoteAdmin):
                               ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
         if response.code != ResponseCode.SUCCESS:
             return -1
-        return int((response.ext_fields or {}).get("offset", -1))
+        offset = int((response.ext_fields or {}).get("offset", -1))
+        with self._offsets_lock:  # what the broker holds now (another process may have moved it)
+            self._offsets[(group, mq)] = offset
+        return offset
 
     def offset_for_new_group(self, mq: MessageQueue) -> int:
         """0 when `mq` still starts at offset 0 (RocketMQ's answer to a group without an offset), else -1.
