@@ -215,6 +215,23 @@ def test_an_increase_only_commit_never_moves_the_offset_back(broker: mqlite.Brok
     assert broker.query_offset("g", mq) == 1
 
 
+def test_what_a_client_stored_is_found_by_its_next_pull_and_key_query(broker: mqlite.Broker,
+                                                                        remote: mqlite.RemoteBroker) -> None:
+    # RemoteBroker.wait_dispatched asks nothing: puts are answered with their units written, and the
+    # server's key look-up waits for its own index (here 2000 keys, just stored in one batch).
+    broker.create_topic("K", 1)
+    mq = mqlite.MessageQueue("K", broker.broker_name, 0)
+    for round_ in range(3):
+        keys = [f"r{round_}k{i}" for i in range(2000)]
+        bodies = [b"%d" % i for i in range(2000)]
+        props = [{"KEYS": k} for k in keys]
+        remote.put_messages("K", 0, bodies, props)
+        assert remote.wait_dispatched()
+        assert [m.keys for m in remote.query_message("K", keys[-1])] == [[keys[-1]]]
+        found = remote.pull("g", mq, round_ * 2000 + 1999, 1)
+        assert [m.body for m in found.msg_found_list] == [b"1999"]
+
+
 def test_a_consumer_process_killed_hands_its_queues_to_the_others(broker: mqlite.Broker, server: Any,
                                                                   tmp_path: Path) -> None:
     broker.create_topic("R", 4)

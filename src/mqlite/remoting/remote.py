@@ -711,7 +711,15 @@ class RemoteBroker(RemoteAdmin):
         return int((response.ext_fields or {}).get("offset", 0))
 
     def wait_dispatched(self, timeout: float | None = None) -> bool:
-        """True: the server answers a pull from what it dispatched, and its sends ... (see below)."""
+        """True at once, without a request: nothing this client stored can be missed by its next read.
+
+        A put over the wire is answered after its consume-queue unit is written
+        (units are written with the append), so a pull made after the answer
+        finds it; key and unique-id look-ups (`query_message`, `view_message` by
+        msg id) run the server's `Broker.query_message`, which waits until its
+        index has caught up with everything stored before the request. What
+        this does not cover: records another client stores after this call.
+        """
         return True
 
     # -- tracing ------------------------------------------------------------------------------------------
