@@ -122,11 +122,11 @@ def records(body: bytes) -> list[mqlite.MessageExt]:
 
 
 def send_v1(c: Client, topic: str, body: bytes, properties: dict[str, str] | None = None, queue_id: int = 0,
-            sys_flag: int = 0, **extra: object) -> RemotingCommand:
+            sys_flag: int = 0, version: int = 0, **extra: object) -> RemotingCommand:
     fields = {"producerGroup": "pg", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
               "queueId": queue_id, "sysFlag": sys_flag, "bornTimestamp": 1_700_000_000_000, "flag": 0,
               "properties": encode_properties(properties or {}), "reconsumeTimes": 0, **extra}
-    return c.call(RequestCode.SEND_MESSAGE, fields, body)
+    return c.call(RequestCode.SEND_MESSAGE, fields, body, version=version)
 
 
 def pull(c: Client, topic: str, queue_id: int, offset: int, *, sys_flag: int = PULL_SUBSCRIPTION,
@@ -357,7 +357,8 @@ def test_send_back_and_end_transaction(broker: mqlite.Broker, server: mqlite.Ser
     missing = client.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": 1 << 40, "group": "cg", "delayLevel": 0})
     assert missing.code == ResponseCode.SYSTEM_ERROR
     # The client's fallback re-sends to the retry topic itself; past its max reconsume times it is a dead letter.
-    again = send_v1(client, "%RETRY%cg", b"y", {"RETRY_TOPIC": "t"}, reconsumeTimes=2, maxReconsumeTimes=1)
+    again = send_v1(client, "%RETRY%cg", b"y", {"RETRY_TOPIC": "t"}, reconsumeTimes=2, maxReconsumeTimes=1,
+                    version=413)  # 5.0.0 reads maxReconsumeTimes from version 3.4.9 on
     assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "1"
     broker.wait_dispatched()
     assert broker.query_message_by_offset("%DLQ%cg", 0, 1).body == b"y"

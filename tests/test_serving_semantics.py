@@ -198,3 +198,27 @@ def test_a_message_sent_without_an_id_gets_one(broker: mqlite.Broker, client: Cl
     uniq = got.properties["UNIQ_KEY"]  # 5.0.0's broker gives it one: its msg id, answered as transactionId
     assert len(uniq) == 32 and got.msg_id == uniq == sent.ext_fields["transactionId"]
     assert got.offset_msg_id == sent.ext_fields["msgId"] and got.tags == "a"
+
+
+def test_a_retry_send_is_a_dead_letter_only_past_its_max_and_then_not_delayed(broker: mqlite.Broker,
+                                                                              client: Client) -> None:
+    # sendMessageBackAsNormalMessage: the client counted this attempt already and asks DELAY 3 + times.
+    def resend(body: bytes, times: int, version: int = 413) -> RemotingCommand:
+        fields = {"producerGroup": "pg", "topic": "%RETRY%cg", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                  "queueId": 0, "sysFlag": 0, "bornTimestamp": 1_700_000_000_000, "flag": 0,
+                  "properties": encode_properties({"RETRY_TOPIC": "t", "DELAY": str(3 + times)}),
+                  "reconsumeTimes": times, "maxReconsumeTimes": 2}
+        return client.call(RequestCode.SEND_MESSAGE, fields, body, version=version)
+
+    assert resend(b"at max", 2).code == ResponseCode.SUCCESS  # 5.0.0: '>' max, so one more retry
+    assert resend(b"past max", 3).code == ResponseCode.SUCCESS
+    broker.wait_dispatched()
+    delayed = broker.query_message_by_offset("SCHEDULE_TOPIC_XXXX", 4, 0)  # level 5 is queue 4
+    assert (delayed.body, delayed.properties["REAL_TOPIC"]) == (b"at max", "%RETRY%cg")
+    dead = broker.pull("g", mqlite.MessageQueue("%DLQ%cg", broker.broker_name, 0), 0, 32).msg_found_list
+    # A request older than 3.4.9 carries no max of its own: the group's (16) holds.
+    assert resend(b"old client", 3, version=120).code == ResponseCode.SUCCESS
+    broker.wait_dispatched()
+    assert broker.query_message_by_offset("SCHEDULE_TOPIC_XXXX", 5, 0).body == b"old client"
+    assert [(m.body, m.reconsume_times, m.delay_time_level) for m in dead] == [(b"past max", 3, 0)]
+    assert broker.topic_config("%DLQ%cg") is not None

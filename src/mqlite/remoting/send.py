@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from ..commitlog import PutMessageStatus, PutResult
 from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
 from ..message import (
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     EncodedProperties,
     SysFlag,
@@ -39,6 +40,10 @@ _IDS = UniqIdGenerator()  # the ids this broker gives messages sent without one 
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
 }
+
+
+#: `MQVersion.Version.V3_4_9.ordinal()`: from there on a send carries the consumer's `maxReconsumeTimes`.
+_V3_4_9 = 121
 
 
 def _v1(request: Request) -> None:
@@ -78,15 +83,18 @@ def _target(request: Request) -> tuple[str, int]:
     return topic, queue_id
 
 
-def _properties(text: str) -> EncodedProperties:
+def _properties(text: str, *, dead_letter: bool = False) -> EncodedProperties:
     """The wire's property string as the map the store writes: decoding by the separators leaves no
     name or value that `check_properties` would refuse, so the map carries its encoding (no second check).
 
     A message without a `UNIQ_KEY` gets one, as 5.0.0's `SendMessageProcessor` gives it (its msg id):
-    clients such as ali-ons send none."""
+    clients such as ali-ons send none. A `dead_letter` is not delayed (`handleRetryAndDLQ`'s
+    `setDelayTimeLevel(0)`: a client's retry carries `DELAY` 3 + its reconsume times)."""
     properties = EncodedProperties(decode_properties(text))
     if not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
         properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _IDS.next_id()
+    if dead_letter:
+        properties[PROPERTY_DELAY_TIME_LEVEL] = "0"
     try:
         properties.encoded = encode_properties(properties).encode("utf-8")
     except UnicodeEncodeError:
@@ -132,11 +140,12 @@ def send_message(request: Request) -> RemotingCommand | None:
         return send_batch(request)
     try:
         topic, queue_id = _target(request)
-        properties = _properties(h.text("properties", ""))
         sys_flag = h.int32("sysFlag")
         reconsume_times = h.int32("reconsumeTimes", 0, low=0)
-        if is_retry_topic(topic):
-            topic, queue_id = _retry_or_dlq(request, topic, queue_id, reconsume_times)
+        dead_letter = is_retry_topic(topic) and _past_max_reconsume_times(request, reconsume_times)
+        if dead_letter:
+            topic, queue_id = _dlq(request, topic)
+        properties = _properties(h.text("properties", ""), dead_letter=dead_letter)
         body = request.cmd.body
         if not body:  # RocketMQ's decoder reads an empty body as null, which HookUtils refuses
             raise RequestError(ResponseCode.MESSAGE_ILLEGAL, _ILLEGAL % request.broker.config.max_message_size)
@@ -148,13 +157,23 @@ def send_message(request: Request) -> RemotingCommand | None:
     return _response(request, result, queue_id, properties)
 
 
-def _retry_or_dlq(request: Request, topic: str, queue_id: int, reconsume_times: int) -> tuple[str, int]:
-    """`handleRetryAndDLQ`: a retried message past its max reconsume times goes to the group's DLQ."""
-    max_times = request.header.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
-    if reconsume_times < max_times:
-        return topic, queue_id
-    dlq = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-    request.broker.topics.ensure_system(dlq, 1)
+def _past_max_reconsume_times(request: Request, reconsume_times: int) -> bool:
+    """`handleRetryAndDLQ`: whether a retried message is dead. '>' not '>=', as 5.0.0: the client counted
+    this attempt already; the header's `maxReconsumeTimes` counts from request version 3.4.9 on."""
+    max_times = DEFAULT_MAX_RECONSUME_TIMES  # a group's retryMaxTimes
+    if request.cmd.version >= _V3_4_9:
+        max_times = request.header.int32("maxReconsumeTimes", max_times)
+    return reconsume_times > max_times
+
+
+def _dlq(request: Request, retry: str) -> tuple[str, int]:
+    """The dead-letter topic and queue of the group whose retry topic is `retry` (created on first use)."""
+    group = retry[len(RETRY_GROUP_TOPIC_PREFIX):]
+    dlq = dlq_topic(group)
+    try:
+        request.broker.ensure_group_topic(group, dlq)
+    except MQClientError as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, f"topic[{dlq}] not exist ({exc})") from None
     return dlq, 0
 
 
