@@ -700,3 +700,19 @@ def test_serve_command_settings_and_usage_errors(tmp_path: Path, capsys: pytest.
     assert main(["serve", store, "--set", "no_such_setting=1"]) == 1
     err = capsys.readouterr().err
     assert "NAME=VALUE" in err and "acl-file" in err and "allow_anonymous" in err and "no_such_setting" in err
+
+
+def test_a_consumer_that_stops_heartbeating_is_dropped_while_its_connection_lives(broker: mqlite.Broker) -> None:
+    # One RocketMQ client instance, one connection: a consumer dies (no unregister) while a sibling heartbeats.
+    server = broker.serve(channel_expired_timeout=1.0)
+    try:
+        c = Client(server.address)
+        heartbeat(c, "dead", group="quiet")
+        with deadline(20):
+            while broker.consumer_ids("quiet"):
+                heartbeat(c, "alive", group="busy")  # traffic that keeps the connection, and one member, alive
+        assert broker.consumer_ids("busy") == ["alive"]
+        assert c.call(RequestCode.GET_MAX_OFFSET, {"topic": "t", "queueId": 0}).is_response  # still connected
+        c.close()
+    finally:
+        server.close()

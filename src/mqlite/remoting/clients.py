@@ -13,13 +13,15 @@ local and remote consumers of a group share one membership, one allocation and o
   with the half message, restored to its real topic, as a whole record.
 
 A connection that closes takes its proxies out of their groups at once (the others are notified);
-the server closes a connection silent for longer than its channel expiry (RocketMQ: 120 s).
+the server closes a connection silent for longer than its channel expiry (RocketMQ: 120 s), and drops
+a consumer whose last heartbeat is older than that, even while its connection carries other traffic.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import threading
+import time
 import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -52,6 +54,9 @@ class RemoteConsumer:
         self.sub_versions: dict[str, int] = sub_versions or {}
         self._broker_name: str = broker.broker_name
         self._now_ms = broker.clock.now_ms
+        #: When its last heartbeat came (`time.monotonic()`): it expires after the server's channel expiry
+        #: even while its connection carries other traffic (`ConsumerManager.scanNotActiveChannel`).
+        self.last_heartbeat = time.monotonic()
 
     @property
     def client_id(self) -> str:
@@ -220,6 +225,7 @@ class ClientRegistry:
             else:
                 changed = member.data.subscriptions != data.subscriptions
                 member.data, member.sub_versions = data, versions
+                member.last_heartbeat = time.monotonic()
                 if member.peer is not peer:  # the client reconnected before its old connection was seen to close
                     self._by_peer.get(member.peer, set()).discard(key)
                     member.peer = peer
@@ -250,9 +256,25 @@ class ClientRegistry:
             member = self._consumers.get(key)
             if member is None or (peer is not None and member.peer is not peer):
                 return
-            del self._consumers[key]
-            self._by_peer.get(member.peer, set()).discard(key)
+            self._forget_locked(key, member)
         self._broker.unregister_consumer(key[0], member)  # the others are notified
+
+    def _forget_locked(self, key: tuple[str, str], member: RemoteConsumer) -> None:
+        del self._consumers[key]
+        self._by_peer.get(member.peer, set()).discard(key)
+
+    def expire_consumers(self, limit: float) -> list[RemoteConsumer]:
+        """Drop the consumers whose last heartbeat came before `limit` (`time.monotonic()`); their groups
+        are notified. RocketMQ's `ConsumerManager.scanNotActiveChannel`: one client instance keeps one
+        connection for all its clients, so a consumer that stops heartbeating (a crashed thread) leaves
+        its group while the connection lives on."""
+        with self._lock:
+            stale = [(key, m) for key, m in self._consumers.items() if m.last_heartbeat < limit]
+            for key, member in stale:
+                self._forget_locked(key, member)
+        for (group, _), member in stale:
+            self._broker.unregister_consumer(group, member)
+        return [member for _, member in stale]
 
     def drop_peer(self, peer: Peer) -> None:
         """A connection closed: its consumers leave their groups now, its producers are forgotten."""

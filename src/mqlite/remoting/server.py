@@ -455,11 +455,15 @@ class Server:
         await asyncio.sleep(0)  # let connection_lost run for the aborted ones
 
     async def _expire_silent(self) -> None:
-        """`ClientHousekeepingService`: close connections silent for longer than the channel expiry."""
+        """`ClientHousekeepingService`: close connections silent for longer than the channel expiry, and
+        drop consumers whose last heartbeat is older than that (their connection may carry other traffic)."""
         period = min(10.0, self.channel_expired_timeout / 4)
         while True:
             await asyncio.sleep(period)
             limit = time.monotonic() - self.channel_expired_timeout
+            for member in self.clients.expire_consumers(limit):
+                log.info("dropping consumer %s of group %s: no heartbeat for over %.0f s", member.client_id,
+                         member.group, self.channel_expired_timeout)
             for conn in list(self._connections):
                 if conn.last_seen < limit:
                     log.info("closing the connection from %s: silent for over %.0f s", conn.remote_address,
