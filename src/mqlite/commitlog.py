@@ -68,7 +68,7 @@ __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "HEADER", "BLANK", "END_FILE_MIN_BLANK_LENGTH",
     "CommitLog", "DispatchRequest", "BatchDispatch", "PutResult", "PutMessageStatus", "StoredMessage",
     "record_length", "check_record", "decode_message", "TagsCodeFn", "default_tags_code", "stored_body",
-    "stored_record", "encode_records", "topic_prefix", "framed_at", "find_frame",
+    "stored_record", "encode_record", "encode_records", "topic_prefix", "framed_at", "find_frame",
 ]
 
 log = logging.getLogger("mqlite")
@@ -299,6 +299,42 @@ def stored_record(msg: MessageExt) -> bytes | None:
     it was read), or None for a message that was not read from a store. A server hands these out
     unchanged: RocketMQ's clients decode them with `MessageDecoder`."""
     return getattr(msg, "_raw", None)
+
+
+def encode_record(msg: MessageExt) -> bytes:
+    """`MessageDecoder.encode(msg, false)`: a whole record of `msg` as `decode_message` reads it, for a
+    message that has no stored bytes to hand out (`stored_record`), such as a half message restored to
+    its real topic. The body goes uncompressed; each host's form (IPv4 or IPv6) sets its sys flag bit,
+    and a host that is not an address is written as 0.0.0.0:0. An uncompressed stored message encodes
+    to exactly its stored bytes.
+    """
+    body = msg.body or b""
+    prefix, v2 = topic_prefix(msg.topic)
+    props = encode_properties(msg.properties).encode("utf-8")
+    sys_flag = msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK | _HOST_V6_FLAGS)
+    born_ip, born_port = _record_host(msg.born_host)
+    store_ip, store_port = _record_host(msg.store_host)
+    if len(born_ip) == 16:
+        sys_flag |= SysFlag.BORNHOST_V6
+    if len(store_ip) == 16:
+        sys_flag |= SysFlag.STOREHOSTADDRESS_V6
+    total = record_length(sys_flag, len(body), len(prefix) - (2 if v2 else 1), len(props), v2)
+    return b"".join((
+        PREFIX.pack(total, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag,
+                    msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp),
+        born_ip, _INT.pack(born_port), _LONG.pack(msg.store_timestamp), store_ip,
+        _RECORD_TAIL.pack(store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
+        body, prefix, _USHORT.pack(len(props)), props))
+
+
+_RECORD_TAIL = struct.Struct(">iiqi")  # store port, reconsume times, prepared offset, body length
+
+
+def _record_host(host: str | None) -> tuple[bytes, int]:
+    try:
+        return _host_bytes(host or "")
+    except (OSError, ValueError):
+        return bytes(4), 0
 
 
 def stored_body(msg: MessageExt) -> tuple[bytes, int]:

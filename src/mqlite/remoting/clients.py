@@ -19,18 +19,16 @@ a consumer whose last heartbeat is older than that, even while its connection ca
 
 from __future__ import annotations
 
-import ipaddress
 import threading
 import time
-import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, topic_prefix
+from ..commitlog import encode_record
 from ..errors import FilterError, IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..groups import ConsumerData
-from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
+from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue
 from ..sendback import retry_topic
 from .handlers import NAME_MAX, Peer, Request, RequestError, handles
 from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
@@ -38,7 +36,7 @@ from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["ClientRegistry", "RemoteConsumer", "RemoteProducer", "encode_message_ext"]
+__all__ = ["ClientRegistry", "RemoteConsumer", "RemoteProducer"]
 
 
 class RemoteConsumer:
@@ -104,7 +102,7 @@ class RemoteProducer:
         uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id
         fields = {"tranStateTableOffset": msg.queue_offset, "commitLogOffset": msg.commit_log_offset,
                   "msgId": uniq, "transactionId": msg.transaction_id or uniq, "offsetMsgId": msg.offset_msg_id}
-        self.peer.send_oneway(_to_client(RequestCode.CHECK_TRANSACTION_STATE, fields, encode_message_ext(msg)))
+        self.peer.send_oneway(_to_client(RequestCode.CHECK_TRANSACTION_STATE, fields, encode_record(msg)))
         return True
 
     def shutdown(self) -> None:
@@ -116,32 +114,6 @@ def _to_client(code: int, fields: Mapping[str, object], body: bytes | None = Non
     cmd = RemotingCommand.request(code, fields, body, oneway=True)
     cmd.language, cmd.version = "JAVA", SERVER_VERSION
     return cmd
-
-
-def _host(host: str) -> tuple[bytes, int]:
-    """`ip:port` as a record's 4-byte IPv4 address and port (0.0.0.0:0 when it is not one)."""
-    ip, _, port = host.rpartition(":")
-    try:
-        return ipaddress.IPv4Address(ip).packed, int(port)
-    except ValueError:
-        return bytes(4), 0
-
-
-def encode_message_ext(msg: MessageExt) -> bytes:
-    """`MessageDecoder.encode(msg, false)`: a whole record of `msg` (IPv4 hosts, body uncompressed)."""
-    body = msg.body or b""
-    prefix, v2 = topic_prefix(msg.topic)
-    props = encode_properties(msg.properties).encode("utf-8")
-    sys_flag = msg.sys_flag & ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK | SysFlag.BORNHOST_V6
-                                | SysFlag.STOREHOSTADDRESS_V6)
-    size = HEADER.size + len(body) + len(prefix) + 2 + len(props)
-    born_ip, born_port = _host(msg.born_host or "")
-    store_ip, store_port = _host(msg.store_host or "")
-    head = HEADER.pack(size, MAGIC_V2 if v2 else MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag,
-                       msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp, born_ip, born_port,
-                       msg.store_timestamp, store_ip, store_port, msg.reconsume_times,
-                       msg.prepared_transaction_offset, len(body))
-    return b"".join((head, body, prefix, len(props).to_bytes(2, "big"), props))
 
 
 def _consumer_data(entry: Mapping[str, Any]) -> tuple[str, ConsumerData, dict[str, int]]:
