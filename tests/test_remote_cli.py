@@ -12,7 +12,8 @@ import pytest
 
 import mqlite
 from mqlite.cli import main
-from mqlite.cli.context import REMOTE_COMMANDS
+from mqlite.cli.context import REMOTE_COMMANDS, Context
+from mqlite.errors import IllegalStateError
 from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
 
 
@@ -89,3 +90,13 @@ def test_commands_that_read_files_refuse_n_and_bad_combinations_are_usage_errors
     assert main(["-n", "127.0.0.1:1", "topicList"]) == 1  # nothing serves there: one line, status 1
     _, err = capsys.readouterr()
     assert "cannot connect" in err
+
+
+def test_a_command_run_over_n_gets_only_the_admin_surface() -> None:
+    # Context.admin() is typed AdminSurface (what Broker and RemoteBroker share; mypy checks the commands
+    # against it); reader()/writer() give a local Broker only, never a connection passed off as one.
+    ctx = Context("topicList", "unused", address="127.0.0.1:1")
+    for local in (ctx.reader, ctx.writer):
+        with pytest.raises(IllegalStateError, match="Context.admin"):
+            local()
+    ctx.close()

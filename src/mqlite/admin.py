@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from .broker import Broker, QueueProgress
+from .broker import Broker, QueueProgress, QueueStatus
 from .commitlog import stored_body
 from .errors import MessageNotFoundError, MQClientError
 from .longpoll import PullStatus
@@ -39,10 +40,12 @@ from .message import (
     SysFlag,
 )
 from .offsets import ConsumerOffsets
+from .port import BrokerPort, Subscription
 from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
-from .storebase import MessageFilter
+from .topics import PERM_READ, PERM_WRITE, TopicConfig
 
 __all__ = [
+    "AdminSurface",
     "TOOLS_CONSUMER_GROUP",
     "consumer_offsets",
     "consumer_groups",
@@ -69,6 +72,56 @@ _DAY_MS = 24 * 3600_000
 #: Properties a re-sent dead letter drops: it starts over as a fresh delivery.
 _DEAD_LETTER_PROPERTIES = (PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                            PROPERTY_MAX_RECONSUME_TIMES)
+
+
+class AdminSurface(BrokerPort, Protocol):
+    """What admin tools need of a broker: the client port plus the admin calls a local `Broker` and a
+    `RemoteBroker` (`mqlite.connect`) both answer, each as `Broker`'s method of the same name. The
+    functions here that take it (and the commands `mqlite -n HOST:PORT` runs) work on either."""
+
+    @property
+    def path(self) -> str:
+        """The store directory (a remote broker: its address)."""
+        ...
+
+    def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False,
+                     perm: int = PERM_READ | PERM_WRITE, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None) -> TopicConfig:
+        """Create or update a topic."""
+        ...
+
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """A topic's settings, or None."""
+        ...
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic and its consume queues."""
+        ...
+
+    def topic_list(self) -> list[str]:
+        """The store's topics."""
+        ...
+
+    def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Per queue of `topic`: offsets and last update."""
+        ...
+
+    def query_message(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        """Messages of `topic` by key or unique id."""
+        ...
+
+    def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
+        """The message at a queue offset."""
+        ...
+
+    def consumer_progress(self, group: str) -> list[QueueProgress]:
+        """Per queue `group` consumes: broker and consumer offsets."""
+        ...
+
+    def reset_offset_by_time(self, group: str, topic: str, timestamp: int) -> dict[MessageQueue, int]:
+        """Move `group`'s offsets on `topic` to `timestamp` (-1: the end)."""
+        ...
 
 
 # -- consumer groups ------------------------------------------------------------------------------------------
@@ -129,7 +182,7 @@ def _progress_from_file(broker: Broker, table: dict[str, dict[int, int]]) -> lis
 
 
 # -- reading queues -------------------------------------------------------------------------------------------
-def offset_range(broker: Broker, mq: MessageQueue, begin: int | None = None, end: int | None = None) -> tuple[int, int]:
+def offset_range(broker: AdminSurface, mq: MessageQueue, begin: int | None = None, end: int | None = None) -> tuple[int, int]:
     """The queue offsets `[low, high)` of messages stored in `[begin, end)` (epoch ms; None: open end).
 
     mqadmin's `searchOffset` on both ends: two binary searches at most.
@@ -139,8 +192,8 @@ def offset_range(broker: Broker, mq: MessageQueue, begin: int | None = None, end
     return low, max(low, high)
 
 
-def scan_queue(broker: Broker, mq: MessageQueue, low: int, high: int,
-               message_filter: MessageFilter | None = None) -> Iterator[MessageExt]:
+def scan_queue(broker: AdminSurface, mq: MessageQueue, low: int, high: int,
+               message_filter: Subscription | None = None) -> Iterator[MessageExt]:
     """Messages of `mq` at offsets `[low, high)` that pass `message_filter`, in order.
 
     Pulls 32 at a time as `TOOLS_CONSUMER` (mqadmin's printMsg loop); lazy, so
@@ -158,7 +211,7 @@ def scan_queue(broker: Broker, mq: MessageQueue, low: int, high: int,
         offset = result.next_begin_offset
 
 
-def find_message(broker: Broker, msg_id: str, topic: str | None = None) -> MessageExt:
+def find_message(broker: AdminSurface, msg_id: str, topic: str | None = None) -> MessageExt:
     """A message by `msg_id` (UNIQ_KEY) or `offset_msg_id`, in `topic` when given.
 
     Retry and dead-letter copies keep the original's `msg_id`: without a
@@ -177,7 +230,7 @@ def find_message(broker: Broker, msg_id: str, topic: str | None = None) -> Messa
     return found
 
 
-def _find_in_topic(broker: Broker, msg_id: str, topic: str) -> MessageExt:
+def _find_in_topic(broker: AdminSurface, msg_id: str, topic: str) -> MessageExt:
     for msg in broker.query_message(topic, msg_id):
         if msg.msg_id == msg_id:
             return msg
@@ -244,7 +297,7 @@ def topic_stats(broker: Broker, topic: str, now_ms: int, *, offsets: ConsumerOff
 
 
 # -- dead letters -----------------------------------------------------------------------------------------------
-def dlq_messages(broker: Broker, group: str, begin: int | None = None, end: int | None = None) -> Iterator[MessageExt]:
+def dlq_messages(broker: AdminSurface, group: str, begin: int | None = None, end: int | None = None) -> Iterator[MessageExt]:
     """The messages in `%DLQ%<group>` stored in `[begin, end)`, oldest first; none when the topic does not exist.
 
     The dashboard's `queryDlqMessageByConsumerGroup` (a missing DLQ topic is an empty page there too).

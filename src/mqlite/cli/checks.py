@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..broker import Broker
+from ..admin import AdminSurface
 from ..message import MessageQueue
 from .context import UsageError
 
 __all__ = ["require_topic", "queue_of", "check_broker_name", "check_window"]
 
 
-def require_topic(broker: Broker, topic: str) -> None:
+def require_topic(broker: AdminSurface, topic: str) -> None:
     """`UsageError` unless `topic` exists in the store."""
     if topic not in broker.topic_list():
         raise UsageError(f"topic {topic!r} does not exist in {broker.path} (see mqlite topicList)")
 
 
-def queue_of(broker: Broker, topic: str, queue_id: int, *, publish: bool = False) -> MessageQueue:
+def queue_of(broker: AdminSurface, topic: str, queue_id: int, *, publish: bool = False) -> MessageQueue:
     """Queue `queue_id` of `topic` (a read queue, or a write queue with `publish`); `UsageError` if there is none."""
     queues = broker.fetch_publish_queues(topic) if publish else broker.fetch_subscribe_queues(topic)
     ids = [mq.queue_id for mq in queues]
@@ -26,7 +26,7 @@ def queue_of(broker: Broker, topic: str, queue_id: int, *, publish: bool = False
     return MessageQueue(topic, broker.broker_name, queue_id)
 
 
-def check_broker_name(broker: Broker, name: str | None) -> None:
+def check_broker_name(broker: AdminSurface, name: str | None) -> None:
     """`UsageError` when `-b NAME` is given and is not this store's broker name."""
     if name is not None and name != broker.broker_name:
         raise UsageError(f"broker {name!r} is not this store's; its broker name is {broker.broker_name!r}")

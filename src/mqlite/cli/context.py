@@ -5,21 +5,23 @@ threads), safe beside a live writer in another process. Commands that change
 the store call `Context.writer()`, which takes the writer lock; when a live
 process holds it the command stops with one line and exit status 1.
 
-With `-n HOST:PORT` (mqadmin's name server flag) both give a connection to
-the process serving the store (`mqlite.connect`) instead; only the commands
-in `REMOTE_COMMANDS` run that way, the others read the store's files.
+With `-n HOST:PORT` (mqadmin's name server flag) the commands in
+`REMOTE_COMMANDS` run over a connection to the process serving the store
+(`mqlite.connect`): they call `Context.admin()`, typed `admin.AdminSurface`
+(what `Broker` and `RemoteBroker` both offer); the others read the store's files.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO, cast
+from typing import TextIO
 
+from ..admin import AdminSurface
 from ..broker import Broker
 from ..broker import open as open_broker
-from ..errors import StoreLockedError
-from ..remoting.remote import connect
+from ..errors import IllegalStateError, StoreLockedError
+from ..remoting.remote import RemoteBroker, connect
 from .output import Progress
 
 __all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV", "REMOTE_COMMANDS"]
@@ -81,30 +83,35 @@ class Context:
         self.address = address
         self.out = out if out is not None else sys.stdout
         self._broker: Broker | None = None
+        self._remote: RemoteBroker | None = None
         if address is not None and command not in REMOTE_COMMANDS:
             raise UsageError(f"{command} reads the store's files and cannot run over -n {address}; give the store "
                              f"PATH instead (commands that run over -n: {', '.join(sorted(REMOTE_COMMANDS))})")
 
-    def _connected(self) -> Broker:
-        """`-n`: a connection to the serving process. Typed as the `Broker` the commands take: the commands
-        of `REMOTE_COMMANDS` use only the admin surface `RemoteBroker` shares with it (tests run each one)."""
-        if self._broker is None:
-            assert self.address is not None
-            self._broker = cast(Broker, connect(self.address))
-        return self._broker
+    def admin(self, *, write: bool = False) -> AdminSurface:
+        """The broker of a command in `REMOTE_COMMANDS`: with `-n` the connection to the serving process
+        (`mqlite.connect`), else the store opened read-only, or for writing with `write` (`writer()`).
+        Typed as what both offer, so mypy checks that these commands use nothing a connection lacks."""
+        if self.address is None:
+            return self.writer() if write else self.reader()
+        if self._remote is None:
+            self._remote = connect(self.address)
+        return self._remote
 
     def reader(self) -> Broker:
         """The store opened read-only (sees what the writer had dispatched when it opened)."""
-        if self.address is not None:
-            return self._connected()
+        self._files_only()
         if self._broker is None:
             self._broker = open_broker(self.path, read_only=True)
         return self._broker
 
+    def _files_only(self) -> None:
+        if self.address is not None:  # the constructor refused such commands: a command calls the wrong method
+            raise IllegalStateError(f"{self.command} runs over -n {self.address}: it must use Context.admin()")
+
     def writer(self) -> Broker:
         """The store opened for writing; `CommandError` when a live process holds the writer lock."""
-        if self.address is not None:
-            return self._connected()
+        self._files_only()
         if self._broker is None:
             try:
                 self._broker = open_broker(self.path)
@@ -122,7 +129,10 @@ class Context:
         return Progress(f"{self.command} {label}".strip())
 
     def close(self) -> None:
-        """Close the broker, if one was opened."""
+        """Close the broker or the connection, if one was opened."""
         if self._broker is not None:
             self._broker.close()
             self._broker = None
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None

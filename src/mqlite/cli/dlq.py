@@ -26,7 +26,7 @@ def query_dlq(ctx: Context, args: argparse.Namespace) -> Report:
     Reads the store read-only: works beside a live writer.
     """
     check_window(args)
-    broker = ctx.reader()
+    broker = ctx.admin()
     charset = args.charset if args.print_body else None
     rows = [message_row(msg, charset) for msg in dlq_messages(broker, args.group, args.begin, args.end)]
     return Report(rows, columns=[

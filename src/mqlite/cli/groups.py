@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 
 from .. import admin
+from ..admin import AdminSurface
 from ..broker import Broker
 from ..message import MessageQueue
 from .checks import queue_of, require_topic
@@ -68,7 +69,7 @@ def reset_offset_by_time(ctx: Context, args: argparse.Namespace) -> Report:
         raise UsageError("-o needs -q: an offset belongs to one queue")
     if args.timestamp is None and args.offset is None:
         raise UsageError("give the time to reset to with -s (or -q QID -o OFFSET for one queue)")
-    broker = ctx.writer()
+    broker = ctx.admin(write=True)
     require_topic(broker, args.topic)
     if args.queue_id is None:
         table = broker.reset_offset_by_time(args.group, args.topic, args.timestamp)
@@ -84,7 +85,7 @@ def reset_offset_by_time(ctx: Context, args: argparse.Namespace) -> Report:
         f"reset consumer offset, group[{args.group}], topic[{args.topic}], timestamp[{args.timestamp}]"])
 
 
-def _check_offset(broker: Broker, mq: MessageQueue, offset: int) -> int:
+def _check_offset(broker: AdminSurface, mq: MessageQueue, offset: int) -> int:
     """`offset` if a consumer of `mq` could stand there (min to max offset, the end included); `UsageError` if not."""
     low, high = broker.min_offset(mq), broker.max_offset(mq)
     if not low <= offset <= high:
@@ -98,6 +99,6 @@ def skip_accumulated_message(ctx: Context, args: argparse.Namespace) -> Report:
 
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
-    broker = ctx.writer()
+    broker = ctx.admin(write=True)
     require_topic(broker, args.topic)
     return Report(_reset_rows(broker.reset_offset_by_time(args.group, args.topic, -1)), columns=_RESET_COLUMNS)

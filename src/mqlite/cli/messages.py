@@ -28,7 +28,7 @@ def query_msg_by_id(ctx: Context, args: argparse.Namespace) -> Report:
     shown, unless -t names the copy's topic. -f CHARSET prints the body too.
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
     if args.topic is not None:
         require_topic(broker, args.topic)
     rows = [message_row(find_message(broker, msg_id, args.topic), args.body_format or "utf-8")
@@ -41,7 +41,7 @@ def query_msg_by_key(ctx: Context, args: argparse.Namespace) -> Report:
 
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
     require_topic(broker, args.topic)
     check_window(args)
     found = broker.query_message(args.topic, args.key, args.max_num, args.begin or 0, args.end)
@@ -54,7 +54,7 @@ def query_msg_by_offset(ctx: Context, args: argparse.Namespace) -> Report:
 
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
     require_topic(broker, args.topic)
     check_broker_name(broker, args.broker_name)
     msg = broker.query_message_by_offset(args.topic, queue_of(broker, args.topic, args.queue_id).queue_id, args.offset)
@@ -70,7 +70,7 @@ def print_msg(ctx: Context, args: argparse.Namespace) -> Report:
     progress on stderr when it is a terminal.
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
     require_topic(broker, args.topic)
     check_window(args)
     selector = MessageSelector.by_tag(args.sub_expression) if args.sub_expression not in (None, "*") else None
@@ -106,7 +106,7 @@ def consume_message(ctx: Context, args: argparse.Namespace) -> Report:
     if args.commit and args.group is None:
         raise UsageError("--commit needs -g: offsets are committed for a consumer group")
     check_window(args)
-    broker = ctx.writer() if args.commit else ctx.reader()
+    broker = ctx.admin(write=args.commit)
     require_topic(broker, args.topic)
     check_broker_name(broker, args.broker_name)
     queues = ([queue_of(broker, args.topic, args.queue_id)] if args.queue_id is not None
@@ -145,7 +145,7 @@ def send_message(ctx: Context, args: argparse.Namespace) -> Report:
     A missing topic is created when the store allows auto-creation.
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
-    broker = ctx.writer()
+    broker = ctx.admin(write=True)
     check_broker_name(broker, args.broker_name)
     msg = Message(args.topic, args.body.encode("utf-8"), tags=args.tags, keys=args.keys.split() if args.keys else None)
     with Producer(broker, group=CLI_PRODUCER_GROUP) as producer:

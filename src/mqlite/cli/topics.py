@@ -21,7 +21,7 @@ def topic_list(ctx: Context, args: argparse.Namespace) -> Report:
 
     Reads the store read-only: works beside a live writer.
     """
-    return Report(({"topic": t} for t in ctx.reader().topic_list()), line=lambda row: row["topic"])
+    return Report(({"topic": t} for t in ctx.admin().topic_list()), line=lambda row: row["topic"])
 
 
 def topic_status(ctx: Context, args: argparse.Namespace) -> Report:
@@ -29,7 +29,7 @@ def topic_status(ctx: Context, args: argparse.Namespace) -> Report:
 
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
     require_topic(broker, args.topic)
     rows = [{"topic": args.topic, "broker_name": broker.broker_name, **dataclasses.asdict(status)}
             for status in broker.topic_status(args.topic)]
@@ -59,7 +59,7 @@ def update_topic(ctx: Context, args: argparse.Namespace) -> Report:
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
     read, write = args.read_queue_nums, args.write_queue_nums
-    broker = ctx.writer()
+    broker = ctx.admin(write=True)
     current = broker.topic_config(args.topic)
     # mqadmin always sends 8 when no count is given, resizing an existing topic; keeping its counts is kinder.
     # One count given sets both; -r and -w together set each.
@@ -79,7 +79,7 @@ def delete_topic(ctx: Context, args: argparse.Namespace) -> Report:
     refused (exit 2): they hold the broker's pending work. Retry and DLQ topics may go.
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
-    broker = ctx.writer()
+    broker = ctx.admin(write=True)
     broker.delete_topic(args.topic)
     return Report([{"topic": args.topic}],
                   line=lambda row: f"delete topic [{row['topic']}] from store [{broker.path}] success.")

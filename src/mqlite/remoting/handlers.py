@@ -29,9 +29,13 @@ from ..message import MessageQueue
 from .protocol import RemotingCommand, ResponseCode, from_wire_json
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    import asyncio
 
-__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "Header", "Request", "Peer", "ServerState"]
+    from ..broker import Broker
+    from .clients import ClientRegistry
+
+__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "Header", "Request", "Peer",
+           "ServerState", "ParkedWaker"]
 
 _JAVA_LONG = re.compile(r"[-+]?[0-9]{1,19}")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -161,6 +165,15 @@ class Peer(Protocol):
         ...
 
 
+class ParkedWaker(Protocol):
+    """A parked pull's waker (`pull._LoopWaker`): setting `event` on the loop answers the pull now."""
+
+    @property
+    def event(self) -> asyncio.Event:
+        """Set on the loop thread to wake the parked pull."""
+        ...
+
+
 class ServerState(Protocol):
     """What handlers need of the server."""
 
@@ -175,7 +188,7 @@ class ServerState(Protocol):
         ...
 
     @property
-    def clients(self) -> Any:
+    def clients(self) -> ClientRegistry:
         """The registry of remote consumers and producers (`clients.ClientRegistry`)."""
         ...
 
@@ -193,11 +206,11 @@ class ServerState(Protocol):
         """True once `close()` began: parked pulls answer now."""
         ...
 
-    def park(self, waker: Any) -> None:
+    def park(self, waker: ParkedWaker) -> None:
         """Remember a parked request's waker: `close()` sets it."""
         ...
 
-    def unpark(self, waker: Any) -> None:
+    def unpark(self, waker: ParkedWaker) -> None:
         """Forget a waker from `park`."""
         ...
 

@@ -52,7 +52,7 @@ from ..port import BrokerPort, QueueKey, Subscription, TransactionChecker
 from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
 from .pullahead import PullAhead
-from .remoteadmin import RemoteAdmin, pairs
+from .remoteadmin import RemoteAdmin, TopicRoute, pairs
 from .protocol import (
     RemotingCommand,
     RequestCode,
@@ -151,7 +151,7 @@ class RemoteBroker(RemoteAdmin):
         self._closing = False
         self._closed = False
         self._users = 0  # users beyond its owner: clients given a store path share one connection
-        self._routes: dict[str, tuple[float, Any]] = {}  # topic -> (fetched at, route body)
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}  # topic -> (fetched at, route body)
         self._routes_version = 0
         self._id_hosts: dict[str, tuple[bytes, int]] = {}  # an offset msg id's host part -> (ip, port)
         self._members: dict[str, dict[str, GroupMember]] = {}  # group -> client id -> member
@@ -310,7 +310,7 @@ class RemoteBroker(RemoteAdmin):
         """Grows whenever a refreshed route differs from the cached one."""
         return self._routes_version
 
-    def _route(self, topic: str, *, fresh: bool = False) -> Any:
+    def _route(self, topic: str, *, fresh: bool = False) -> TopicRoute | None:
         """A topic's route (`TopicRouteData` as a dict), or None when the server has no such topic."""
         if not isinstance(topic, str) or not topic:
             raise MQClientError(f"topic must be a non-empty str, got {topic!r}")
@@ -319,7 +319,7 @@ class RemoteBroker(RemoteAdmin):
             return cached[1]
         response = self._call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
                               ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
-        route = self._json(response) if response.code == ResponseCode.SUCCESS else None
+        route: TopicRoute | None = self._json(response) if response.code == ResponseCode.SUCCESS else None
         with self._lock:
             old = self._routes.get(topic)
             if old is not None and _queue_layout(old[1]) != _queue_layout(route):
@@ -345,14 +345,14 @@ class RemoteBroker(RemoteAdmin):
                 self._routes_version += 1
 
     @staticmethod
-    def _queues(topic: str, route: Any, writable: bool) -> list[MessageQueue]:
+    def _queues(topic: str, route: TopicRoute | None, writable: bool) -> list[MessageQueue]:
         """The read (or write) queues a route gives `topic`, skipping brokers without the permission."""
         queues: list[MessageQueue] = []
         for data in (route or {}).get("queueDatas") or ():
             perm = int(data.get("perm", 6))
             if writable and not perm & 2 or not writable and not perm & 4:
                 continue
-            nums = int(data.get("writeQueueNums" if writable else "readQueueNums", 0))
+            nums = int(data.get("writeQueueNums", 0) if writable else data.get("readQueueNums", 0))
             queues.extend(MessageQueue(topic, data["brokerName"], i) for i in range(nums))
         return queues
 
@@ -821,7 +821,7 @@ def _expression(message_filter: Subscription | None) -> tuple[str, str] | None:
     return message_filter.expression_type, message_filter.expression
 
 
-def _queue_layout(route: Any) -> Any:
+def _queue_layout(route: TopicRoute | None) -> list[tuple[object, ...]] | None:
     if route is None:
         return None
     return sorted((d.get("brokerName"), d.get("readQueueNums"), d.get("writeQueueNums"), d.get("perm"))

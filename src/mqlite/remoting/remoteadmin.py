@@ -8,7 +8,7 @@ through the request RocketMQ's `DefaultMQAdminExt` sends for it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from ..broker import QueueProgress, QueueStatus
 from ..errors import MessageNotFoundError, MQClientError
@@ -19,10 +19,30 @@ from ..topics import PERM_READ, PERM_WRITE, TopicConfig, check_topic, is_system_
 from ..sendback import is_dlq_topic, is_retry_topic
 from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of
 
-__all__ = ["RemoteAdmin", "TOOLS_GROUP"]
+__all__ = ["RemoteAdmin", "TOOLS_GROUP", "TopicRoute", "QueueData"]
 
 #: The group mqadmin's own pulls name (`MixAll.TOOLS_CONSUMER_GROUP`).
 TOOLS_GROUP = "TOOLS_CONSUMER"
+
+
+class QueueData(TypedDict, total=False):
+    """One broker's queues of a topic in a route (RocketMQ's `QueueData`)."""
+
+    brokerName: str
+    readQueueNums: int
+    writeQueueNums: int
+    perm: int
+    topicSysFlag: int
+    topicSynFlag: int  # the field's name before RocketMQ 5
+
+
+class TopicRoute(TypedDict, total=False):
+    """`GET_ROUTEINFO_BY_TOPIC`'s body (RocketMQ's `TopicRouteData`), as fastjson decodes it: the fields
+    mqlite reads. It comes off the wire: every value is converted where it is read."""
+
+    queueDatas: list[QueueData]
+    brokerDatas: list[dict[str, Any]]
+    orderTopicConf: str
 
 
 class RemoteAdmin:
@@ -49,7 +69,7 @@ class RemoteAdmin:
     def _forget_routes(self) -> None:
         raise NotImplementedError
 
-    def _route(self, topic: str, *, fresh: bool = False) -> Any:
+    def _route(self, topic: str, *, fresh: bool = False) -> TopicRoute | None:
         raise NotImplementedError
 
     def _decode(self, body: bytes | None) -> list[MessageExt]:

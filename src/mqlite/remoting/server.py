@@ -46,6 +46,7 @@ from .registry import clear_address, record_address
 
 if TYPE_CHECKING:
     from ..broker import Broker
+    from .handlers import ParkedWaker
 
 __all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "CHANNEL_EXPIRED_TIMEOUT"]
 
@@ -315,7 +316,7 @@ class Server:
         self._put_inline = not broker.config.sync_flush
         self._connections: set[_Connection] = set()
         self._pending: set[asyncio.Future[Any]] = set()
-        self._parked: set[Any] = set()
+        self._parked: set[ParkedWaker] = set()
         self._closing = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -475,11 +476,11 @@ class Server:
         """Run `fn` on the bounded executor, awaited on the loop."""
         return asyncio.wrap_future(self._executor.submit(fn), loop=self._loop)
 
-    def park(self, waker: Any) -> None:
+    def park(self, waker: ParkedWaker) -> None:
         """A pull parked: `close()` wakes it."""
         self._parked.add(waker)
 
-    def unpark(self, waker: Any) -> None:
+    def unpark(self, waker: ParkedWaker) -> None:
         """A parked pull answered."""
         self._parked.discard(waker)
 
