@@ -630,7 +630,7 @@ def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
         assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 100
         assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(100))
         names = {t.name for t in threading.enumerate()}
-        assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
+        assert "mqlite-remoting-exec_0" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
         for c in clients:
             c.close()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]

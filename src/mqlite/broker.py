@@ -915,8 +915,9 @@ class Broker:
         default; any other address needs `acl={access_key: secret_key}` (RocketMQ ACL signatures)
         or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
         its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
-        120), `executor_threads` (8). `close()` closes the servers first. Starts two kinds of
-        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec-N`.
+        120), `executor_threads` (8), `executor_queue` (requests waiting for those threads before
+        the server answers SYSTEM_BUSY, 10000). `close()` closes the servers first. Starts two kinds of
+        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec_N`.
         """
         self._check()
         if self._closing:

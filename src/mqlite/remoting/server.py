@@ -3,7 +3,7 @@
 Threads (DESIGN.md, "Serving"): one event loop thread, `mqlite-remoting`, owns the listening socket
 and every connection, decodes frames and runs the handlers that do not block; handlers that may
 block (a put waiting for SYSTEM_FLUSH's group commit, an admin call writing files) run on a bounded
-executor (`mqlite-remoting-exec-N`); a long-polling pull parks on the arrival hub as a pending
+executor (`mqlite-remoting-exec_N`); a long-polling pull parks on the arrival hub as a pending
 response on the loop, not on a thread. `close()` stops accepting, answers parked pulls, waits for
 in-flight requests, closes the connections (their consumers leave their groups), then joins both.
 
@@ -21,7 +21,6 @@ import concurrent.futures
 import hmac
 import ipaddress
 import logging
-import queue
 import socket
 import threading
 import time
@@ -57,63 +56,12 @@ MAX_IN_FLIGHT = 64
 MAX_PARKED = 4096
 #: `ClientHousekeepingService`'s channel expiry: a connection silent this long is closed (seconds).
 CHANNEL_EXPIRED_TIMEOUT = 120.0
+#: Requests waiting for or running on the executor, all connections together: past it a request is
+#: answered SYSTEM_BUSY at once (RocketMQ's `sendThreadPoolQueueCapacity`, its fast failure).
+MAX_EXECUTOR_QUEUE = 10_000
+_BUSY = "[OVERLOAD]system busy, start flow control for a while"
 _WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop reading a client's requests while this much waits to be sent to it
 _CLOSE_GRACE = 10.0  # seconds close() waits for in-flight requests and for connections to flush
-
-
-class _Executor:
-    """A bounded pool of named threads (`<prefix>-1` ... `<prefix>-N`), started as work arrives.
-
-    As `concurrent.futures.ThreadPoolExecutor` (an idle-thread semaphore decides whether a new thread
-    is needed), which cannot name its threads `-N`.
-    """
-
-    def __init__(self, prefix: str, workers: int) -> None:
-        self._prefix = prefix
-        self._max = workers
-        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = \
-            queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._idle = threading.Semaphore(0)
-        self._lock = threading.Lock()
-        self._shutdown = False
-
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        """Queue `fn`; a thread is started when none is idle and fewer than N run."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._shutdown:
-                raise IllegalStateError("the server's executor is shut down")
-            self._queue.put((future, fn))
-            if not self._idle.acquire(timeout=0) and len(self._threads) < self._max:
-                thread = threading.Thread(target=self._work, name=f"{self._prefix}-{len(self._threads) + 1}")
-                self._threads.append(thread)
-                thread.start()
-        return future
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            future, fn = item
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-                    future.set_exception(exc)
-            del item, future, fn
-            self._idle.release()
-
-    def shutdown(self) -> None:
-        """Finish queued work, then join every thread."""
-        with self._lock:
-            self._shutdown = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)
-        for thread in threads:
-            thread.join()
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -293,7 +241,8 @@ class Server:
 
     def __init__(self, broker: Broker, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
                  allow_anonymous: bool = False, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT, executor_threads: int = 8) -> None:
+                 channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT, executor_threads: int = 8,
+                 executor_queue: int = MAX_EXECUTOR_QUEUE) -> None:
         host, port = parse_address(address)
         self._acl = _check_acl(acl)
         if not isinstance(allow_anonymous, bool):
@@ -308,6 +257,8 @@ class Server:
             raise ConfigError(f"channel_expired_timeout must be seconds > 0, got {channel_expired_timeout!r}")
         if not isinstance(executor_threads, int) or not 1 <= executor_threads <= 256:
             raise ConfigError(f"executor_threads must be an int in 1..256, got {executor_threads!r}")
+        if not isinstance(executor_queue, int) or isinstance(executor_queue, bool) or executor_queue < 1:
+            raise ConfigError(f"executor_queue must be an int >= 1 (requests), got {executor_queue!r}")
         self._broker = broker
         self.max_frame_size = max_frame_size
         self.channel_expired_timeout = float(channel_expired_timeout)
@@ -319,7 +270,10 @@ class Server:
         self._closing = False
         self._closed = False
         self._close_lock = threading.Lock()
-        self._executor = _Executor("mqlite-remoting-exec", executor_threads)
+        # The stdlib pool names its threads mqlite-remoting-exec_0 ... _N-1 and joins them on shutdown.
+        self._executor = concurrent.futures.ThreadPoolExecutor(executor_threads, "mqlite-remoting-exec")
+        self._executor_queue = executor_queue
+        self._queued = 0  # requests on the executor (loop thread only)
         self._loop = asyncio.new_event_loop()
         self._loop_thread_id = -1
         self._listener: asyncio.AbstractServer | None = None
@@ -468,8 +422,17 @@ class Server:
 
     # -- for handlers (ServerState) ------------------------------------------------------------------------------------
     def to_executor(self, fn: Callable[[], Any]) -> Awaitable[Any]:
-        """Run `fn` on the bounded executor, awaited on the loop."""
-        return asyncio.wrap_future(self._executor.submit(fn), loop=self._loop)
+        """Run `fn` on the bounded executor, awaited on the loop; `RequestError(SYSTEM_BUSY)` when
+        `executor_queue` requests wait there already."""
+        if self._queued >= self._executor_queue:
+            raise RequestError(ResponseCode.SYSTEM_BUSY, _BUSY)
+        future = asyncio.wrap_future(self._executor.submit(fn), loop=self._loop)
+        self._queued += 1
+        future.add_done_callback(self._dequeued)
+        return future
+
+    def _dequeued(self, future: asyncio.Future[Any]) -> None:
+        self._queued -= 1
 
     def park(self, waker: Any) -> None:
         """A pull parked: `close()` wakes it."""
@@ -516,7 +479,12 @@ class Server:
         if mode is Mode.ASYNC:
             awaitable = handler.fn(request)
         else:
-            awaitable = self.to_executor(lambda: handler.fn(request))
+            try:
+                awaitable = self.to_executor(lambda: handler.fn(request))
+            except RequestError as exc:
+                if not cmd.is_oneway:
+                    conn.send(cmd.reply(exc.code, remark=exc.remark))
+                return
         future = asyncio.ensure_future(awaitable, loop=self._loop)
         on_loop = mode is Mode.ASYNC
         conn.started(on_loop)
