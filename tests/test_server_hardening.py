@@ -36,3 +36,63 @@ def test_a_full_executor_queue_answers_system_busy(tmp_path: Path) -> None:
         c.close()
         server.close()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]
+
+
+def _pull_request(topic: str, queue_id: int = 0, *, suspend_ms: int = 0, max_nums: int = 32) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "g", "topic": topic, "queueId": queue_id, "queueOffset": 0, "maxMsgNums": max_nums,
+        "sysFlag": PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0), "suspendTimeoutMillis": suspend_ms,
+        "subscription": "*"})
+
+
+def _wait_parked(b: mqlite.Broker, count: int) -> None:
+    while b.arrivals.waiting != count:  # nothing signals a park to a client: look, briefly, until it shows
+        threading.Event().wait(0.005)
+
+
+def test_pipelined_pulls_of_a_reading_client_are_all_answered(broker: mqlite.Broker, server: mqlite.Server,
+                                                              client: Client) -> None:
+    """Finding 1: 400 pulls of 32 x 8 KiB in one write, from a client that reads: every one answered, none dropped."""
+    broker.create_topic("T", 1)
+    for _ in range(40):
+        broker.put_message("T", 0, b"x" * 8192)
+    broker.wait_dispatched()
+    pulls = [_pull_request("T") for _ in range(400)]
+    sender = threading.Thread(target=client.sock.sendall, args=(b"".join(encode_frame(p) for p in pulls),))
+    with deadline(60):
+        sender.start()  # (the server stops reading while answers wait: the write blocks until this thread reads)
+        answers = [client.wait(lambda r, o=p.opaque: r.opaque == o) for p in pulls]  # type: ignore[misc]
+        sender.join()
+    assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+    assert all(len(records(a.body)) == 31 for a in answers)  # 256 KiB of 8 KiB records (and their headers)
+
+
+def test_a_closed_connection_takes_its_parked_pulls_with_it(broker: mqlite.Broker, server: mqlite.Server) -> None:
+    """Finding 2: parked pulls end with their connection, not at their own (client-chosen) deadline."""
+    broker.create_topic("T", 1)
+    with deadline(30):
+        for _ in range(3):
+            c = Client(server.address)
+            c.sock.sendall(b"".join(encode_frame(_pull_request("T", suspend_ms=3_600_000)) for _ in range(50)))
+            _wait_parked(broker, 50)
+            c.close()
+            _wait_parked(broker, 0)
+
+
+def test_parked_pulls_are_capped_server_wide_and_the_suspension_clamped(broker: mqlite.Broker) -> None:
+    """Finding 2: past `max_parked` a pull answers PULL_NOT_FOUND at once; a suspension over MAX_SUSPEND_MS
+    (a client asked an hour, or more) is held at most that long instead of refused."""
+    broker.create_topic("T", 1)
+    server = broker.serve(max_parked=3)
+    c = Client(server.address)
+    pulls = [_pull_request("T", suspend_ms=10_000_000_000) for _ in range(5)]
+    with deadline(30):
+        c.sock.sendall(b"".join(encode_frame(p) for p in pulls))
+        at_once = [c.wait(lambda r, o=p.opaque: r.opaque == o) for p in pulls[3:]]  # type: ignore[misc]
+        assert [a.code for a in at_once] == [ResponseCode.PULL_NOT_FOUND] * 2
+        _wait_parked(broker, 3)
+        send_v1(c, "T", b"wake")
+        woken = [c.wait(lambda r, o=p.opaque: r.opaque == o) for p in pulls[:3]]  # type: ignore[misc]
+    assert [[m.body for m in records(a.body)] for a in woken] == [[b"wake"]] * 3
+    c.close()
+    server.close()

@@ -193,12 +193,13 @@ class ServerState(Protocol):
         """True once `close()` began: parked pulls answer now."""
         ...
 
-    def park(self, waker: Any) -> None:
-        """Remember a parked request's waker: `close()` sets it."""
+    def park(self, waker: Any, peer: Peer) -> bool:
+        """Remember a parked request's waker (`close()` sets it); False when the caps on parked
+        requests are reached or the server closes: answer now instead."""
         ...
 
-    def unpark(self, waker: Any) -> None:
-        """Forget a waker from `park`."""
+    def unpark(self, waker: Any, peer: Peer) -> None:
+        """Forget a waker `park` took."""
         ...
 
 

@@ -38,8 +38,9 @@ __all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPE
 FLAG_COMMIT_OFFSET = 0x1  # PullSysFlag
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
-#: Longest suspension accepted (RocketMQ's clients ask 15 s for push and 20 s for lite pull).
-MAX_SUSPEND_MS = 3_600_000
+#: Longest suspension: a longer request is held this long (RocketMQ's clients ask 15 s for push, 20-30 s
+#: for lite pull), so a pull whose client went away does not linger.
+MAX_SUSPEND_MS = 60_000
 _MAX_NUMS = 1024
 #: `maxTransferBytesOnMessageInMemory`: a response carries at most this many bytes of records (and at
 #: least one record), so it stays far below the clients' 16 MiB frame limit.
@@ -117,7 +118,7 @@ async def pull_message(request: Request) -> RemotingCommand | None:
     offset = h.int64("queueOffset")
     max_nums = min(h.int32("maxMsgNums", low=1), _MAX_NUMS)
     sys_flag = h.int32("sysFlag", 0)
-    suspend_ms = h.int64("suspendTimeoutMillis", 0, low=0, high=MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
+    suspend_ms = min(h.int64("suspendTimeoutMillis", 0, low=0), MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
     selector = _selector(request, group, mq.topic, sys_flag)
     if sys_flag & FLAG_COMMIT_OFFSET:
         commit = h.int64("commitOffset", -1)
@@ -138,8 +139,9 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
     waker = _LoopWaker(loop)
     key = ((mq.topic, mq.queue_id),)
     offset = result.next_begin_offset
+    if not server.park(waker, request.peer):
+        return result  # past the caps on parked pulls: PULL_NOT_FOUND now, as without long polling
     broker.watch_arrivals(waker, key)
-    server.park(waker)
     try:
         while True:
             # Registered before this check: an arrival after it sets the event.
@@ -161,7 +163,7 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
             except TimeoutError:
                 pass
     finally:
-        server.unpark(waker)
+        server.unpark(waker, request.peer)
         broker.unwatch_arrivals(waker, key)
 
 

@@ -17,6 +17,7 @@ front of everyone.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import hmac
 import ipaddress
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, DiskFullError, IllegalStateError, MQClientError, ProtocolError, RemotingError
 from . import admin, clients, nameserver, offsets, pull, send  # noqa: F401 - importing registers their handlers
 from .clients import ClientRegistry
-from .handlers import HANDLERS, Mode, Request, RequestError
+from .handlers import HANDLERS, Mode, Peer, Request, RequestError
 from .protocol import (
     ACCESS_KEY,
     DEFAULT_MAX_FRAME_SIZE,
@@ -46,14 +47,17 @@ from .registry import clear_address, record_address
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "CHANNEL_EXPIRED_TIMEOUT"]
+__all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "MAX_PARKED_TOTAL", "MAX_EXECUTOR_QUEUE", "CHANNEL_EXPIRED_TIMEOUT"]
 
 log = logging.getLogger("mqlite.remoting")
 
 #: Requests of one connection the executor may hold at once; reading from it pauses beyond that.
 MAX_IN_FLIGHT = 64
-#: Parked pulls one connection may have (a push consumer parks one per queue it owns).
+#: Parked pulls one connection may have (a push consumer parks one per queue it owns); past it a pull
+#: that finds nothing answers PULL_NOT_FOUND at once, as RocketMQ's does with long polling off.
 MAX_PARKED = 4096
+#: Parked pulls of all connections together (the `max_parked` option), with the same answer past it.
+MAX_PARKED_TOTAL = 65_536
 #: `ClientHousekeepingService`'s channel expiry: a connection silent this long is closed (seconds).
 CHANNEL_EXPIRED_TIMEOUT = 120.0
 #: Requests waiting for or running on the executor, all connections together: past it a request is
@@ -104,7 +108,13 @@ def _check_acl(acl: object) -> dict[str, str] | None:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: frames in, responses and broker-to-client requests out."""
+    """One client connection: frames in, responses and broker-to-client requests out.
+
+    Decoded requests wait in `queue` and are dispatched only while the connection has fewer than
+    `MAX_IN_FLIGHT` requests being worked on and its client is reading its answers; reading pauses
+    while any wait. So a client pipelining hundreds of pulls gets them answered at the pace it
+    reads, and one read of the socket never starts more work than that bound.
+    """
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -113,11 +123,15 @@ class _Connection(asyncio.Protocol):
         self.remote_address = "0.0.0.0:0"  # (an address, as a record's born host needs one)
         self.local_address = server.address
         self.last_seen = time.monotonic()
-        self.in_flight = 0
+        self.queue: collections.deque[RemotingCommand] = collections.deque()
+        self.active = 0  # requests on the executor or running coroutines, not counting parked pulls
         self.parked = 0
+        self.tasks: set[asyncio.Future[Any]] = set()  # its coroutines (pulls): cancelled when it closes
         self._write_paused = False
         self._read_paused = False
-        self._batch: list[bytes] | None = None  # answers collected while a read is handled: one write
+        self._stopped = False  # close() stopped reading it
+        self._batch: list[bytes] | None = None  # answers collected while requests are dispatched: one write
+        self._batched = 0
 
     # -- asyncio callbacks (loop thread) ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -139,23 +153,16 @@ class _Connection(asyncio.Protocol):
             log.warning("closing the connection from %s: %s", self.remote_address, exc)
             self.abort()
             return
-        if not commands:
-            return
-        # Answers to the requests of one read go out in one write (a pipelining client sends many).
-        batch: list[bytes] = []
-        self._batch = batch
-        try:
-            for cmd in commands:
-                if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
-                    self.server._dispatch(self, cmd)
-        finally:
-            self._batch = None
-            if batch:
-                self._write(b"".join(batch))
+        # The broker's own requests to clients are oneway: a response has nothing to match.
+        self.queue.extend(cmd for cmd in commands if not cmd.is_response)
+        self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
         self.transport = None
+        self.queue.clear()
+        for task in list(self.tasks):
+            task.cancel()  # a parked pull's `finally` stops watching the queue: nobody is there to answer
         self.server.clients.drop_peer(self)
 
     def pause_writing(self) -> None:
@@ -164,6 +171,26 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._pump()
+
+    # -- dispatch ------------------------------------------------------------------------------------------------
+    def _may_dispatch(self) -> bool:
+        transport = self.transport
+        return (transport is not None and not transport.is_closing() and self.active < MAX_IN_FLIGHT
+                and not self._write_paused and self._batched < _WRITE_HIGH_WATER)
+
+    def _pump(self) -> None:
+        """Dispatch queued requests while the bounds allow; answers of one pass go out in one write."""
+        while self.queue and self._may_dispatch():
+            batch: list[bytes] = []
+            self._batch, self._batched = batch, 0
+            try:
+                while self.queue and self._may_dispatch():
+                    self.server._dispatch(self, self.queue.popleft())
+            finally:
+                self._batch, self._batched = None, 0
+                if batch:
+                    self._write(b"".join(batch))
         self._update_reading()
 
     # -- used by handlers ------------------------------------------------------------------------------------------
@@ -172,29 +199,37 @@ class _Connection(asyncio.Protocol):
         self.last_seen = time.monotonic()
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write `cmd` (loop thread). A client that lets too much pile up unread is dropped."""
+        """Write the answer `cmd` (loop thread)."""
         frame = encode_frame(cmd)
         if self._batch is not None:
             self._batch.append(frame)
+            self._batched += len(frame)
         else:
             self._write(frame)
 
     def _write(self, data: bytes) -> None:
         transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _send_request(self, cmd: RemotingCommand) -> None:
+        """Write a broker-to-client request. Answers are bounded by the dispatch rule; these are not (the
+        broker notifies whenever a group changes), so a client that lets them pile up unread is dropped."""
+        transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(data)
+        transport.write(encode_frame(cmd))
         if transport.get_write_buffer_size() > self.server.max_frame_size + 16 * _WRITE_HIGH_WATER:
             log.warning("dropping the connection from %s: it does not read what it is sent", self.remote_address)
             self.abort()
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
-        """`send` from any thread (the broker calls members back from its own threads)."""
+        """Send a broker-to-client request from any thread (the broker calls members back from its own threads)."""
         if threading.get_ident() == self.server._loop_thread_id:
-            self.send(cmd)
+            self._send_request(cmd)
         else:
             try:
-                self.server._loop.call_soon_threadsafe(self.send, cmd)
+                self.server._loop.call_soon_threadsafe(self._send_request, cmd)
             except RuntimeError:
                 pass  # the loop is gone: so is the connection
 
@@ -203,27 +238,39 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def started(self, on_loop: bool) -> None:
-        """A request went to the executor (or, `on_loop`, a coroutine that may park)."""
-        if on_loop:
-            self.parked += 1
-        else:
-            self.in_flight += 1
+    def stop_reading(self) -> None:
+        """`close()` began: read nothing more from this client."""
+        self._stopped = True
         self._update_reading()
 
-    def finished(self, on_loop: bool) -> None:
-        """A request from `started` was answered."""
-        if on_loop:
-            self.parked -= 1
-        else:
-            self.in_flight -= 1
-        self._update_reading()
+    def started(self) -> None:
+        """A request went to the executor (or became a coroutine on the loop)."""
+        self.active += 1
+
+    def finished(self) -> None:
+        """A request from `started` was answered: dispatch what waits."""
+        self.active -= 1
+        self._pump()
+
+    def park(self) -> bool:
+        """A pull of this connection wants to park: False when it has `MAX_PARKED` parked already."""
+        if self.parked >= MAX_PARKED:
+            return False
+        self.parked += 1
+        self.active -= 1  # a parked pull costs no work: it leaves room for the next request
+        self._pump()
+        return True
+
+    def unpark(self) -> None:
+        """A pull from `park` woke (it answers next)."""
+        self.parked -= 1
+        self.active += 1
 
     def _update_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._write_paused or self.in_flight >= MAX_IN_FLIGHT or self.parked >= MAX_PARKED
+        pause = self._stopped or self._write_paused or bool(self.queue)
         if pause != self._read_paused:
             self._read_paused = pause
             if pause:
@@ -242,7 +289,7 @@ class Server:
     def __init__(self, broker: Broker, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
                  allow_anonymous: bool = False, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT, executor_threads: int = 8,
-                 executor_queue: int = MAX_EXECUTOR_QUEUE) -> None:
+                 executor_queue: int = MAX_EXECUTOR_QUEUE, max_parked: int = MAX_PARKED_TOTAL) -> None:
         host, port = parse_address(address)
         self._acl = _check_acl(acl)
         if not isinstance(allow_anonymous, bool):
@@ -259,6 +306,9 @@ class Server:
             raise ConfigError(f"executor_threads must be an int in 1..256, got {executor_threads!r}")
         if not isinstance(executor_queue, int) or isinstance(executor_queue, bool) or executor_queue < 1:
             raise ConfigError(f"executor_queue must be an int >= 1 (requests), got {executor_queue!r}")
+        if not isinstance(max_parked, int) or isinstance(max_parked, bool) or max_parked < 0:
+            raise ConfigError(f"max_parked must be an int >= 0 (pulls; 0 turns long polling off), got {max_parked!r}")
+        self._max_parked = max_parked
         self._broker = broker
         self.max_frame_size = max_frame_size
         self.channel_expired_timeout = float(channel_expired_timeout)
@@ -434,13 +484,20 @@ class Server:
     def _dequeued(self, future: asyncio.Future[Any]) -> None:
         self._queued -= 1
 
-    def park(self, waker: Any) -> None:
-        """A pull parked: `close()` wakes it."""
+    def park(self, waker: Any, peer: Peer) -> bool:
+        """A pull wants to park: False (answer now) when its connection or the server holds its cap of
+        parked pulls already; otherwise `close()` wakes it."""
+        if self._closing or len(self._parked) >= self._max_parked or not isinstance(peer, _Connection) \
+                or not peer.park():
+            return False
         self._parked.add(waker)
+        return True
 
-    def unpark(self, waker: Any) -> None:
-        """A parked pull answered."""
+    def unpark(self, waker: Any, peer: Peer) -> None:
+        """A parked pull (`park` said True) woke."""
         self._parked.discard(waker)
+        if isinstance(peer, _Connection):
+            peer.unpark()
 
     # -- dispatch (loop thread) --------------------------------------------------------------------------------------
     def _refused(self, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -486,14 +543,16 @@ class Server:
                     conn.send(cmd.reply(exc.code, remark=exc.remark))
                 return
         future = asyncio.ensure_future(awaitable, loop=self._loop)
-        on_loop = mode is Mode.ASYNC
-        conn.started(on_loop)
+        conn.started()
         self._pending.add(future)
-        future.add_done_callback(lambda f: self._done(conn, cmd, f, on_loop))
+        if mode is Mode.ASYNC:
+            conn.tasks.add(future)
+        future.add_done_callback(lambda f: self._done(conn, cmd, f))
 
-    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any], on_loop: bool) -> None:
+    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any]) -> None:
         self._pending.discard(future)
-        conn.finished(on_loop)
+        conn.tasks.discard(future)
+        conn.finished()
         self._answer(conn, cmd, future.result)
 
     def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> None:
