@@ -96,3 +96,49 @@ def test_parked_pulls_are_capped_server_wide_and_the_suspension_clamped(broker: 
     assert [[m.body for m in records(a.body)] for a in woken] == [[b"wake"]] * 3
     c.close()
     server.close()
+
+
+def test_close_answers_every_request_it_stored(tmp_path: Path) -> None:
+    """Finding 8: close() stops reading first; what was read is answered (stored, or SERVICE_NOT_AVAILABLE),
+    so no message is stored unanswered (its client would send it again)."""
+    from mqlite.remoting.protocol import FrameDecoder
+    with mqlite.open(tmp_path / "sync", flush_disk_type="SYNC_FLUSH", commitlog_file_size=1 << 20) as b:
+        b.create_topic("t", 1)
+        server = b.serve()
+        c = Client(server.address)
+        bodies: dict[int, bytes] = {}
+        answers: dict[int, int] = {}
+        started = threading.Event()
+
+        def flood() -> None:
+            try:
+                for n in range(100_000):
+                    chunk = [_send("t", b"%d" % (n * 20 + i)) for i in range(20)]
+                    bodies.update((cmd.opaque, cmd.body or b"") for cmd in chunk)
+                    c.sock.sendall(b"".join(encode_frame(cmd) for cmd in chunk))
+                    started.set()
+            except OSError:
+                pass  # the server closed the connection
+
+        def read() -> None:
+            decoder = FrameDecoder()
+            try:
+                while data := c.sock.recv(1 << 20):
+                    answers.update((r.opaque, r.code) for r in decoder.feed(data))
+            except OSError:
+                pass
+
+        threads = [threading.Thread(target=flood), threading.Thread(target=read)]
+        with deadline(60):
+            for t in threads:
+                t.start()
+            started.wait()
+            while len(answers) < 100:  # the server is busy with this client
+                threading.Event().wait(0.001)
+            server.close()
+            for t in threads:
+                t.join()
+        stored = {m.body for m in b.pull("g", mqlite.MessageQueue("t", b.broker_name, 0), 0, 1 << 20).msg_found_list}
+        answered = {bodies[o] for o, code in answers.items() if code == ResponseCode.SUCCESS}
+        assert stored == answered
+        c.close()

@@ -253,6 +253,13 @@ class ClientRegistry:
         for (_, group), producer in producers:
             self._broker.unregister_producer(group, producer)
 
+    def drop_all(self) -> None:
+        """The server stopped: every connection's clients leave (`drop_peer` for each)."""
+        with self._lock:
+            peers = set(self._by_peer) | {peer for peer, _ in self._producers}
+        for peer in peers:
+            self.drop_peer(peer)
+
     def subscription(self, group: str, topic: str) -> tuple[str, str] | None:
         """(expression type, expression) a remote member of `group` subscribed `topic` with, or None."""
         with self._lock:

@@ -427,6 +427,7 @@ class Server:
             finally:
                 self._stop_loop()
                 self._executor.shutdown()
+                self.clients.drop_all()  # connections the loop stopped with never ran connection_lost
                 if self._registered is not None:
                     clear_address(self._registered, self._recorded_address())
                 if self._store_host is not None and not self._broker.closed:
@@ -440,6 +441,8 @@ class Server:
             self._thread.join()
 
     async def _shutdown(self) -> None:
+        for conn in list(self._connections):
+            conn.stop_reading()  # what is read from now on would only be refused
         if self._listener is not None:
             self._listener.close()
         if self._housekeeping is not None:
@@ -517,6 +520,10 @@ class Server:
         return None
 
     def _dispatch(self, conn: _Connection, cmd: RemotingCommand) -> None:
+        if self._closing:  # a request read before close() stopped reading: its answer might never be sent
+            if not cmd.is_oneway:
+                conn.send(cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="the server is closing"))
+            return
         refused = self._refused(cmd)
         if refused is not None:
             if not cmd.is_oneway:
