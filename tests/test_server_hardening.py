@@ -142,3 +142,21 @@ def test_close_answers_every_request_it_stored(tmp_path: Path) -> None:
         answered = {bodies[o] for o, code in answers.items() if code == ResponseCode.SUCCESS}
         assert stored == answered
         c.close()
+
+
+def test_a_pull_reads_no_more_than_its_byte_budget(broker: mqlite.Broker, client: Client) -> None:
+    """Finding 3: the store stops at the byte budget (at least one record), filtered or not, so a pull of big
+    records never copies more than the 256 KiB it answers."""
+    from mqlite import MessageSelector
+    broker.create_topic("big", 1)
+    for i in range(10):
+        broker.put_message("big", 0, bytes([i]) * 100_000, {"TAGS": "a"})
+    broker.wait_dispatched()
+    mq = mqlite.MessageQueue("big", broker.broker_name, 0)
+    for selector in (None, MessageSelector.by_tag("a")):
+        read = broker.pull("g", mq, 0, 32, selector, max_bytes=256 * 1024)
+        assert [m.queue_offset for m in read.msg_found_list] == [0, 1] and read.next_begin_offset == 2
+        one = broker.pull("g", mq, 3, 32, selector, max_bytes=1)  # at least one record, whatever the budget
+        assert [m.queue_offset for m in one.msg_found_list] == [3] and one.next_begin_offset == 4
+    answer = pull(client, "big", 0, 0, max_nums=1024)
+    assert [m.body[0] for m in records(answer.body)] == [0, 1] and answer.ext_fields["nextBeginOffset"] == "2"

@@ -50,7 +50,7 @@ from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
 from .store import MessageStore
-from .storebase import MessageFilter, StoreFiles, config_for
+from .storebase import MAX_PULL_MSG_SIZE, MessageFilter, StoreFiles, config_for
 from .topics import (
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
@@ -649,7 +649,8 @@ class Broker:
 
     # -- consuming --------------------------------------------------------------------------------------------
     def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
-             message_filter: MessageFilter | None = None, wait: float = 0.0) -> PullResult:
+             message_filter: MessageFilter | None = None, wait: float = 0.0, *,
+             max_bytes: int = MAX_PULL_MSG_SIZE) -> PullResult:
         """Pull up to `max_nums` messages of `mq` from `offset` (RocketMQ's long-polling pull).
 
         Returns at once when messages are there. Otherwise it parks until the
@@ -658,7 +659,8 @@ class Broker:
         themselves, across all their queues). With a filter, one call scans one
         window of units: without a wait it returns NO_MATCHED_MSG with the
         offset to go on from; with one it scans on while time remains.
-        `group` names the puller, as RocketMQ's request does.
+        `group` names the puller, as RocketMQ's request does. The records found total at most
+        `max_bytes` (at least one is returned; the store stops before copying more).
         """
         store = self._check()
         _valid_group(group)
@@ -670,10 +672,13 @@ class Broker:
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise MQClientError(f"offset must be an int, got {offset!r}")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise MQClientError(f"max_bytes must be a positive int, got {max_bytes!r}")
         deadline = store.clock.monotonic() + wait
         topic, queue_id = mq.topic, mq.queue_id
         while True:
-            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter), offset)
+            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter, max_bytes),
+                                    offset)
             remaining = deadline - store.clock.monotonic()
             if result.pull_status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > offset:
                 if wait <= 0:

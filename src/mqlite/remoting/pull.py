@@ -42,8 +42,8 @@ FLAG_SUBSCRIPTION = 0x4
 #: for lite pull), so a pull whose client went away does not linger.
 MAX_SUSPEND_MS = 60_000
 _MAX_NUMS = 1024
-#: `maxTransferBytesOnMessageInMemory`: a response carries at most this many bytes of records (and at
-#: least one record), so it stays far below the clients' 16 MiB frame limit.
+#: `maxTransferBytesOnMessageInMemory`: a pull reads (and its response carries) at most this many bytes of
+#: records (and at least one record), so it stays far below the clients' 16 MiB frame limit.
 MAX_TRANSFER_BYTES = 256 * 1024
 
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -124,14 +124,16 @@ async def pull_message(request: Request) -> RemotingCommand | None:
         commit = h.int64("commitOffset", -1)
         if commit >= 0:
             broker.commit_offset(group, mq, commit)
-    result = broker.pull(group, mq, offset, max_nums, selector)
+    # The store stops reading at the budget: a pull never copies more than it answers (on the loop thread).
+    max_bytes = min(h.int32("maxMsgBytes", MAX_TRANSFER_BYTES, low=1), MAX_TRANSFER_BYTES)
+    result = broker.pull(group, mq, offset, max_nums, selector, max_bytes=max_bytes)
     if result.pull_status is PullStatus.NO_NEW_MSG and suspend_ms > 0 and not request.server.closing:
-        result = await _park(request, group, mq, result, max_nums, selector, suspend_ms / 1000)
-    return _response(request, result, min(h.int32("maxMsgBytes", MAX_TRANSFER_BYTES, low=1), MAX_TRANSFER_BYTES))
+        result = await _park(request, group, mq, result, max_nums, selector, suspend_ms / 1000, max_bytes)
+    return _response(request, result)
 
 
 async def _park(request: Request, group: str, mq: MessageQueue, result: PullResult, max_nums: int,
-                selector: MessageSelector | None, wait: float) -> PullResult:
+                selector: MessageSelector | None, wait: float, max_bytes: int) -> PullResult:
     """Wait on the arrival hub until the queue has something for this pull, or `wait` seconds pass."""
     broker, server = request.broker, request.server
     loop = asyncio.get_running_loop()
@@ -146,7 +148,7 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
         while True:
             # Registered before this check: an arrival after it sets the event.
             if broker.max_offset(mq) > offset:
-                found = broker.pull(group, mq, offset, max_nums, selector)
+                found = broker.pull(group, mq, offset, max_nums, selector, max_bytes=max_bytes)
                 if found.pull_status is PullStatus.NO_MATCHED_MSG and found.next_begin_offset > offset:
                     offset = found.next_begin_offset  # nothing for this subscription: park on from there
                     result = PullResult(PullStatus.NO_NEW_MSG, offset, found.min_offset, found.max_offset, [])
@@ -167,23 +169,14 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
         broker.unwatch_arrivals(waker, key)
 
 
-def _response(request: Request, result: PullResult, max_bytes: int) -> RemotingCommand:
-    next_offset = result.next_begin_offset
+def _response(request: Request, result: PullResult) -> RemotingCommand:
     body = None
     if result.pull_status is PullStatus.FOUND:
-        records: list[bytes] = []
-        total = 0
-        for msg in result.msg_found_list:
-            record = stored_record(msg)
-            if record is None:  # a store hands out records only; anything else is a bug here
-                raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
-            if records and total + len(record) > max_bytes:
-                next_offset = msg.queue_offset  # the rest comes with the next pull
-                break
-            records.append(record)
-            total += len(record)
-        body = b"".join(records)
-    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_offset, "minOffset": result.min_offset,
+        records = [stored_record(msg) for msg in result.msg_found_list]
+        if None in records:  # a store hands out records only; anything else is a bug here
+            raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
+        body = b"".join(records)  # type: ignore[arg-type]
+    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset, "minOffset": result.min_offset,
               "maxOffset": result.max_offset, "topicSysFlag": 0, "groupSysFlag": 0}
     return request.reply(_CODES[result.pull_status], fields, body, _remark(result))
 
