@@ -43,7 +43,7 @@ def _v1(request: Request) -> None:
     """Read a V2 header (one-letter names, what `SEND_MESSAGE_V2` and `SEND_BATCH_MESSAGE` carry) as a V1 one
     (V1 names are kept, so a batch with V1 names reads too)."""
     if request.cmd.code != RequestCode.SEND_MESSAGE:
-        request.header.aliases = _V1_TO_V2
+        request.header.use_aliases(_V1_TO_V2)
 
 
 def _target(request: Request) -> tuple[str, int]:
@@ -81,7 +81,11 @@ def _properties(text: str) -> EncodedProperties:
     name or value that `check_properties` would refuse, so the map carries its encoding (no second check)."""
     properties = EncodedProperties(decode_properties(text))
     try:
-        properties.encoded = encode_properties(properties).encode("utf-8")
+        if len(properties) == text.count("\x02") + (not text.endswith("\x02")):
+            # Every segment kept and no name twice: the map encodes back to the text (plus the last separator).
+            properties.encoded = (text if text.endswith("\x02") else text + "\x02").encode("utf-8")
+        else:
+            properties.encoded = encode_properties(properties).encode("utf-8")
     except UnicodeEncodeError:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the message properties are not valid UTF-8 text") from None
     return properties
@@ -92,9 +96,11 @@ def _response(request: Request, result: PutResult, queue_id: int, properties: Ma
     if code is None:  # FLUSH_DISK_TIMEOUT and friends: RocketMQ answers with that code and the header
         code = ResponseCode[result.status.name] if result.status.name in ResponseCode.__members__ \
             else ResponseCode.SYSTEM_ERROR
-    fields = {"msgId": result.offset_msg_id, "queueId": queue_id, "queueOffset": result.queue_offset,
+    fields = {"msgId": result.offset_msg_id, "queueId": str(queue_id), "queueOffset": str(result.queue_offset),
               "transactionId": properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}  # the two a 5.0.0 broker always adds
+    if fields["transactionId"] is None:
+        del fields["transactionId"]
     return request.reply(code, fields)
 
 
