@@ -214,6 +214,30 @@ def test_a_send_s_property_text_is_stored_as_its_decoded_map_encodes(broker: mql
     assert got.properties == decode_properties(text)
 
 
+@pytest.mark.parametrize("shared, own", [
+    ("", "UNIQ_KEY\x01U1\x02WAIT\x01true"),  # no request properties: the message's text as it came
+    ("UNIQ_KEY\x01B\x02WAIT\x01true", "UNIQ_KEY\x01U1\x02WAIT\x01true\x02TAGS\x01t"),  # RocketMQ's client
+    ("WAIT\x01true\x02UNIQ_KEY\x01B", "UNIQ_KEY\x01U1\x02WAIT\x01false"),  # the request's order first
+    ("X\x011", "UNIQ_KEY\x01U1\x02UNIQ_KEY\x01U2\x02\x01bad\x02"),  # request-only name; a name twice
+    ("UNIQ_KEY\x01B", ""),
+])
+def test_a_batched_message_s_properties_are_stored_as_the_merged_map_encodes(broker: mqlite.Broker, client: Client,
+                                                                            shared: str, own: str) -> None:
+    v2 = {"a": "pg", "b": "bprops", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000001", "h": "0",
+          "i": shared, "j": "0", "k": "false", "m": "true"}
+    body = struct.pack(">iiiii", 0, 0, 0, 0, 1) + b"x" + struct.pack(">h", len(own.encode())) + own.encode()
+    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, v2, body + body)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    merged = {**decode_properties(shared), **decode_properties(own)}
+    broker.wait_dispatched()
+    got = records(pull(client, "bprops", 0, int(sent.ext_fields["queueOffset"])).body)
+    expected = encode_properties(merged).encode()
+    for record in got:
+        stored = broker.store.commitlog.read(record.commit_log_offset, record.store_size)
+        assert stored.endswith(struct.pack(">h", len(expected)) + expected) and record.properties == merged
+    assert sent.ext_fields["msgId"] == ",".join(m.offset_msg_id for m in got)
+
+
 def test_header_fields_under_aliases_and_numbers() -> None:
     from mqlite.remoting.handlers import Header, RequestError
     only_aliases = Header({"b": "t", "e": "3", "g": "1700000000000"})

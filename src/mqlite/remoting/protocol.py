@@ -75,6 +75,7 @@ __all__ = [
     "BatchEntry",
     "encode_batch",
     "decode_batch",
+    "decode_batch_texts",
     "sign",
     "ACCESS_KEY",
     "SIGNATURE",
@@ -890,29 +891,37 @@ def encode_batch(messages: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> by
 def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
     """The messages of a batch body (`MessageDecoder.decodeMessages`); `MQClientError` when a length
     does not fit the bytes there. The total size field is not trusted, as Java does not read it."""
-    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
-    out: list[BatchEntry] = []
-    pos, n = 0, len(view)
+    return [BatchEntry(flag, body, decode_properties(text)) for flag, body, text in decode_batch_texts(data)]
+
+
+def decode_batch_texts(data: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+    """`decode_batch` with each message's properties as their wire text (flag, body, text): for a
+    server that stores the text as it came when it can."""
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    out: list[tuple[int, bytes, str]] = []
+    unpack_head, unpack_short, head_size = _BATCH_HEAD.unpack_from, _I16.unpack_from, _BATCH_HEAD.size
+    pos, n = 0, len(data)
     while pos < n:
-        if n - pos < _BATCH_HEAD.size:
+        if n - pos < head_size:
             raise MQClientError(f"a batch body is cut off: {n - pos} bytes left at {pos}, a message needs "
-                                f"at least {_BATCH_HEAD.size + 2}")
-        _, _, _, flag, body_length = _BATCH_HEAD.unpack_from(view, pos)
-        pos += _BATCH_HEAD.size
+                                f"at least {head_size + 2}")
+        _, _, _, flag, body_length = unpack_head(data, pos)
+        pos += head_size
         if body_length < 0 or body_length > n - pos - 2:
             raise MQClientError(f"a batched message's body of {body_length} bytes does not fit the batch")
-        body = bytes(view[pos:pos + body_length])
+        body = data[pos:pos + body_length]
         pos += body_length
-        props_length = _I16.unpack_from(view, pos)[0]
+        props_length = unpack_short(data, pos)[0]
         pos += 2
         if props_length < 0 or props_length > n - pos:
             raise MQClientError(f"a batched message's properties of {props_length} bytes do not fit the batch")
         try:
-            properties = decode_properties(str(view[pos:pos + props_length], "utf-8"))
+            text = data[pos:pos + props_length].decode("utf-8")
         except UnicodeDecodeError:
             raise MQClientError("a batched message's properties are not UTF-8") from None
         pos += props_length
-        out.append(BatchEntry(flag, body, properties))
+        out.append((flag, body, text))
     return out
 
 
