@@ -70,15 +70,25 @@ def _missing(name: str) -> RequestError:
 class Header:
     """A request's ext fields read as a custom header: each field parsed and range-checked like API input."""
 
-    __slots__ = ("fields", "aliases")
+    __slots__ = ("fields", "aliases", "_renamed")
 
     def __init__(self, fields: Mapping[str, str]) -> None:
         self.fields = fields
         #: Another name each field may come under (`SendMessageRequestHeaderV2`'s one-letter names).
         self.aliases: Mapping[str, str] | None = None
+        self._renamed: Mapping[str, str] | None = None  # aliases, when no field is under its own name
+
+    def use_aliases(self, aliases: Mapping[str, str]) -> None:
+        """Read each field under its alias too (its own name first, when both are there)."""
+        self.aliases = aliases
+        # Only aliases present (what the clients send): one look-up per field, under the alias.
+        self._renamed = aliases if self.fields.keys().isdisjoint(aliases) else None
 
     def get(self, name: str) -> str | None:
         """The raw text of field `name` (or of its alias), or None."""
+        renamed = self._renamed
+        if renamed is not None:
+            return self.fields.get(renamed.get(name, name))
         value = self.fields.get(name)
         if value is None and self.aliases is not None:
             alias = self.aliases.get(name)
@@ -122,10 +132,20 @@ class Header:
 
     def int32(self, name: str, default: int | None = None, *, low: int = _INT32[0], high: int = _INT32[1]) -> int:
         """A Java `Integer` field within [low, high]; `default` when absent (None: required)."""
-        return self._number(name, default, low, high)
+        value = self.get(name)
+        if value is not None and value.isdigit() and value.isascii() and len(value) < 11:  # the common case
+            number = int(value)
+            if low <= number <= high:
+                return number
+        return self._number(name, default, low, high)  # absent, signed, out of range: the checks and their words
 
     def int64(self, name: str, default: int | None = None, *, low: int = _INT64[0], high: int = _INT64[1]) -> int:
         """A Java `Long` field within [low, high]; `default` when absent (None: required)."""
+        value = self.get(name)
+        if value is not None and value.isdigit() and value.isascii() and len(value) < 19:  # the common case
+            number = int(value)
+            if low <= number <= high:
+                return number
         return self._number(name, default, low, high)
 
     def flag(self, name: str, default: bool = False) -> bool:
