@@ -307,12 +307,19 @@ class Broker:
 
     # -- topics --------------------------------------------------------------------------------------------
     def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False,
-                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+                     perm: int = PERM_READ | PERM_WRITE, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None) -> TopicConfig:
         """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`);
-        `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2)."""
+        `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2).
+
+        `read_queue_nums` / `write_queue_nums` set either count apart (RocketMQ's way to shrink a topic:
+        fewer write queues first, fewer read queues once consumers have drained the rest): producers
+        send to the write queues, consumers read the read queues.
+        """
         self._writer()
         before = self.topics.get(_topic_str(topic))
-        config = self.topics.create(topic, queue_nums, perm=perm, order=order)
+        config = self.topics.create(topic, queue_nums, perm=perm, order=order, read_queue_nums=read_queue_nums,
+                                    write_queue_nums=write_queue_nums)
         if before is None or before.read_queue_nums != config.read_queue_nums:
             self.consumer_groups.notify_all()
         return config

@@ -32,13 +32,11 @@ def update_and_create_topic(request: Request) -> RemotingCommand | None:
     topic = h.text("topic", max_length=NAME_MAX)
     read = h.int32("readQueueNums", low=1, high=1024)
     write = h.int32("writeQueueNums", low=1, high=1024)
-    if read != write:
-        raise RequestError(ResponseCode.SYSTEM_ERROR, f"readQueueNums {read} and writeQueueNums {write} differ; "
-                                                      "an mqlite topic has as many read queues as write queues")
     if is_system_topic(topic):
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     try:
-        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7))
+        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7),
+                                    read_queue_nums=read, write_queue_nums=write)
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply()
@@ -107,11 +105,23 @@ def consume_stats(request: Request) -> RemotingCommand | None:
 
 @handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, mode=Mode.BLOCKING)
 def reset_offset(request: Request) -> RemotingCommand | None:
-    """Move a group's offsets on a topic to a time (-1: the end); live members drop what they cached."""
-    h = request.header
+    """Move a group's offsets on a topic to a time (-1: the end); live members drop what they cached.
+
+    As 5.0.0's `Broker2Client.resetOffset`: with no consumer of the group online the answer is
+    `CONSUMER_NOT_ONLINE` and nothing moves; mqadmin then sets each queue's offset itself
+    (`resetOffsetByTimestampOld`), as `RemoteBroker.reset_offset_by_time` does.
+    """
+    h, broker = request.header, request.broker
+    group, topic = h.text("group", max_length=NAME_MAX), h.text("topic", max_length=NAME_MAX)
+    timestamp = h.int64("timestamp", low=-1)
+    if broker.topic_config(topic) is None and topic not in broker.topic_list():
+        raise RequestError(ResponseCode.SYSTEM_ERROR,
+                           f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+    if not broker.consumer_groups.members(group):
+        raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, "
+                                                             f"Group: {group} Topic: {topic} Timestamp: {timestamp}")
     try:
-        table = request.broker.reset_offset_by_time(h.text("group", max_length=NAME_MAX), h.text("topic", max_length=NAME_MAX),
-                                                    h.int64("timestamp", low=-1))
+        table = broker.reset_offset_by_time(group, topic, timestamp)
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply(body=to_wire_json({"offsetTable": table}))

@@ -79,7 +79,9 @@ def _selector(request: Request, group: str, topic: str, sys_flag: int) -> Messag
                 return None  # a member in this process (or one without this topic): read everything
             raise RequestError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                f"the consumer's group info not exist{_FAQ}")
-        kind, expression = found
+        kind, expression, version = found
+        if version < h.int64("subVersion", 0):  # the client subscribed anew; its heartbeat has not come yet
+            raise RequestError(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
     if kind.upper() == "TAG" and expression.strip() in ("", "*"):
         return None
     try:

@@ -55,6 +55,15 @@ class RemoteAdmin:
     def _decode(self, body: bytes | None) -> list[MessageExt]:
         raise NotImplementedError
 
+    def max_offset(self, mq: MessageQueue) -> int:
+        raise NotImplementedError
+
+    def search_offset(self, mq: MessageQueue, timestamp: int) -> int:
+        raise NotImplementedError
+
+    def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
+        raise NotImplementedError
+
     @property
     def path(self) -> str:
         """The server's address (what the command line and reprs show where a local broker has a path)."""
@@ -62,14 +71,17 @@ class RemoteAdmin:
 
     # -- topics --------------------------------------------------------------------------------------------
     def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False,
-                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+                     perm: int = PERM_READ | PERM_WRITE, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None) -> TopicConfig:
         """`UPDATE_AND_CREATE_TOPIC`: create (or resize) a topic."""
         check_topic(topic)
         if is_system_topic(topic):
             raise MQClientError(f"topic {topic!r} is a RocketMQ system topic; choose another name")
-        config = TopicConfig(topic, queue_nums, queue_nums, perm, order=order)
+        read = queue_nums if read_queue_nums is None else read_queue_nums
+        write = queue_nums if write_queue_nums is None else write_queue_nums
+        config = TopicConfig(topic, read, write, perm, order=order)
         self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queue_nums, "writeQueueNums": queue_nums,
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read, "writeQueueNums": write,
             "perm": perm, "topicFilterType": config.topic_filter_type, "topicSysFlag": 0, "order": order})
         self._forget_routes()
         return config
@@ -174,9 +186,25 @@ class RemoteAdmin:
             raise MQClientError(f"timestamp must be epoch milliseconds (an int >= 0, or -1 for the end), "
                                 f"got {timestamp!r}")
         response = self._call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                              {"topic": topic, "group": group, "timestamp": timestamp, "isForce": True})
+                              {"topic": topic, "group": group, "timestamp": timestamp, "isForce": True},
+                              ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE))
+        if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+            return self._reset_offsets_one_by_one(group, topic, timestamp)
         body = self._json(response) or {}
         return {mq: int(offset) for mq, offset in pairs(body.get("offsetTable"))}
+
+    def _reset_offsets_one_by_one(self, group: str, topic: str, timestamp: int) -> dict[MessageQueue, int]:
+        """mqadmin's way when no consumer of the group is online (`resetOffsetByTimestampOld`, forced): each
+        queue of `topic` the group has progress on (none: every queue of the topic) gets the offset of
+        `timestamp` (`SEARCH_OFFSET_BY_TIMESTAMP`, or `GET_MAX_OFFSET` for -1) by `UPDATE_CONSUMER_OFFSET`."""
+        queue_ids = (sorted({row.queue_id for row in self.consumer_progress(group) if row.topic == topic})
+                     or [row.queue_id for row in self.topic_status(topic)])
+        table: dict[MessageQueue, int] = {}
+        for queue_id in queue_ids:
+            mq = MessageQueue(topic, self.broker_name, queue_id)
+            table[mq] = self.max_offset(mq) if timestamp == -1 else self.search_offset(mq, timestamp)
+            self.commit_offset(group, mq, table[mq])
+        return table
 
 
 def pairs(table: Any) -> list[tuple[MessageQueue, Any]]:
