@@ -3,6 +3,7 @@ each test drives the wire as a client would and checks the server stays bounded 
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -160,3 +161,40 @@ def test_a_pull_reads_no_more_than_its_byte_budget(broker: mqlite.Broker, client
         assert [m.queue_offset for m in one.msg_found_list] == [3] and one.next_begin_offset == 4
     answer = pull(client, "big", 0, 0, max_nums=1024)
     assert [m.body[0] for m in records(answer.body)] == [0, 1] and answer.ext_fields["nextBeginOffset"] == "2"
+
+
+def _executor_started() -> bool:
+    """True once the server's executor ran something (its threads start with their first request)."""
+    return any(t.name.startswith("mqlite-remoting-exec") for t in threading.enumerate())
+
+
+def _heartbeat(c: Client, group: str) -> RemotingCommand:
+    body = json.dumps({"clientID": "c1", "consumerDataSet": [
+        {"groupName": group, "messageModel": "CLUSTERING", "subscriptionDataSet": []}]}).encode()
+    return c.call(RequestCode.HEART_BEAT, {}, body)
+
+
+def test_a_heartbeat_checks_its_group_before_creating_anything(broker: mqlite.Broker, client: Client) -> None:
+    """Finding 4: an illegal group name is refused and leaves no retry topic behind (t1.py)."""
+    answer = _heartbeat(client, "a/b")
+    assert answer.code == ResponseCode.SYSTEM_ERROR and "a/b" in (answer.remark or "")
+    assert broker.topic_config("%RETRY%a/b") is None
+    topics = Path(broker.path, "config", "topics.json")
+    assert not topics.exists() or "%RETRY%a/b" not in topics.read_text()
+
+
+def test_topics_are_created_on_the_executor_not_the_loop(broker: mqlite.Broker, client: Client) -> None:
+    """Findings 4-5: a heartbeat of a known group and a send to an existing topic stay on the loop; a new
+    group's retry topic and a send's auto-created topic (they persist the topic table) go to the executor."""
+    broker.create_topic("known", 1)
+    broker.ensure_group_topic("old", "%RETRY%old")
+    assert _heartbeat(client, "old").code == ResponseCode.SUCCESS
+    assert send_v1(client, "known", b"m").code == ResponseCode.SUCCESS
+    assert not _executor_started()
+    assert _heartbeat(client, "new").code == ResponseCode.SUCCESS
+    assert broker.topic_config("%RETRY%new") is not None and _executor_started()
+
+
+def test_a_send_that_creates_its_topic_runs_on_the_executor(broker: mqlite.Broker, client: Client) -> None:
+    assert send_v1(client, "auto", b"m").code == ResponseCode.SUCCESS
+    assert broker.topic_config("auto") is not None and _executor_started()

@@ -90,7 +90,7 @@ def topic_stats(request: Request) -> RemotingCommand | None:
     return request.reply(body=to_wire_json({"offsetTable": table}))
 
 
-@handles(RequestCode.GET_CONSUME_STATS)
+@handles(RequestCode.GET_CONSUME_STATS, mode=Mode.BLOCKING)  # reads the offsets' side file
 def consume_stats(request: Request) -> RemotingCommand | None:
     """`ConsumeStats`: per queue the broker offset, the group's offset and the last consumed store time."""
     h, broker = request.header, request.broker
@@ -181,7 +181,7 @@ def query_message(request: Request) -> RemotingCommand | None:
                          _records(found))  # type: ignore[arg-type]
 
 
-@handles(RequestCode.VIEW_MESSAGE_BY_ID)
+@handles(RequestCode.VIEW_MESSAGE_BY_ID, mode=Mode.BLOCKING)  # any offset: a cold page of the log
 def view_message(request: Request) -> RemotingCommand | None:
     """The stored record at a commit-log offset."""
     offset = request.header.int64("offset", low=0)

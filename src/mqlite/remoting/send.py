@@ -56,10 +56,15 @@ def _target(request: Request) -> tuple[str, int]:
     default_nums = h.int32("defaultTopicQueueNums", 4, low=1, high=1024)
     config = broker.topic_config(topic)
     if config is None or not config.writable:
+        if config is None:
+            request.will_write_files()  # creating a topic persists the table: not on the loop thread
         try:
-            if (is_retry_topic(topic) or topic == TRACE_TOPIC) and config is None:
-                # A client's sendMessageBackAsNormalMessage; a traced client's trace records (RocketMQ's
-                # broker creates the trace topic at start when tracing is on).
+            if is_retry_topic(topic) and config is None:
+                # A client's sendMessageBackAsNormalMessage.
+                config = broker.ensure_group_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):], topic)
+            elif topic == TRACE_TOPIC and config is None:
+                # A traced client's trace records (RocketMQ's broker creates the trace topic at start when
+                # tracing is on).
                 config = broker.topics.ensure_system(topic, 1)
             else:
                 broker.fetch_publish_queues(topic, default_nums)
@@ -176,8 +181,11 @@ def _retry_or_dlq(request: Request, topic: str, queue_id: int, reconsume_times: 
     max_times = request.header.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
     if reconsume_times < max_times:
         return topic, queue_id
-    dlq = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-    request.broker.topics.ensure_system(dlq, 1)
+    group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+    dlq = dlq_topic(group)
+    if request.broker.topic_config(dlq) is None:
+        request.will_write_files()
+    request.broker.ensure_group_topic(group, dlq)
     return dlq, 0
 
 

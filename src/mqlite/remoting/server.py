@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, DiskFullError, IllegalStateError, MQClientError, ProtocolError, RemotingError
 from . import admin, clients, nameserver, offsets, pull, send  # noqa: F401 - importing registers their handlers
 from .clients import ClientRegistry
-from .handlers import HANDLERS, Mode, Peer, Request, RequestError
+from .handlers import HANDLERS, Mode, NeedsExecutor, Peer, Request, RequestError
 from .protocol import (
     ACCESS_KEY,
     DEFAULT_MAX_FRAME_SIZE,
@@ -538,8 +538,10 @@ class Server:
         request = Request(cmd, conn, self)
         mode = handler.mode
         if mode is Mode.INLINE or (mode is Mode.PUT and self._put_inline):
-            self._answer(conn, cmd, lambda: handler.fn(request))
-            return
+            request.on_loop = True
+            if self._answer(conn, cmd, lambda: handler.fn(request)):
+                return
+            request.on_loop = False  # it has files to write: again, on the executor
         if mode is Mode.ASYNC:
             awaitable = handler.fn(request)
         else:
@@ -562,10 +564,13 @@ class Server:
         conn.finished()
         self._answer(conn, cmd, future.result)
 
-    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> None:
-        """Run (or collect) a handler's result and send it; exceptions become error responses."""
+    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> bool:
+        """Run (or collect) a handler's result and send it; exceptions become error responses. False when
+        the handler raised `NeedsExecutor` (nothing was sent)."""
         try:
             response = run()
+        except NeedsExecutor:
+            return False
         except RequestError as exc:
             response = cmd.reply(exc.code, remark=exc.remark)
         except (DiskFullError, IllegalStateError) as exc:
@@ -573,12 +578,13 @@ class Server:
         except MQClientError as exc:
             response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=str(exc))
         except asyncio.CancelledError:
-            return
+            return True
         except Exception as exc:  # a bug here: the client gets an answer, the log the stack
             log.exception("request %r from %s failed", cmd, conn.remote_address)
             response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         if response is not None and not cmd.is_oneway:
             conn.send(response)
+        return True
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "closing" if self._closing else "serving"
