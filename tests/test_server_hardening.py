@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import threading
+import zlib
 from pathlib import Path
 
+import pytest
+
 import mqlite
+from mqlite.errors import MQClientError
 from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, encode_frame
 from support import deadline
 # The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
@@ -198,3 +202,16 @@ def test_topics_are_created_on_the_executor_not_the_loop(broker: mqlite.Broker, 
 def test_a_send_that_creates_its_topic_runs_on_the_executor(broker: mqlite.Broker, client: Client) -> None:
     assert send_v1(client, "auto", b"m").code == ResponseCode.SUCCESS
     assert broker.topic_config("auto") is not None and _executor_started()
+
+
+def test_an_undefined_compression_type_or_a_broker_only_bit_is_refused(broker: mqlite.Broker, client: Client) -> None:
+    """Finding 6: a record that could never be read back is not stored (t2.py), over the wire or locally."""
+    broker.create_topic("T", 1)
+    for sys_flag in (0x1 | 0x400, 0x1 | 0x700, 0x80, 0x40, 0x800):
+        answer = send_v1(client, "T", b"plain", sys_flag=sys_flag)
+        assert answer.code == ResponseCode.MESSAGE_ILLEGAL, hex(sys_flag)
+        with pytest.raises(MQClientError, match="sys_flag"):
+            broker.put_message("T", 0, b"plain", sys_flag=sys_flag)
+    assert broker.max_offset(mqlite.MessageQueue("T", broker.broker_name, 0)) == 0
+    assert send_v1(client, "T", zlib.compress(b"z"), sys_flag=0x1 | 0x300).code == ResponseCode.SUCCESS
+    assert [m.body for m in records(pull(client, "T", 0, 0).body)] == [b"z"]

@@ -404,6 +404,9 @@ class Broker:
             _check_put_target(topic, queue_id)  # the plain send's put costs a set look-up here, no regex
         if properties and type(properties) is not EncodedProperties:  # a producer's plain send vouches for its own
             check_properties(properties)
+        if sys_flag and (type(sys_flag) is not int or sys_flag & ~_CLIENT_SYS_FLAGS
+                         or sys_flag & SysFlag.COMPRESSION_TYPE_MASK > SysFlag.COMPRESSION_ZLIB_TYPE):
+            _check_sys_flag(sys_flag)
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
         elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
@@ -1042,6 +1045,27 @@ def _memory_window() -> int:
 
 _JAVA_LONG_MAX = (1 << 63) - 1
 _GOOD_GROUPS: set[str] = set()  # names check_group passed (a pull checks its group without a regex)
+
+
+#: SYSFLAG bits a sender may set (`MessageSysFlag`): compressed, multi tags, the transaction type and the
+#: compression type; the host bits are accepted and ignored (the store sets them from the addresses).
+#: The batch bits (NEED_UNWRAP, INNER_BATCH) are the broker's and any higher bit is undefined.
+_CLIENT_SYS_FLAGS = (SysFlag.COMPRESSED | SysFlag.MULTI_TAGS | SysFlag.TRANSACTION_MASK | SysFlag.BORNHOST_V6
+                     | SysFlag.STOREHOSTADDRESS_V6 | SysFlag.COMPRESSION_TYPE_MASK)
+
+
+def _check_sys_flag(sys_flag: object) -> None:
+    """`MQClientError` for a sys flag a sender may not set, before anything is stored: a record with an
+    undefined compression type could never be read back (RocketMQ answers MESSAGE_ILLEGAL)."""
+    if type(sys_flag) is not int or not 0 <= sys_flag <= JAVA_INT_MAX:
+        raise MQClientError(f"sys_flag must be an int in [0, {JAVA_INT_MAX}], got {sys_flag!r}")
+    if sys_flag & ~_CLIENT_SYS_FLAGS:
+        raise MQClientError(f"sys_flag {sys_flag:#x} sets bits {sys_flag & ~_CLIENT_SYS_FLAGS:#x} that a sender may "
+                            f"not set (allowed: {_CLIENT_SYS_FLAGS:#x})")
+    kind = (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8
+    if kind > 3:
+        raise MQClientError(f"sys_flag {sys_flag:#x} names compression type {kind}, which RocketMQ does not define "
+                            "(1 LZ4, 2 ZSTD, 3 ZLIB)")
 
 
 def _valid_group(group: str) -> None:
