@@ -4,6 +4,7 @@ each test drives the wire as a client would and checks the server stays bounded 
 from __future__ import annotations
 
 import json
+import struct
 import threading
 import zlib
 from pathlib import Path
@@ -215,3 +216,19 @@ def test_an_undefined_compression_type_or_a_broker_only_bit_is_refused(broker: m
     assert broker.max_offset(mqlite.MessageQueue("T", broker.broker_name, 0)) == 0
     assert send_v1(client, "T", zlib.compress(b"z"), sys_flag=0x1 | 0x300).code == ResponseCode.SUCCESS
     assert [m.body for m in records(pull(client, "T", 0, 0).body)] == [b"z"]
+
+
+def test_a_look_up_by_offset_needs_a_record_that_starts_there(broker: mqlite.Broker, client: Client) -> None:
+    """Finding 7: an offset inside a body that happens to show a magic number is not a record."""
+    from mqlite.commitlog import MAGIC_V2
+    fake = struct.pack(">ii", 200, MAGIC_V2) + b"\xee" * 192
+    assert send_v1(client, "T", b"<" + fake + b">").code == ResponseCode.SUCCESS
+    broker.wait_dispatched()
+    segment = min(Path(broker.path, "commitlog").iterdir())
+    inside = int(segment.name) + segment.read_bytes().index(fake)
+    view = client.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": inside})
+    assert view.code == ResponseCode.SYSTEM_ERROR and "can not find message" in (view.remark or "")
+    back = client.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": inside, "group": "cg", "delayLevel": 0,
+                                                            "originMsgId": "", "originTopic": "T"})
+    assert back.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in (back.remark or "")
+    assert broker.topic_config("%RETRY%cg") is None

@@ -28,7 +28,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, DiskFullError, IllegalStateError, MQClientError, ProtocolError, RemotingError
+from ..errors import (
+    ConfigError,
+    DiskFullError,
+    IllegalStateError,
+    MQClientError,
+    MQLiteError,
+    ProtocolError,
+    RemotingError,
+)
 from . import admin, clients, nameserver, offsets, pull, send  # noqa: F401 - importing registers their handlers
 from .clients import ClientRegistry
 from .handlers import HANDLERS, Mode, NeedsExecutor, Peer, Request, RequestError
@@ -577,6 +585,9 @@ class Server:
             response = cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
         except MQClientError as exc:
             response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        except MQLiteError as exc:  # the store's own words (a damaged record, a message not found): one line
+            log.warning("request %s from %s failed: %s: %s", cmd.code, conn.remote_address, type(exc).__name__, exc)
+            response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
             return True
         except Exception as exc:  # a bug here: the client gets an answer, the log the stack
