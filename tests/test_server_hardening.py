@@ -232,3 +232,25 @@ def test_a_look_up_by_offset_needs_a_record_that_starts_there(broker: mqlite.Bro
                                                             "originMsgId": "", "originTopic": "T"})
     assert back.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in (back.remark or "")
     assert broker.topic_config("%RETRY%cg") is None
+
+
+def test_query_message_answers_at_most_64_and_what_fits_in_a_frame(broker: mqlite.Broker) -> None:
+    """Finding 15: maxNum is capped at RocketMQ's 64, and the answer stops before the frame limit."""
+    broker.create_topic("T", 1)
+    for _ in range(70):
+        broker.put_message("T", 0, b"s", {"KEYS": "small"})
+    for _ in range(10):
+        broker.put_message("T", 0, b"b" * 10_000, {"KEYS": "big"})
+    broker.wait_dispatched()
+    server = broker.serve(max_frame_size=32 * 1024)
+    c = Client(server.address)
+
+    def query(key: str) -> RemotingCommand:
+        return c.call(RequestCode.QUERY_MESSAGE, {"topic": "T", "key": key, "maxNum": 1000, "beginTimestamp": 0,
+                                                  "endTimestamp": 1 << 62})
+
+    assert len(records(query("small").body)) == 64
+    big = query("big")
+    assert len(records(big.body)) == 2 and len(big.body) <= 32 * 1024
+    c.close()
+    server.close()

@@ -211,6 +211,11 @@ class ServerState(Protocol):
         ...
 
     @property
+    def max_frame_size(self) -> int:
+        """The largest frame this server reads (and, its clients alike, the largest answer it should send)."""
+        ...
+
+    @property
     def closing(self) -> bool:
         """True once `close()` began: parked pulls answer now."""
         ...
