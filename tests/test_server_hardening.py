@@ -254,3 +254,18 @@ def test_query_message_answers_at_most_64_and_what_fits_in_a_frame(broker: mqlit
     assert len(records(big.body)) == 2 and len(big.body) <= 32 * 1024
     c.close()
     server.close()
+
+
+def test_closing_one_of_two_servers_keeps_the_other_s_store_host(broker: mqlite.Broker) -> None:
+    """Finding 21: records name the server still serving, not 127.0.0.1:10911, once another one closed."""
+    broker.create_topic("T", 1)
+    first, second = broker.serve(), broker.serve()
+    first.close()
+    c = Client(second.address)
+    assert send_v1(c, "T", b"m").code == ResponseCode.SUCCESS
+    assert [m.store_host for m in records(pull(c, "T", 0, 0).body)] == [second.address]
+    c.close()
+    second.close()
+    broker.put_message("T", 0, b"after")
+    assert broker.pull("g", mqlite.MessageQueue("T", broker.broker_name, 0), 1).msg_found_list[0].store_host == \
+        "127.0.0.1:10911"

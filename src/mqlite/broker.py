@@ -121,6 +121,11 @@ class Serving(Protocol):
         """`host:port` the server listens on."""
         ...
 
+    @property
+    def store_host(self) -> str | None:
+        """`ip:port` it had the broker write into records as their store host (None: it did not)."""
+        ...
+
     def close(self) -> None:
         """Stop serving (idempotent)."""
         ...
@@ -920,6 +925,16 @@ class Broker:
             if not 0 <= port <= 65535 or host.count(".") != 3:
                 raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}")
         store.commitlog.set_store_host(host, port)
+
+    def forget_server(self, server: Serving) -> None:
+        """A server from `serve()` stopped (it calls this): records take the store host of the newest
+        server still serving, or `127.0.0.1:10911` when none is (`set_store_host`)."""
+        with self._clients_lock:
+            if server in self._servers:
+                self._servers.remove(server)
+            remaining = [s.store_host for s in self._servers if s.store_host is not None]
+        if server.store_host is not None and not self._closed:
+            self.set_store_host(remaining[-1] if remaining else None)
 
     def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
               allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:

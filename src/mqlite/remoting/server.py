@@ -403,6 +403,12 @@ class Server:
         return self._broker
 
     @property
+    def store_host(self) -> str | None:
+        """`ip:port` records stored while it serves name as their store host (None: a read-only broker, or
+        an IPv6 address)."""
+        return self._store_host
+
+    @property
     def acl_enabled(self) -> bool:
         """True when requests must carry ACL signatures."""
         return self._acl is not None
@@ -438,8 +444,8 @@ class Server:
                 self.clients.drop_all()  # connections the loop stopped with never ran connection_lost
                 if self._registered is not None:
                     clear_address(self._registered, self._recorded_address())
-                if self._store_host is not None and not self._broker.closed:
-                    self._broker.set_store_host(None)
+                if not self._broker.closed:
+                    self._broker.forget_server(self)  # another server of this broker keeps its store host
                 self._closed = True
         log.info("stopped serving %s on %s", self._broker.path, self._address)
 
