@@ -2,16 +2,18 @@
 
 Threads (DESIGN.md, "Serving"): one event loop thread, `mqlite-remoting`, owns the listening socket
 and every connection, decodes frames and runs the handlers that do not block; handlers that may
-block (a put waiting for SYSTEM_FLUSH's group commit, an admin call writing files) run on a bounded
-executor (`mqlite-remoting-exec_N`); a long-polling pull parks on the arrival hub as a pending
-response on the loop, not on a thread. `close()` stops accepting, answers parked pulls, waits for
-in-flight requests, closes the connections (their consumers leave their groups), then joins both.
+block (a put waiting for SYNC_FLUSH's group commit, an admin call writing files, a request that
+turns out to create a topic) run on a bounded executor (`mqlite-remoting-exec_N`, at most
+`executor_queue` requests waiting, then SYSTEM_BUSY); a long-polling pull parks on the arrival hub
+as a pending response on the loop, not on a thread. `close()` stops reading, stops accepting,
+answers parked pulls, refuses what was read but not started, waits for in-flight requests, closes
+the connections (their consumers leave their groups), then joins both.
 
 One bad peer never harms another: a malformed, truncated or oversized frame closes that connection
-only; a connection whose client stops reading is not read from either (its writes are buffered up
-to a bound, then it is dropped); each connection has at most `MAX_IN_FLIGHT` requests on the
-executor and `MAX_PARKED` parked pulls, so a flood from one client queues behind itself, not in
-front of everyone.
+only; a connection's requests are started only while it has fewer than `MAX_IN_FLIGHT` at work and
+reads its answers (it is not read meanwhile), so a flood from one client queues behind itself, not
+in front of everyone; parked pulls are capped per connection (`MAX_PARKED`) and per server
+(`max_parked`) and end with their connection.
 """
 
 from __future__ import annotations
