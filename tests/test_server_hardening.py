@@ -269,3 +269,16 @@ def test_closing_one_of_two_servers_keeps_the_other_s_store_host(broker: mqlite.
     broker.put_message("T", 0, b"after")
     assert broker.pull("g", mqlite.MessageQueue("T", broker.broker_name, 0), 1).msg_found_list[0].store_host == \
         "127.0.0.1:10911"
+
+
+def test_a_send_back_runs_on_the_executor(broker: mqlite.Broker, client: Client) -> None:
+    """Finding 5: a send-back reads any offset the client names (a cold page) and may create the group's
+    retry or dead-letter topic: not on the loop thread."""
+    broker.create_topic("T", 1)
+    sent = send_v1(client, "T", b"m")
+    assert not _executor_started()
+    offset = int(sent.ext_fields["msgId"][-16:], 16)
+    back = client.call(RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": offset, "group": "cg", "delayLevel": 0,
+                                                            "originMsgId": "", "originTopic": "T"})
+    assert back.code == ResponseCode.SUCCESS and _executor_started()
+    assert broker.topic_config("%RETRY%cg") is not None

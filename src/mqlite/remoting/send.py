@@ -217,7 +217,7 @@ def send_batch(request: Request) -> RemotingCommand | None:
     return _response(request, result, queue_id, {PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
 
 
-@handles(RequestCode.CONSUMER_SEND_MSG_BACK, mode=Mode.PUT)
+@handles(RequestCode.CONSUMER_SEND_MSG_BACK, mode=Mode.BLOCKING)  # a cold read of any offset; may create topics
 def consumer_send_back(request: Request) -> RemotingCommand | None:
     """`consumerSendMsgBack`: the message at commit-log `offset` goes to the group's retry (or DLQ) topic."""
     h, broker = request.header, request.broker
