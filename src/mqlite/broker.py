@@ -946,7 +946,9 @@ class Broker:
         or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
         its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
         120), `executor_threads` (8), `executor_queue` (requests waiting for those threads before
-        the server answers SYSTEM_BUSY, 10000). `close()` closes the servers first. Starts two kinds of
+        the server answers SYSTEM_BUSY, 10000), `max_parked` (long-polling pulls parked at once, all
+        connections together, 65536; past it a pull that finds nothing answers at once).
+        `close()` closes the servers first. Starts two kinds of
         threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec_N`.
         """
         self._check()
