@@ -169,3 +169,32 @@ def test_the_brokers_requests_to_clients_are_headed_as_a_5_0_0_brokers(client: C
         _subscribe(client, "*", 1)
         notify = client.server_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
     assert (notify.language, notify.version, notify.is_oneway) == ("JAVA", 413, True)
+
+
+def test_a_send_without_a_body_is_illegal(broker: mqlite.Broker, client: Client) -> None:
+    header = {**_batch_header("T"), "m": "false"}
+    refused = client.call(RequestCode.SEND_MESSAGE_V2, header)
+    assert (refused.code, refused.remark) == (ResponseCode.MESSAGE_ILLEGAL, (
+        "the message is illegal, maybe msg body or properties length not matched. msg body length limit "
+        f"{broker.config.max_message_size}B, msg properties length limit 32KB."))
+    assert all(q.max_offset == 0 for q in broker.topic_status("T"))  # nothing stored
+    assert client.call(RequestCode.SEND_MESSAGE_V2, header, b"x").code == ResponseCode.SUCCESS
+
+
+def test_all_topic_config_is_5_0_0s_wrapper(broker: mqlite.Broker, client: Client) -> None:
+    broker.create_topic("T", 2)
+    body = from_wire_json(client.call(RequestCode.GET_ALL_TOPIC_CONFIG).body)
+    assert sorted(body) == ["dataVersion", "mappingDataVersion", "topicConfigTable", "topicQueueMappingDetailMap",
+                            "topicQueueMappingInfoMap"]
+    assert body["topicConfigTable"]["T"] == {
+        "attributes": {}, "order": False, "perm": 6, "readQueueNums": 2, "topicFilterType": "SINGLE_TAG",
+        "topicName": "T", "topicSysFlag": 0, "writeQueueNums": 2}
+
+
+def test_a_message_sent_without_an_id_gets_one(broker: mqlite.Broker, client: Client) -> None:
+    header = {**_batch_header("T"), "i": encode_properties({"TAGS": "a"}), "m": "false"}  # as ali-ons sends
+    sent = client.call(RequestCode.SEND_MESSAGE_V2, header, b"x")
+    [got] = records(pull(client, "T", 0, 0).body)
+    uniq = got.properties["UNIQ_KEY"]  # 5.0.0's broker gives it one: its msg id, answered as transactionId
+    assert len(uniq) == 32 and got.msg_id == uniq == sent.ext_fields["transactionId"]
+    assert got.offset_msg_id == sent.ext_fields["msgId"] and got.tags == "a"

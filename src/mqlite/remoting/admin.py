@@ -15,7 +15,7 @@ import time
 from ..commitlog import stored_record
 from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageExt, MessageQueue
-from ..topics import is_system_topic
+from ..topics import TopicConfig, is_system_topic
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .nameserver import CLUSTER_NAME
 from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
@@ -56,15 +56,22 @@ def delete_topic(request: Request) -> RemotingCommand | None:
 
 @handles(RequestCode.GET_ALL_TOPIC_CONFIG)
 def all_topic_config(request: Request) -> RemotingCommand | None:
-    """`TopicConfigSerializeWrapper`: every configured topic."""
+    """`TopicConfigAndMappingSerializeWrapper` (5.0.0): every configured topic; no static-topic mappings."""
     broker = request.broker
     table = {}
     for topic in broker.topic_list():
         config = broker.topic_config(topic)
         if config is not None:
-            table[topic] = config.to_json()
+            table[topic] = _topic_config_json(config)
     version = {"counter": len(table), "stateVersion": 0, "timestamp": _BOOT_MS}
-    return request.reply(body=to_wire_json({"dataVersion": version, "topicConfigTable": table}))
+    return request.reply(body=to_wire_json({
+        "dataVersion": version, "mappingDataVersion": {"counter": 0, "stateVersion": 0, "timestamp": _BOOT_MS},
+        "topicConfigTable": table, "topicQueueMappingDetailMap": {}, "topicQueueMappingInfoMap": {}}))
+
+
+def _topic_config_json(config: TopicConfig) -> dict[str, object]:
+    """A `TopicConfig` as 5.0.0 writes it (with its `attributes`, none here)."""
+    return {"attributes": {}, **config.to_json()}
 
 
 @handles(RequestCode.GET_TOPIC_CONFIG)
@@ -74,7 +81,7 @@ def topic_config(request: Request) -> RemotingCommand | None:
     config = request.broker.topic_config(topic)
     if config is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
-    return request.reply(body=to_wire_json({"attributes": {}, **config.to_json()}))
+    return request.reply(body=to_wire_json(_topic_config_json(config)))
 
 
 @handles(RequestCode.GET_TOPIC_STATS_INFO)
