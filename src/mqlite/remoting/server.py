@@ -497,11 +497,12 @@ class Server:
         return None
 
     def _dispatch(self, conn: _Connection, cmd: RemotingCommand) -> None:
-        refused = self._refused(cmd)
-        if refused is not None:
-            if not cmd.is_oneway:
-                conn.send(refused)
-            return
+        if self._acl is not None:
+            refused = self._refused(cmd)
+            if refused is not None:
+                if not cmd.is_oneway:
+                    conn.send(refused)
+                return
         handler = HANDLERS.get(cmd.code)
         if handler is None:
             if not cmd.is_oneway:
@@ -511,7 +512,7 @@ class Server:
         request = Request(cmd, conn, self)
         mode = handler.mode
         if mode is Mode.INLINE or (mode is Mode.PUT and self._put_inline):
-            self._answer(conn, cmd, lambda: handler.fn(request))
+            self._answer(conn, cmd, handler.fn, request)
             return
         if mode is Mode.ASYNC:
             awaitable = handler.fn(request)
@@ -528,10 +529,10 @@ class Server:
         conn.finished(on_loop)
         self._answer(conn, cmd, future.result)
 
-    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> None:
-        """Run (or collect) a handler's result and send it; exceptions become error responses."""
+    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[..., Any], *args: Any) -> None:
+        """Run (or collect) a handler's result, `run(*args)`, and send it; exceptions become error responses."""
         try:
-            response = run()
+            response = run(*args)
         except RequestError as exc:
             response = cmd.reply(exc.code, remark=exc.remark)
         except (DiskFullError, IllegalStateError) as exc:
