@@ -172,6 +172,32 @@ def test_fuzzed_commands_round_trip_and_mutations_fail_cleanly(
         pass
 
 
+def _json_header_by_encoder(cmd: RemotingCommand) -> bytes:
+    """What fastjson writes for `cmd`'s header, through the json module (properties sorted, null remark left out)."""
+    header: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields:
+        header["extFields"] = cmd.ext_fields
+    header.update(flag=cmd.flag, language=cmd.language, opaque=cmd.opaque)
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header.update(serializeTypeCurrentRPC="JSON", version=cmd.version)
+    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(1 << 31), (1 << 31) - 1), st.integers(0, 3), st.one_of(st.none(), st.text(max_size=20)),
+       st.dictionaries(st.text(max_size=10), st.one_of(st.text(max_size=20), st.integers()), max_size=5),
+       st.sampled_from(["JAVA", "PYTHON", 'a"\\\x01\u00e9']))
+def test_json_headers_are_written_as_the_json_encoder_writes_them(
+        code: int, flag: int, remark: str | None, ext: dict[str, object], language: str) -> None:
+    # The header is built as text (a response costs less); it must be the encoder's bytes, quoting and
+    # escapes included, and a value that is not a string (a command built by hand) still written as a number.
+    cmd = RemotingCommand(code, 7, flag, remark, ext, b"body", language, 413)  # type: ignore[arg-type]
+    frame = encode_frame(cmd)
+    header_length = int.from_bytes(frame[5:8], "big")
+    assert frame[8:8 + header_length] == _json_header_by_encoder(cmd)
+
+
 def test_codes_have_rocketmq_numbers() -> None:
     assert (RequestCode.SEND_MESSAGE, RequestCode.PULL_MESSAGE, RequestCode.HEART_BEAT) == (10, 11, 34)
     assert (RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE) == \

