@@ -24,6 +24,7 @@ from mqlite.consumer.litepull import LitePullConsumer
 from mqlite.consumer.offsetstore import local_offsets_path
 from mqlite.consumer.types import ConsumeFromWhere, MessageModel
 from mqlite.filter import MessageSelector
+from remote_support import kind_of, over_the_wire, reached
 
 SMALL: dict[str, Any] = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 1000,
                              max_hash_slot_num=1000, max_index_num=4000)
@@ -43,10 +44,11 @@ def no_leftover_threads() -> Iterator[None]:
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[mqlite.Broker]:
     with mqlite.open(str(tmp_path / "mq"), **SMALL) as b:
         b.create_topic(TOPIC, 4)
-        yield b
+        with reached(kind_of(request), b) as target:  # a test marked @over_the_wire also runs remotely
+            yield target
 
 
 def _mq(broker: mqlite.Broker, queue_id: int = 0, topic: str = TOPIC) -> mqlite.MessageQueue:
@@ -95,6 +97,7 @@ class _Assignments:
 
 
 # -- assign / subscribe -------------------------------------------------------------------------------
+@over_the_wire
 def test_assign_then_poll(broker: mqlite.Broker) -> None:
     _put(broker, 1, prefix="a")
     with _consumer(broker) as consumer:
@@ -106,6 +109,7 @@ def test_assign_then_poll(broker: mqlite.Broker) -> None:
         assert consumer.poll(0.05) == []
 
 
+@over_the_wire
 def test_subscribe_then_poll(broker: mqlite.Broker) -> None:
     for q in range(4):
         _put(broker, 3, queue_id=q, prefix=f"q{q}-")
@@ -118,6 +122,7 @@ def test_subscribe_then_poll(broker: mqlite.Broker) -> None:
         assert not any(t.startswith("%RETRY%") for t in consumer.subscribed_topics())  # lite pull has no retry
 
 
+@over_the_wire
 def test_poll_returns_one_pull_of_at_most_pull_batch_size_from_one_queue(broker: mqlite.Broker) -> None:
     _put(broker, 25)
     with _consumer(broker, pull_batch_size=10) as consumer:
@@ -126,6 +131,7 @@ def test_poll_returns_one_pull_of_at_most_pull_batch_size_from_one_queue(broker:
         assert sizes == [10, 10, 5]
 
 
+@over_the_wire
 def test_subscribe_with_a_tag_filter(broker: mqlite.Broker) -> None:
     for i in range(6):
         broker.put_message(TOPIC, 0, b"x%d" % i, {"TAGS": "A" if i % 2 == 0 else "B"})
@@ -136,6 +142,7 @@ def test_subscribe_with_a_tag_filter(broker: mqlite.Broker) -> None:
         assert consumer.poll(0.1) == []
 
 
+@over_the_wire
 def test_subscribe_with_a_sql92_selector(broker: mqlite.Broker) -> None:
     for i in range(6):
         broker.put_message(TOPIC, 1, b"s%d" % i, {"a": str(i)})
@@ -145,6 +152,7 @@ def test_subscribe_with_a_sql92_selector(broker: mqlite.Broker) -> None:
         assert sorted(m.body for m in got) == [b"s4", b"s5"]
 
 
+@over_the_wire
 def test_admin_reset_moves_a_running_consumer(broker: mqlite.Broker) -> None:
     _put(broker, 5)
     with _consumer(broker) as consumer:
@@ -276,6 +284,7 @@ def test_seek_offset_must_be_within_min_and_max(broker: mqlite.Broker) -> None:
         consumer.seek(_mq(broker), 100)  # max itself is fine: the next message to arrive
 
 
+@over_the_wire
 def test_seek_delivers_from_the_offset_and_drops_what_was_cached(broker: mqlite.Broker) -> None:
     _put(broker, 30)
     mq = _mq(broker)
@@ -317,6 +326,7 @@ def test_seek_before_the_first_pull_wins_over_consume_from_where(broker: mqlite.
 
 
 # -- pause / resume --------------------------------------------------------------------------------------
+@over_the_wire
 def test_pause_then_resume(broker: mqlite.Broker) -> None:
     _put(broker, 1, prefix="a")
     mq = _mq(broker)
@@ -348,6 +358,7 @@ def test_paused_queue_still_returns_what_was_fetched(broker: mqlite.Broker) -> N
 
 
 # -- commits ----------------------------------------------------------------------------------------------
+@over_the_wire
 def test_commit_sync_with_explicit_offsets(broker: mqlite.Broker) -> None:
     _put(broker, 5)
     mq = _mq(broker)
@@ -483,6 +494,7 @@ def test_flow_control_by_cached_count(broker: mqlite.Broker) -> None:
 
 
 # -- groups -------------------------------------------------------------------------------------------------------
+@over_the_wire
 def test_two_members_split_the_queues_and_one_takes_over(broker: mqlite.Broker) -> None:
     seen = _Assignments()
     a = _consumer(broker, client_id="A")
@@ -613,6 +625,7 @@ def test_iteration_without_timeout_ends_at_shutdown(broker: mqlite.Broker) -> No
     assert seen == [0, 1, 2]
 
 
+@over_the_wire
 def test_auto_commit_across_a_restart_is_at_least_once_without_loss(broker: mqlite.Broker) -> None:
     for q in range(4):
         _put(broker, 25, queue_id=q, prefix=f"q{q}-")
@@ -632,6 +645,7 @@ def test_auto_commit_across_a_restart_is_at_least_once_without_loss(broker: mqli
     assert sorted(first + rest) == sorted(f"q{q}-{i}".encode() for q in range(4) for i in range(25))
 
 
+@over_the_wire
 def test_a_waiting_poll_gets_a_message_sent_after_it_started(broker: mqlite.Broker) -> None:
     mq = _mq(broker)
     with _consumer(broker) as consumer:  # long_polling_wait 20 s: only the arrival wake-up can be in time

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from mqlite.groups import ConsumerData
 from mqlite.port import BrokerPort
 from mqlite.testing import MockClock, temporary_broker, wait_idle
 
+from _crashchild import Child
 from support import deadline
 
 
@@ -136,23 +138,28 @@ def test_acquire_refuses_a_closed_broker_and_other_objects(tmp_path: Path) -> No
         mqlite.Producer(42, "pg")  # type: ignore[arg-type]
 
 
-def test_a_locked_path_goes_to_the_remote_connector(broker: mqlite.Broker) -> None:
-    path = broker.path
-    with pytest.raises(mqlite.StoreLockedError):  # no connector installed: as before
-        mqlite.Producer(path, "pg").start()
+def test_a_locked_path_goes_to_the_remote_connector(broker: mqlite.Broker, tmp_path: Path) -> None:
+    path = str(tmp_path / "held")
     asked: list[str] = []
 
     def connector(store: str) -> BrokerPort:
         asked.append(store)
-        return broker  # the port of the process that holds the store (here: this one)
+        return broker  # stands in for the port of the process that holds the store
 
-    previous = set_remote_connector(connector)
-    try:
-        with mqlite.Producer(path, "pg") as producer:
-            assert producer.broker is broker
-            producer.send(mqlite.Message("orders", b"via the holder"))
-    finally:
-        assert set_remote_connector(previous) is connector
+    # Another process holds the store (this process's own broker would be shared, not refused).
+    with Child(path, "hold") as holder:
+        line = holder.readline(time.monotonic() + 30)
+        assert line is not None and line.startswith("READY"), holder.stderr()
+        previous = set_remote_connector(None)
+        try:
+            with pytest.raises(mqlite.StoreLockedError):  # no connector installed: as before
+                mqlite.Producer(path, "pg").start()
+            set_remote_connector(connector)
+            with mqlite.Producer(path, "pg") as producer:
+                assert producer.broker is broker
+                producer.send(mqlite.Message("orders", b"via the holder"))
+        finally:
+            set_remote_connector(previous)
     assert asked == [os.path.realpath(path)]
     assert not broker.closed  # release() of a broker the client did not open leaves it open
     assert sum(broker.max_offset(mq) for mq in broker.fetch_subscribe_queues("orders")) == 1

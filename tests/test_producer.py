@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import mqlite
+from remote_support import kind_of, local, over_the_wire, reached
 from mqlite.message import SysFlag, UniqIdGenerator, create_offset_msg_id, decode_offset_msg_id
 from mqlite.producer import SelectMessageQueueByHash, SendMessageContext
 
@@ -20,9 +21,9 @@ SMALL = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 1000, max_
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Any:
-    with mqlite.open(str(tmp_path / "mq"), **SMALL) as b:
-        yield b
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    with mqlite.open(str(tmp_path / "mq"), **SMALL) as b, reached(kind_of(request), b) as target:
+        yield target  # a test marked @over_the_wire also runs over a connection
 
 
 @pytest.fixture
@@ -33,12 +34,13 @@ def producer(broker: Any) -> Any:
 
 def _all(broker: Any, topic: str) -> list[mqlite.MessageExt]:
     out: list[mqlite.MessageExt] = []
-    for queue_id in broker.store.queue_ids(topic):
-        out += broker.store.get_messages(topic, queue_id, 0, 10_000).messages
+    for queue_id in local(broker).store.queue_ids(topic):
+        out += local(broker).store.get_messages(topic, queue_id, 0, 10_000).messages
     return out
 
 
 # -- send modes -----------------------------------------------------------------------------------
+@over_the_wire
 def test_send_returns_ids_that_find_the_message(broker: Any, producer: Any) -> None:
     msg = mqlite.Message("orders", b"hello", tags="TagA", keys=["o-1", "o-2"], properties={"region": "eu"})
     result = producer.send(msg)
@@ -52,12 +54,14 @@ def test_send_returns_ids_that_find_the_message(broker: Any, producer: Any) -> N
     assert [m.msg_id for m in broker.query_message("orders", "o-2")] == [result.msg_id]
 
 
+@over_the_wire
 def test_round_robin_over_the_topics_queues(producer: Any) -> None:
     queues = [producer.send(mqlite.Message("rr", b"x")).message_queue.queue_id for _ in range(8)]
     assert sorted(queues) == [0, 0, 1, 1, 2, 2, 3, 3]
     assert all((b - a) % 4 == 1 for a, b in zip(queues, queues[1:]))
 
 
+@over_the_wire
 def test_explicit_queue_selector_and_orderly(producer: Any) -> None:
     mqs = producer.fetch_publish_message_queues("sel")
     assert producer.send(mqlite.Message("sel", b"x"), queue=mqs[2]).message_queue == mqs[2]
@@ -81,6 +85,7 @@ def test_hash_selector_matches_java_for_ints_and_negative_hashes() -> None:
     assert select(mqs, mqlite.Message("t", b"x"), "polygenelubricants").queue_id == abs(-2147483648) % 3
 
 
+@over_the_wire
 def test_send_async_and_callback(producer: Any) -> None:
     done = threading.Event()
     seen: list[concurrent.futures.Future[mqlite.SendResult]] = []
@@ -96,6 +101,7 @@ def test_send_async_and_callback(producer: Any) -> None:
         producer.send_async(mqlite.Message("async", b""))
 
 
+@over_the_wire
 def test_shutdown_drains_every_queued_async_and_oneway_send(broker: Any, producer: Any) -> None:
     futures = [producer.send_async(mqlite.Message("drain", b"a%d" % i)) for i in range(100)]
     for i in range(200):
@@ -107,19 +113,21 @@ def test_shutdown_drains_every_queued_async_and_oneway_send(broker: Any, produce
         producer.send_oneway(mqlite.Message("drain", b"late"))
 
 
+@over_the_wire
 def test_send_oneway_stores_without_a_result(broker: Any, producer: Any) -> None:
     assert producer.send_oneway(mqlite.Message("oneway", b"fire")) is None
     producer.shutdown()  # waits for the pending oneway send
     assert [m.body for m in _all(broker, "oneway")] == [b"fire"]
 
 
+@over_the_wire
 def test_send_batch_ids_and_offsets(broker: Any, producer: Any) -> None:
     msgs = [mqlite.Message("batch", b"m%d" % i, keys=f"k{i}") for i in range(5)]
     result = producer.send_batch(msgs)
     ids = result.msg_id.split(",")
     assert len(ids) == 5 and ids == [m.properties["UNIQ_KEY"] for m in msgs]
     offset_ids = result.offset_msg_id.split(",")
-    stored = broker.store.get_messages("batch", result.message_queue.queue_id, 0, 10).messages
+    stored = local(broker).store.get_messages("batch", result.message_queue.queue_id, 0, 10).messages
     assert [m.body for m in stored] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
     assert [m.offset_msg_id for m in stored] == offset_ids  # AppendCallback batch ids
     assert [m.queue_offset for m in stored] == list(range(result.queue_offset, result.queue_offset + 5))
@@ -183,7 +191,7 @@ def test_send_batch_of_cached_maps_matches_message_by_message(broker: Any, produ
         msgs = [mqlite.Message("plainb", b"b%d" % i, tags="T%d" % (i % 2), keys=f"k{i}" if i % 3 == 0 else None,
                                flag=i) for i in range(20)]
         result = producer.send_batch(msgs)
-        stored = broker.store.get_messages("plainb", result.message_queue.queue_id, result.queue_offset, 20).messages
+        stored = local(broker).store.get_messages("plainb", result.message_queue.queue_id, result.queue_offset, 20).messages
         assert [m.properties for m in stored] == [m.properties for m in msgs]
         assert [m.flag for m in stored] == list(range(20)) and [m.body for m in stored] == [m.body for m in msgs]
         assert [m.offset_msg_id for m in stored] == result.offset_msg_id.split(",")
@@ -210,11 +218,11 @@ def test_send_batch_of_cached_maps_matches_message_by_message(broker: Any, produ
 def test_bad_input_is_refused_before_storing(tmp_path: Path, make: Any, fragment: str) -> None:
     with mqlite.open(str(tmp_path), max_message_size=64 * 1024, **SMALL) as broker:
         with mqlite.Producer(broker) as producer:
-            end = broker.store.commitlog.max_offset
+            end = local(broker).store.commitlog.max_offset
             for send in (producer.send, producer.send_async, producer.send_oneway):
                 with pytest.raises(mqlite.MQClientError, match=fragment):
                     send(make())
-            assert broker.store.commitlog.max_offset == end
+            assert local(broker).store.commitlog.max_offset == end
             assert not isinstance(mqlite.MQClientError("x"), mqlite.IllegalStateError)
 
 
@@ -250,12 +258,13 @@ def test_lifecycle_errors(broker: Any) -> None:
 
 
 # -- compression, hooks ---------------------------------------------------------------------------------------
+@over_the_wire
 def test_bodies_over_4_kib_are_stored_zlib_compressed(broker: Any, producer: Any) -> None:
     big = bytes(range(256)) * 40  # 10 KiB
     small = b"s" * 4096
     producer.send(mqlite.Message("z", big), queue=mqlite.MessageQueue("z", "mqlite", 0))
     producer.send(mqlite.Message("z", small), queue=mqlite.MessageQueue("z", "mqlite", 0))
-    first, second = broker.store.get_messages("z", 0, 0, 2).messages
+    first, second = local(broker).store.get_messages("z", 0, 0, 2).messages
     assert first.body == big and second.body == small  # consumers see the original bytes
     assert first.sys_flag & 0x701 == SysFlag.COMPRESSED | SysFlag.COMPRESSION_ZLIB_TYPE
     assert second.sys_flag & SysFlag.COMPRESSED == 0
@@ -264,6 +273,7 @@ def test_bodies_over_4_kib_are_stored_zlib_compressed(broker: Any, producer: Any
     assert first.store_size < len(big)
 
 
+@over_the_wire
 def test_send_hooks_see_before_and_after(producer: Any) -> None:
     events: list[tuple[str, Any]] = []
 
@@ -280,7 +290,7 @@ def test_send_hooks_see_before_and_after(producer: Any) -> None:
 
 def test_flush_disk_timeout_is_reported(tmp_path: Path) -> None:
     with mqlite.open(str(tmp_path), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0.2, **SMALL) as broker:
-        broker.store._group_commit._flush_to = lambda: 0  # a disk that never confirms
+        local(broker).store._group_commit._flush_to = lambda: 0  # a disk that never confirms
         with mqlite.Producer(broker) as producer:
             result = producer.send(mqlite.Message("t", b"x"))
         assert result.send_status is mqlite.SendStatus.FLUSH_DISK_TIMEOUT
@@ -288,6 +298,7 @@ def test_flush_disk_timeout_is_reported(tmp_path: Path) -> None:
 
 
 # -- concurrency, sharing -------------------------------------------------------------------------------------
+@over_the_wire
 def test_eight_threads_store_every_message_once(broker: Any, producer: Any) -> None:
     def worker(n: int) -> None:
         for i in range(250):
@@ -300,8 +311,8 @@ def test_eight_threads_store_every_message_once(broker: Any, producer: Any) -> N
         t.join()
     stored = _all(broker, "mt")
     assert sorted(m.body for m in stored) == sorted(b"%d-%d" % (n, i) for n in range(8) for i in range(250))
-    for queue_id in broker.store.queue_ids("mt"):
-        offsets = [m.queue_offset for m in broker.store.get_messages("mt", queue_id, 0, 10_000).messages]
+    for queue_id in local(broker).store.queue_ids("mt"):
+        offsets = [m.queue_offset for m in local(broker).store.get_messages("mt", queue_id, 0, 10_000).messages]
         assert offsets == list(range(len(offsets)))
 
 

@@ -33,6 +33,8 @@ EXPORTS = {
     "MessageSelector", "ExpressionType", "rebalance",
     # message trace
     "TraceView", "MessageTrack", "TrackType",
+    # other processes: a served broker
+    "connect", "RemoteBroker",
     # errors
     "MQLiteError", "MQClientError", "FilterError", "ConfigError", "IllegalStateError", "StoreLockedError",
     "StoreCorruptedError", "MessageNotFoundError", "SendTimeoutError", "DiskFullError", "RemotingError",

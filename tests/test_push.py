@@ -24,6 +24,7 @@ from mqlite.errors import IllegalStateError, MQClientError
 from mqlite.filter import MessageSelector
 from mqlite.message import MessageQueue
 from mqlite.sendback import dlq_topic
+from remote_support import kind_of, over_the_wire, reached
 
 SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
                          "max_hash_slot_num": 64, "max_index_num": 256}
@@ -33,9 +34,10 @@ FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Any]:
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     b = mqlite.open(str(tmp_path / "mq"), message_delay_level=FAST_LEVELS, **SMALL)
-    yield b
+    with reached(kind_of(request), b) as target:  # a test marked @over_the_wire also runs remotely
+        yield target
     b.close()
 
 
@@ -77,6 +79,7 @@ def _mqlite_threads() -> set[str]:
     return {t.name for t in threading.enumerate() if t.name.startswith("mqlite-") and t.is_alive()}
 
 
+@over_the_wire
 def test_concurrent_consumes_everything_and_commits_offsets(broker: Any) -> None:
     _send(broker, "T", 100)
     listener = Collector()
@@ -84,12 +87,15 @@ def test_concurrent_consumes_everything_and_commits_offsets(broker: Any) -> None
                       subscription={"T": "*"}, listener=listener) as consumer:
         listener.wait_for(lambda seen: len(seen) >= 100)
         assert sorted(int(b) for b in listener.bodies()) == list(range(100))
-        assert consumer.assigned_queues() == {MessageQueue("T", broker.broker_name, q) for q in range(4)}
+        # A served broker creates the group's retry topic at its first heartbeat, as RocketMQ's does.
+        assigned = {mq for mq in consumer.assigned_queues() if mq.topic == "T"}
+        assert assigned == {MessageQueue("T", broker.broker_name, q) for q in range(4)}
     progress = {(r.topic, r.queue_id): r for r in broker.consumer_progress("cg")}
     assert all(progress[("T", q)].diff == 0 for q in range(4))
     assert not {n for n in _mqlite_threads() if "cg" in n}
 
 
+@over_the_wire
 def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> None:
     broker.create_topic("T", 2)
     listener = Collector()
@@ -102,6 +108,7 @@ def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> N
         assert time.monotonic() - sent < 1.0  # woken by the arrival, not the 15 s backstop
 
 
+@over_the_wire
 def test_retry_then_dlq_after_exactly_max_reconsume_times(broker: Any) -> None:
     [msg_id] = _send(broker, "T", 1, queues=1)
     listener = Collector(lambda msgs, ctx: ConsumeConcurrentlyStatus.RECONSUME_LATER)
@@ -141,6 +148,7 @@ def test_a_batch_running_past_consume_timeout_is_sent_back(broker: Any) -> None:
     assert attempts == [0, 1]
 
 
+@over_the_wire
 def test_listener_exception_means_reconsume_later(broker: Any) -> None:
     _send(broker, "T", 1, queues=1)
     calls: list[int] = []
@@ -157,6 +165,7 @@ def test_listener_exception_means_reconsume_later(broker: Any) -> None:
     assert calls == [0, 1]
 
 
+@over_the_wire
 def test_ack_index_sends_back_only_the_rest(broker: Any) -> None:
     broker.create_topic("T", 1)
     for i in range(4):
@@ -178,6 +187,7 @@ def test_ack_index_sends_back_only_the_rest(broker: Any) -> None:
     assert retried == [b"2", b"3"]
 
 
+@over_the_wire
 def test_two_then_three_members_split_queues_and_take_over(broker: Any) -> None:
     broker.create_topic("T", 6)
     consumers = [PushConsumer(broker, "cg", client_id=f"c{i}", subscription={"T": "*"}, listener=Collector())
@@ -206,6 +216,7 @@ def test_two_then_three_members_split_queues_and_take_over(broker: Any) -> None:
             c.shutdown()
 
 
+@over_the_wire
 def test_messages_survive_a_member_leaving(broker: Any) -> None:
     broker.create_topic("T", 4)
     a_seen, b_seen = Collector(), Collector()
@@ -250,6 +261,7 @@ def test_broadcasting_gives_every_member_everything(broker: Any, tmp_path: Path)
     assert (tmp_path / "offsets" / "b0" / "bg" / "offsets.json").exists()
 
 
+@over_the_wire
 def test_orderly_keeps_queue_order_through_suspends(broker: Any) -> None:
     broker.create_topic("T", 2)
     with mqlite.Producer(broker, "pg") as producer:
@@ -279,6 +291,7 @@ def test_orderly_keeps_queue_order_through_suspends(broker: Any) -> None:
     assert len(suspended) > 0
 
 
+@over_the_wire
 def test_tag_and_sql_filters_deliver_exactly_the_matching_messages(broker: Any) -> None:
     broker.create_topic("T", 2)
     with mqlite.Producer(broker, "pg") as producer:
@@ -311,6 +324,7 @@ def test_offsets_survive_restart_at_least_once(tmp_path: Path) -> None:
         assert sorted(int(x) for x in second.bodies()) == list(range(10))  # only the new ones
 
 
+@over_the_wire
 def test_reset_offset_by_time_rewinds_a_running_consumer(broker: Any) -> None:
     _send(broker, "T", 20, queues=1)
     listener = Collector()

@@ -197,21 +197,26 @@ def test_send_v1_v2_and_batch_then_pull_the_stored_records(broker: mqlite.Broker
 
 
 @pytest.mark.parametrize("text", ["A\x011\x02B\x012", "A\x011\x02B\x012\x02", "A\x011\x02A\x012\x02",
-                                  "\x02A\x011\x02\x01x\x02B\x01\x02", "A\x01x\x01y", ""])
+                                  "\x02A\x011\x02\x01x\x02B\x01\x02", "A\x01x\x01y", "",
+                                  "A\x011\x02UNIQ_KEY\x01U1\x02", "UNIQ_KEY\x01U1\x02A\x011"])
 def test_a_send_s_property_text_is_stored_as_its_decoded_map_encodes(broker: mqlite.Broker, client: Client,
                                                                      text: str) -> None:
     # The wire's text is stored as is when it is what the decoded map encodes to (no name twice, no empty
-    # segment), else re-encoded: the record's property block is always encode(decode(text)).
+    # segment), else re-encoded: the record's property block is always encode(decode(text)), with the
+    # UNIQ_KEY the server gives a message sent without one.
     v2 = {"a": "pg", "b": "props", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000001", "h": "0",
           "i": text, "j": "0", "k": "false"}
     sent = client.call(RequestCode.SEND_MESSAGE_V2, v2, b"body")
     assert sent.code == ResponseCode.SUCCESS, sent.remark
     broker.wait_dispatched()
     [got] = records(pull(client, "props", 0, int(sent.ext_fields["queueOffset"])).body)
-    expected = encode_properties(decode_properties(text)).encode()
+    sent_map = decode_properties(text)
+    if "UNIQ_KEY" not in sent_map:
+        sent_map["UNIQ_KEY"] = got.properties["UNIQ_KEY"]
+    expected = encode_properties(sent_map).encode()
     stored = broker.store.commitlog.read(got.commit_log_offset, got.store_size)
     assert stored.endswith(struct.pack(">h", len(expected)) + expected)
-    assert got.properties == decode_properties(text)
+    assert got.properties == sent_map
 
 
 @pytest.mark.parametrize("shared, own", [
@@ -692,7 +697,7 @@ def test_sync_flush_sends_wait_on_the_executor(tmp_path: Path) -> None:
         assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 100
         assert sorted(int(a.ext_fields["queueOffset"]) for a in answers) == list(range(100))
         names = {t.name for t in threading.enumerate()}
-        assert "mqlite-remoting-exec-1" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
+        assert "mqlite-remoting-exec_0" in names and not any(n.startswith("ThreadPoolExecutor") for n in names)
         for c in clients:
             c.close()
     assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-")]

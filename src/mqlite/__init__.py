@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from . import rebalance
-from .broker import Broker, QueueProgress, QueueStatus, open
+from .broker import Broker, QueueProgress, QueueStatus, set_remote_connector
 from .config import StoreConfig
 from .consumer import (
     ConsumeConcurrentlyContext,
@@ -49,11 +49,17 @@ from .producer import (
     TransactionSendResult,
 )
 from .reader import StoreReader
+from .remoting.holder import connect_to_holder
+from .remoting.holder import open_store as open
+from .remoting.remote import RemoteBroker, connect
 from .store import MessageStore
 from .storebase import GetMessageResult, GetMessageStatus
 from .traceview import MessageTrack, TraceView, TrackType
 from .broker import set_server_factory as _set_server_factory
 from .remoting import serve_broker as _serve_broker
+
+# Clients given the path of a store another process holds and serves connect to that process.
+set_remote_connector(connect_to_holder)
 
 __version__ = "0.1.0"
 
@@ -70,6 +76,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Broker",
+    "connect",
     "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",
@@ -82,6 +89,7 @@ __all__ = [
     "PullResult",
     "PullStatus",
     "PushConsumer",
+    "RemoteBroker",
     "QueueProgress",
     "rebalance",
     "ConfigError",

@@ -50,7 +50,7 @@ from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
 from .store import MessageStore
-from .storebase import MessageFilter, StoreFiles, config_for
+from .storebase import MAX_PULL_MSG_SIZE, MessageFilter, StoreFiles, config_for
 from .topics import (
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
@@ -119,6 +119,11 @@ class Serving(Protocol):
     @property
     def address(self) -> str:
         """`host:port` the server listens on."""
+        ...
+
+    @property
+    def store_host(self) -> str | None:
+        """`ip:port` it had the broker write into records as their store host (None: it did not)."""
         ...
 
     def close(self) -> None:
@@ -307,12 +312,19 @@ class Broker:
 
     # -- topics --------------------------------------------------------------------------------------------
     def create_topic(self, topic: str, queue_nums: int = 4, *, order: bool = False,
-                     perm: int = PERM_READ | PERM_WRITE) -> TopicConfig:
+                     perm: int = PERM_READ | PERM_WRITE, read_queue_nums: int | None = None,
+                     write_queue_nums: int | None = None) -> TopicConfig:
         """Create (or resize) a topic with `queue_nums` read and write queues (mqadmin `updateTopic`);
-        `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2)."""
+        `perm` is RocketMQ's permission bits (`PERM_READ` 4, `PERM_WRITE` 2).
+
+        `read_queue_nums` / `write_queue_nums` set either count apart (RocketMQ's way to shrink a topic:
+        fewer write queues first, fewer read queues once consumers have drained the rest): producers
+        send to the write queues, consumers read the read queues.
+        """
         self._writer()
         before = self.topics.get(_topic_str(topic))
-        config = self.topics.create(topic, queue_nums, perm=perm, order=order)
+        config = self.topics.create(topic, queue_nums, perm=perm, order=order, read_queue_nums=read_queue_nums,
+                                    write_queue_nums=write_queue_nums)
         if before is None or before.read_queue_nums != config.read_queue_nums:
             self.consumer_groups.notify_all()
         return config
@@ -397,6 +409,9 @@ class Broker:
             _check_put_target(topic, queue_id)  # the plain send's put costs a set look-up here, no regex
         if properties and type(properties) is not EncodedProperties:  # a producer's plain send vouches for its own
             check_properties(properties)
+        if sys_flag and (type(sys_flag) is not int or sys_flag & ~_CLIENT_SYS_FLAGS
+                         or sys_flag & SysFlag.COMPRESSION_TYPE_MASK > SysFlag.COMPRESSION_ZLIB_TYPE):
+            _check_sys_flag(sys_flag)
         if sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED_TYPE:
             topic, queue_id, properties, sys_flag = parse_half_message(topic, queue_id, properties or {}, sys_flag)
         elif properties and not _DELAY_PROPERTIES.isdisjoint(properties):
@@ -424,13 +439,17 @@ class Broker:
 
     def put_messages(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                      properties: Sequence[Mapping[str, str] | None], *, flags: Sequence[int] | None = None,
-                     born_timestamp: int | None = None) -> PutResult:
-        """Store a batch of one queue (consecutive queue offsets, one segment)."""
+                     born_timestamp: int | None = None, born_host: str | None = None) -> PutResult:
+        """Store a batch of one queue (consecutive queue offsets, one segment).
+
+        `born_host` (`ip:port`) is the sender's address, which a server passes (default: the store's).
+        """
         store = self._writer()
         if topic not in _GOOD_TOPICS or type(queue_id) is not int or not 0 <= queue_id <= JAVA_INT_MAX:
             _check_put_target(topic, queue_id)
         try:
-            return store.put_batch(topic, queue_id, bodies, properties, flags=flags, born_timestamp=born_timestamp)
+            return store.put_batch(topic, queue_id, bodies, properties, flags=flags, born_timestamp=born_timestamp,
+                                   born_host=born_host)
         except (struct.error, OverflowError, TypeError) as exc:
             raise _bad_field(exc, flags=flags, born_timestamp=born_timestamp) from None
 
@@ -491,6 +510,9 @@ class Broker:
         with _SHARED_LOCK:
             broker = _SHARED.get(key)
             if broker is None or broker.closed:
+                opened = _opened_writer(key)
+                if opened is not None:
+                    return opened  # this process opened the directory itself: its owner closes it
                 broker = open(key)
                 broker._shared_key = key
                 _SHARED[key] = broker
@@ -642,7 +664,8 @@ class Broker:
 
     # -- consuming --------------------------------------------------------------------------------------------
     def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
-             message_filter: MessageFilter | None = None, wait: float = 0.0) -> PullResult:
+             message_filter: MessageFilter | None = None, wait: float = 0.0, *,
+             max_bytes: int = MAX_PULL_MSG_SIZE) -> PullResult:
         """Pull up to `max_nums` messages of `mq` from `offset` (RocketMQ's long-polling pull).
 
         Returns at once when messages are there. Otherwise it parks until the
@@ -651,7 +674,8 @@ class Broker:
         themselves, across all their queues). With a filter, one call scans one
         window of units: without a wait it returns NO_MATCHED_MSG with the
         offset to go on from; with one it scans on while time remains.
-        `group` names the puller, as RocketMQ's request does.
+        `group` names the puller, as RocketMQ's request does. The records found total at most
+        `max_bytes` (at least one is returned; the store stops before copying more).
         """
         store = self._check()
         _valid_group(group)
@@ -663,10 +687,13 @@ class Broker:
             raise MQClientError(f"max_nums must be a positive int, got {max_nums!r}")
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise MQClientError(f"offset must be an int, got {offset!r}")
+        if not isinstance(max_bytes, int) or max_bytes < 1:
+            raise MQClientError(f"max_bytes must be a positive int, got {max_bytes!r}")
         deadline = store.clock.monotonic() + wait
         topic, queue_id = mq.topic, mq.queue_id
         while True:
-            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter), offset)
+            result = pull_result_of(store.get_messages(topic, queue_id, offset, max_nums, message_filter, max_bytes),
+                                    offset)
             remaining = deadline - store.clock.monotonic()
             if result.pull_status is PullStatus.NO_MATCHED_MSG and result.next_begin_offset > offset:
                 if wait <= 0:
@@ -873,9 +900,10 @@ class Broker:
             table[queue_id] = (store.max_offset(topic, queue_id) if timestamp == -1
                                else store.offset_by_time(topic, queue_id, timestamp))
             offsets.commit(group, topic, queue_id, table[queue_id])
+        # Every member hears of it, as RocketMQ's Broker2Client.resetOffset tells every connection of the group:
+        # an assign-mode consumer's heartbeat subscribes nothing, and each member ignores queues it does not hold.
         for member in self.consumer_groups.members(group):
-            if topic in member.subscribed_topics():
-                member.reset_offsets(topic, dict(table))
+            member.reset_offsets(topic, dict(table))
         return {MessageQueue(topic, self.broker_name, q): o for q, o in table.items()}
 
     # -- serving ------------------------------------------------------------------------------------------------
@@ -898,6 +926,16 @@ class Broker:
                 raise MQClientError(f"a store host is 'ip:port' with an IPv4 address, got {address!r}")
         store.commitlog.set_store_host(host, port)
 
+    def forget_server(self, server: Serving) -> None:
+        """A server from `serve()` stopped (it calls this): records take the store host of the newest
+        server still serving, or `127.0.0.1:10911` when none is (`set_store_host`)."""
+        with self._clients_lock:
+            if server in self._servers:
+                self._servers.remove(server)
+            remaining = [s.store_host for s in self._servers if s.store_host is not None]
+        if server.store_host is not None and not self._closed:
+            self.set_store_host(remaining[-1] if remaining else None)
+
     def serve(self, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
               allow_anonymous: bool = False, max_frame_size: int = 16 * 1024 * 1024, **options: Any) -> Serving:
         """Serve this broker over Apache RocketMQ's remoting protocol; returns the `mqlite.Server`.
@@ -907,8 +945,11 @@ class Broker:
         default; any other address needs `acl={access_key: secret_key}` (RocketMQ ACL signatures)
         or `allow_anonymous=True`, else `ConfigError`. A frame over `max_frame_size` bytes closes
         its connection. `options`: `channel_expired_timeout` (seconds a silent connection is kept,
-        120), `executor_threads` (8). `close()` closes the servers first. Starts two kinds of
-        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec-N`.
+        120), `executor_threads` (8), `executor_queue` (requests waiting for those threads before
+        the server answers SYSTEM_BUSY, 10000), `max_parked` (long-polling pulls parked at once, all
+        connections together, 65536; past it a pull that finds nothing answers at once).
+        `close()` closes the servers first. Starts two kinds of
+        threads: `mqlite-remoting` and up to `executor_threads` `mqlite-remoting-exec_N`.
         """
         self._check()
         if self._closing:
@@ -1023,6 +1064,27 @@ _JAVA_LONG_MAX = (1 << 63) - 1
 _GOOD_GROUPS: set[str] = set()  # names check_group passed (a pull checks its group without a regex)
 
 
+#: SYSFLAG bits a sender may set (`MessageSysFlag`): compressed, multi tags, the transaction type and the
+#: compression type; the host bits are accepted and ignored (the store sets them from the addresses).
+#: The batch bits (NEED_UNWRAP, INNER_BATCH) are the broker's and any higher bit is undefined.
+_CLIENT_SYS_FLAGS = (SysFlag.COMPRESSED | SysFlag.MULTI_TAGS | SysFlag.TRANSACTION_MASK | SysFlag.BORNHOST_V6
+                     | SysFlag.STOREHOSTADDRESS_V6 | SysFlag.COMPRESSION_TYPE_MASK)
+
+
+def _check_sys_flag(sys_flag: object) -> None:
+    """`MQClientError` for a sys flag a sender may not set, before anything is stored: a record with an
+    undefined compression type could never be read back (RocketMQ answers MESSAGE_ILLEGAL)."""
+    if type(sys_flag) is not int or not 0 <= sys_flag <= JAVA_INT_MAX:
+        raise MQClientError(f"sys_flag must be an int in [0, {JAVA_INT_MAX}], got {sys_flag!r}")
+    if sys_flag & ~_CLIENT_SYS_FLAGS:
+        raise MQClientError(f"sys_flag {sys_flag:#x} sets bits {sys_flag & ~_CLIENT_SYS_FLAGS:#x} that a sender may "
+                            f"not set (allowed: {_CLIENT_SYS_FLAGS:#x})")
+    kind = (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8
+    if kind > 3:
+        raise MQClientError(f"sys_flag {sys_flag:#x} names compression type {kind}, which RocketMQ does not define "
+                            "(1 LZ4, 2 ZSTD, 3 ZLIB)")
+
+
 def _valid_group(group: str) -> None:
     """`check_group(group)`, remembered: a consumer names its group on every pull."""
     if type(group) is not str or group not in _GOOD_GROUPS:
@@ -1063,6 +1125,15 @@ def _check_queue(mq: object) -> None:
 _SHARED: dict[str, Broker] = {}
 _SHARED_LOCK = threading.Lock()
 _OPENED: weakref.WeakSet[Broker] = weakref.WeakSet()
+
+
+def _opened_writer(path: str) -> Broker | None:
+    """A writer this process opened on `path` (a real path) and has not closed, or None."""
+    for broker in list(_OPENED):
+        if (not broker._closed and not broker._closing and not broker.read_only and broker._pid == os.getpid()
+                and os.path.realpath(broker.path) == path):
+            return broker
+    return None
 
 
 def _disown_in_child() -> None:

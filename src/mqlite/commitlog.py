@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .clock import Clock, SystemClock
+from .compression import decompress
 from .config import StoreConfig
 from .errors import MQClientError, StoreCorruptedError
 from .consumequeue import ConsumeQueue
@@ -264,13 +265,17 @@ _ROLLBACK = SysFlag.TRANSACTION_ROLLBACK_TYPE
 _HEADER_SIZE = HEADER.size
 _DICT_TYPES = frozenset({dict, EncodedProperties})
 #: HEADER as a numpy record (batch appends pack many headers at once); same fields, same bytes.
-_HEADER_DTYPE = np.dtype([
+_HEADER_FIELDS = [
     ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
     ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
     ("born_host", "S4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_host", "S4"),
     ("store_port", ">i4"), ("reconsume_times", ">i4"), ("prepared_offset", ">i8"), ("body_length", ">i4"),
-])
+]
+_HEADER_DTYPE = np.dtype(_HEADER_FIELDS)
 assert _HEADER_DTYPE.itemsize == HEADER.size
+#: The header of a record whose born host is IPv6 (`SysFlag.BORNHOST_V6`: 16 address bytes, not 4).
+_HEADER_DTYPE_BORN_V6 = np.dtype([(name, "S16" if name == "born_host" else kind) for name, kind in _HEADER_FIELDS])
+assert _HEADER_DTYPE_BORN_V6.itemsize == HEADER.size + _V6_EXTRA
 _LAZY_FIELDS = frozenset(MessageExt.__slots__) | {"topic", "flag", "properties", "transaction_id"}
 
 
@@ -285,7 +290,7 @@ def _body_of(raw: bytes) -> bytes:
     (length,) = _INT.unpack_from(raw, pos)
     body = raw[pos + 4 : pos + 4 + length]
     if sys_flag & SysFlag.COMPRESSED:
-        body = _decompress(body, sys_flag)
+        body = decompress(body, sys_flag)
     return body
 
 
@@ -310,17 +315,6 @@ def stored_body(msg: MessageExt) -> tuple[bytes, int]:
     pos = _body_offset(raw, sys_flag)
     (length,) = _INT.unpack_from(raw, pos)
     return bytes(raw[pos + _INT.size : pos + _INT.size + length]), sys_flag
-
-
-def _decompress(body: bytes, sys_flag: int) -> bytes:
-    # CompressionType.findByValue: 0 (older messages) and 3 mean zlib. LZ4 and
-    # ZSTD need libraries mqlite does not carry: the stored bytes are returned.
-    if (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8 in (0, 3):
-        try:
-            return zlib.decompress(body)
-        except zlib.error:
-            return body
-    return body
 
 
 def _decode_into(msg: MessageExt, raw: bytes) -> None:
@@ -368,7 +362,7 @@ def _decode_into(msg: MessageExt, raw: bytes) -> None:
     msg.prepared_transaction_offset = prepared
     msg.offset_msg_id = create_offset_msg_id(store_ip, store_port, phys)
     body = raw[body_end - body_len : body_end]
-    msg.body = _decompress(body, sys_flag) if sys_flag & SysFlag.COMPRESSED else body
+    msg.body = decompress(body, sys_flag) if sys_flag & SysFlag.COMPRESSED else body
 
 
 def decode_message(raw: bytes, broker_name: str) -> StoredMessage:
@@ -837,8 +831,11 @@ class CommitLog:
 
     def append_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                      properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
-                     born_timestamp: int | None = None, flags: Sequence[int] | None = None) -> PutResult:
+                     born_timestamp: int | None = None, flags: Sequence[int] | None = None,
+                     born_host: str | None = None) -> PutResult:
         """Append records of one queue together, under one lock, in one segment.
+
+        `born_host` (`ip:port`) is the sender's address (default: the store's), as in `append`.
 
         As RocketMQ's batch: if the batch does not fit in what is left of the
         segment, the whole batch moves to the next one. The reput service gets
@@ -888,8 +885,11 @@ class CommitLog:
             else:
                 tail_heads = list(map(prefix.__add__, map(pack_len, block_lengths.tolist())))
             tail_lengths = block_lengths + (len(prefix) + 2)
+        born_ip, born_port = self._born_default if not born_host else _host_bytes(born_host)
+        header_dtype = _HEADER_DTYPE if len(born_ip) == 4 else _HEADER_DTYPE_BORN_V6
+        size = header_dtype.itemsize
         body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
-        size_array = body_lengths + tail_lengths + HEADER.size
+        size_array = body_lengths + tail_lengths + size
         sizes: list[int] = size_array.tolist()
         total_all = sum(sizes)
         if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
@@ -900,14 +900,16 @@ class CommitLog:
         # Headers are packed together into a numpy record array (one pass per field,
         # measured: a third of the cost of HEADER.pack per record); the fields that
         # depend on the log's position are filled under the lock.
-        headers = np.zeros(count, dtype=_HEADER_DTYPE)
+        headers = np.zeros(count, dtype=header_dtype)
         headers["total"] = size_array
         headers["magic"] = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
         headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
         headers["queue_id"] = queue_id
         headers["flag"] = flag if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
-        headers["born_host"] = _STORE_IP
-        headers["born_port"] = _STORE_PORT
+        headers["born_host"] = born_ip
+        headers["born_port"] = born_port
+        if header_dtype is _HEADER_DTYPE_BORN_V6:
+            headers["sys_flag"] = _BORNHOST_V6
         headers["store_host"], headers["store_port"] = self.store_host
         headers["body_length"] = body_lengths
         record_starts = np.zeros(count, dtype=np.int64)
@@ -922,7 +924,6 @@ class CommitLog:
             headers["born_timestamp"] = now if born_timestamp is None else born_timestamp
             headers["store_timestamp"] = now
             raw = headers.tobytes()
-            size = HEADER.size
             slices = [raw[i : i + size] for i in range(0, count * size, size)]
             records = zip(slices, bodies, tail_heads) if blocks is None else zip(slices, bodies, tail_heads, blocks)
             # One slice assignment for the whole batch (measured: cheaper than three copies per
@@ -1135,12 +1136,20 @@ class CommitLog:
         return None if raw is None else StoredMessage(raw, broker_name)
 
     def record_size_at(self, offset: int) -> int:
-        """TOTALSIZE of the record at `offset` (0 when outside the log)."""
+        """TOTALSIZE of the record that starts at `offset`; 0 when none does. Any offset may be asked
+        (a client's message id): a record starts there only if its magic is one, its PHYSICALOFFSET
+        field names `offset` and it lies in its file, below the write position."""
         mf = self.mapped_files.find(offset)
-        if mf is None or offset - mf.file_from_offset + 8 > mf.file_size:
+        if mf is None or offset < 0:
             return 0
-        total, magic = BLANK.unpack_from(mf.mm, offset - mf.file_from_offset)
-        return total if magic in (MAGIC_V1, MAGIC_V2) and total > 0 else 0
+        pos = offset - mf.file_from_offset
+        if pos + PREFIX.size > mf.file_size:
+            return 0
+        total, magic = BLANK.unpack_from(mf.mm, pos)
+        if magic not in (MAGIC_V1, MAGIC_V2) or total < PREFIX.size or pos + total > mf.file_size \
+                or offset + total > self.max_offset or _PHYS.unpack_from(mf.mm, pos + _PHYS_POS)[0] != offset:
+            return 0
+        return total
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
         """STORETIMESTAMP of the record at `offset` (-1 when absent)."""

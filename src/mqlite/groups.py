@@ -47,7 +47,10 @@ class GroupMember(Protocol):
         ...
 
     def reset_offsets(self, topic: str, offsets: dict[int, int]) -> None:
-        """An admin reset `topic`'s offsets (queue id -> offset): drop cached messages, pull from there."""
+        """An admin reset `topic`'s offsets (queue id -> offset): drop cached messages, pull from there.
+
+        Every member of the group is told (whatever it subscribes); one that holds none of the
+        queues does nothing."""
         ...
 
     def shutdown(self) -> None:

@@ -68,6 +68,10 @@ class ArrivalHub:
                     else:
                         del self._wakers[key]
 
+    def watches(self, topic: str, queue_id: int) -> bool:
+        """True while some waker watches the queue. Lock-free."""
+        return (topic, queue_id) in self._wakers
+
     def notify(self, topic: str, queue_id: int) -> None:
         """The queue grew: wake everyone watching it. Lock-free; runs on the putting thread."""
         wakers = self._wakers.get((topic, queue_id))

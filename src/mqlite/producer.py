@@ -720,7 +720,8 @@ class TransactionProducer(Producer):
                 log.exception("execute_local_transaction failed; the broker will check back")
                 state = LocalTransactionState.UNKNOW
         if self._tracer is not None:  # as RocketMQ's endTransaction hook: every answer, UNKNOW too
-            self._tracer.end_transaction(self.group, msg, sent.msg_id, state.name, from_check=False)
+            self._tracer.end_transaction(self.group, msg, sent.msg_id, state.name, from_check=False,
+                                         offset_msg_id=sent.offset_msg_id)
         if state is not LocalTransactionState.UNKNOW:
             try:
                 self.broker.end_transaction(half.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
@@ -744,7 +745,8 @@ class TransactionProducer(Producer):
             log.exception("check_local_transaction failed; the broker will check again")
             return True
         if self._tracer is not None:
-            self._tracer.end_transaction(self.group, msg, msg.msg_id, state.name, from_check=True)
+            self._tracer.end_transaction(self.group, msg, msg.msg_id, state.name, from_check=True,
+                                         offset_msg_id=msg.offset_msg_id)
         if state is not LocalTransactionState.UNKNOW:
             self.broker.end_transaction(msg.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
                                         self.group, from_check=True, transaction_id=msg.transaction_id)

@@ -324,11 +324,14 @@ class MessageStore(StoreFiles):
 
     def put_batch(self, topic: str, queue_id: int, bodies: Sequence[bytes],
                   properties: Sequence[Mapping[str, str] | None] | None = None, *, flag: int = 0,
-                  born_timestamp: int | None = None, flags: Sequence[int] | None = None) -> PutResult:
-        """Append messages of one queue together (one lock, one segment, consecutive offsets)."""
+                  born_timestamp: int | None = None, flags: Sequence[int] | None = None,
+                  born_host: str | None = None) -> PutResult:
+        """Append messages of one queue together (one lock, one segment, consecutive offsets); `born_host`
+        (`ip:port`) is the sender's address (default: the store's)."""
         self._check_writable()
         return self._batch_stored(topic, queue_id, self.commitlog.append_batch(
-            topic, queue_id, bodies, properties, flag=flag, born_timestamp=born_timestamp, flags=flags))
+            topic, queue_id, bodies, properties, flag=flag, born_timestamp=born_timestamp, flags=flags,
+            born_host=born_host))
 
     def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                             key_hashes: Any = None, key_rows: Any = None) -> PutResult:

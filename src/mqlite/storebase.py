@@ -242,8 +242,10 @@ class StoreFiles:
 
     # -- messages ----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
-                     message_filter: MessageFilter | None = None) -> GetMessageResult:
-        """Up to `max_count` messages of a queue from `offset` (`DefaultMessageStore.getMessage`).
+                     message_filter: MessageFilter | None = None, max_bytes: int = MAX_PULL_MSG_SIZE) -> GetMessageResult:
+        """Up to `max_count` messages of a queue from `offset` (`DefaultMessageStore.getMessage`), of at
+        most `max_bytes` of records together (at least one record: RocketMQ's
+        `maxTransferBytesOnMessageInMemory`, checked before a record is copied).
 
         Never blocks; returns RocketMQ's status when there is nothing to return.
         Cost: one slice of units plus one record copy per message; filters
@@ -264,10 +266,11 @@ class StoreFiles:
         if offset > high:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high, low, high)
         if message_filter is None:
-            return self._get_unfiltered(cq, offset, min(max_count, high - offset), low, high)
-        return self._get_filtered(cq, offset, max_count, message_filter, low, high)
+            return self._get_unfiltered(cq, offset, min(max_count, high - offset), low, high, max_bytes)
+        return self._get_filtered(cq, offset, max_count, message_filter, low, high, max_bytes)
 
-    def _get_unfiltered(self, cq: ConsumeQueue, offset: int, count: int, low: int, high: int) -> GetMessageResult:
+    def _get_unfiltered(self, cq: ConsumeQueue, offset: int, count: int, low: int, high: int,
+                        max_bytes: int) -> GetMessageResult:
         # The read hot path (measured in bench/): no calls per message but two slices;
         # a plain record's body is cut here, so `.body` costs nothing later.
         messages: list[MessageExt] = []
@@ -330,6 +333,9 @@ class StoreFiles:
                         removed += 1
                         continue
                     size = len(raw)
+                if total_bytes + size > max_bytes and messages:
+                    stop = qoff  # the budget is spent: this record comes with the next read
+                    break
                 msg = new(cls)
                 msg._raw = raw
                 msg.broker_name = broker
@@ -341,9 +347,6 @@ class StoreFiles:
                     if not raw[_SYSFLAG_LOW] & _SLOW_BODY_FLAGS else None
                 append(msg)
                 total_bytes += size
-                if total_bytes >= MAX_PULL_MSG_SIZE:
-                    stop = qoff
-                    break
         _log_skips(cq, bad, aside, repair)
         if messages:
             status = GetMessageStatus.FOUND
@@ -354,8 +357,9 @@ class StoreFiles:
         return GetMessageResult(status, qoff, low, high, messages)
 
     def _get_filtered(self, cq: ConsumeQueue, offset: int, max_count: int, message_filter: MessageFilter,
-                      low: int, high: int) -> GetMessageResult:
+                      low: int, high: int, max_bytes: int) -> GetMessageResult:
         messages: list[MessageExt] = []
+        total_bytes = 0
         scan_limit = max(_FILTER_SCAN_BYTES // CQ_UNIT, max_count)
         qoff = offset
         read = self.commitlog.read
@@ -391,9 +395,14 @@ class StoreFiles:
                             continue
                     else:
                         continue
+                if total_bytes + len(raw) > max_bytes and messages:
+                    qoff -= 1  # the budget is spent: this unit is read again next time
+                    done = True
+                    break
                 msg = StoredMessage(raw, self.broker_name)
                 if not message_filter.is_matched_by_commit_log(msg):
                     continue
+                total_bytes += len(raw)
                 messages.append(msg)
                 if len(messages) >= max_count:
                     done = True

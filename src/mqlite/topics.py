@@ -210,17 +210,22 @@ class TopicTable:
 
     # -- changes ------------------------------------------------------------------------------------------
     def create(self, topic: str, queue_nums: int, *, perm: int = PERM_READ | PERM_WRITE, order: bool = False,
-               system: bool = False) -> TopicConfig:
-        """Create or update a topic (mqadmin `updateTopic`); user topics are validated."""
+               system: bool = False, read_queue_nums: int | None = None,
+               write_queue_nums: int | None = None) -> TopicConfig:
+        """Create or update a topic (mqadmin `updateTopic`); user topics are validated. `queue_nums` read and
+        write queues, unless `read_queue_nums` / `write_queue_nums` say otherwise."""
         if not system:
             check_topic(topic)
             if is_system_topic(topic):
                 raise MQClientError(f"topic {topic!r} is a RocketMQ system topic; choose another name")
-        if not isinstance(queue_nums, int) or isinstance(queue_nums, bool) or not 1 <= queue_nums <= 1024:
-            raise MQClientError(f"queue_nums must be an int from 1 to 1024, got {queue_nums!r}")
+        read = queue_nums if read_queue_nums is None else read_queue_nums
+        write = queue_nums if write_queue_nums is None else write_queue_nums
+        for name, value in (("queue_nums", queue_nums), ("read_queue_nums", read), ("write_queue_nums", write)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1024:
+                raise MQClientError(f"{name} must be an int from 1 to 1024, got {value!r}")
         if not isinstance(order, bool):
             raise MQClientError(f"order must be True or False, got {order!r}")
-        config = TopicConfig(topic, queue_nums, queue_nums, perm, order=order)
+        config = TopicConfig(topic, read, write, perm, order=order)
         with self._lock:
             if self._topics.get(topic) == config:
                 return config

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import itertools
 import logging
 import threading
@@ -53,6 +54,7 @@ from typing import Any, Protocol
 
 from ._service import Service
 from .commitlog import STORE_HOST, PutResult
+from .errors import MQClientError
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
@@ -66,6 +68,7 @@ from .message import (
     Message,
     MessageExt,
     UniqIdGenerator,
+    decode_offset_msg_id,
 )
 from .sendback import is_dlq_topic, retry_topic
 
@@ -110,8 +113,24 @@ _PROPERTY_MSG_REGION = "MSG_REGION"
 _PROPERTY_TRACE_SWITCH = "TRACE_ON"
 _DELAY_PROPERTIES = frozenset({PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_MS,
                                PROPERTY_TIMER_DELAY_SEC})
-_STORE_HOST = f"{STORE_HOST[0]}:{STORE_HOST[1]}"  # the broker address a send or consume went through
+_STORE_HOST = f"{STORE_HOST[0]}:{STORE_HOST[1]}"  # the store's own host (a record without an offset id)
 _ID_GENERATOR = UniqIdGenerator()  # trace messages' own ids and the SubBefore/SubAfter request ids
+
+
+def _store_host_of(offset_msg_id: str) -> str:
+    """The broker address a record's offset message id names (`ip:port`), which RocketMQ's trace hooks
+    record as the store host (the address the request went to): the serving address while a broker
+    serves, `127.0.0.1:10911` otherwise."""
+    return _host_of_id(offset_msg_id[:-16])  # the id without its 8-byte commit-log offset: one per broker
+
+
+@functools.lru_cache(maxsize=16)
+def _host_of_id(host_hex: str) -> str:
+    try:
+        ip, port, _ = decode_offset_msg_id(host_hex + "0" * 16)
+    except MQClientError:
+        return _STORE_HOST
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 class TraceType(enum.Enum):
@@ -582,25 +601,28 @@ class ProducerTracer:
         region = result.region_id or DEFAULT_REGION_ID
         group, topic, msg_id = context.producer_group, msg.topic, result.msg_id
         append = self.dispatcher.append
+        host = _store_host_of(result.offset_msg_id.partition(",")[0])
         if "," not in msg_id:
             keys = properties.get(PROPERTY_KEYS) or None
             append((topic, _pub_line(started, region, group, topic, msg_id, properties.get(PROPERTY_TAGS), keys,
-                                     _STORE_HOST, len(msg.body), cost, msg_type, result.offset_msg_id, success),
+                                     host, len(msg.body), cost, msg_type, result.offset_msg_id, success),
                     _keys_of(msg_id, keys)))
             return
         for one, offset_id in zip(msg_id.split(","), result.offset_msg_id.split(",")):
-            append((topic, _pub_line(started, region, group, topic, one, None, None, _STORE_HOST, 0, cost, msg_type,
+            append((topic, _pub_line(started, region, group, topic, one, None, None, host, 0, cost, msg_type,
                                      offset_id, success), [one]))
 
-    def end_transaction(self, group: str, msg: Message, msg_id: str, state: str, *, from_check: bool) -> None:
-        """An EndTransaction record: the local transaction's (or a check-back's) answer, UNKNOW included.
+    def end_transaction(self, group: str, msg: Message, msg_id: str, state: str, *, from_check: bool,
+                        offset_msg_id: str) -> None:
+        """An EndTransaction record: the local transaction's (or a check-back's) answer, UNKNOW included;
+        `offset_msg_id` is the half message's (it names the broker).
 
         Never raises: a tracing failure is logged and the transaction goes on.
         """
         try:
             properties = msg.properties
             bean = TraceBean(msg_id, msg.topic, properties.get(PROPERTY_TAGS), properties.get(PROPERTY_KEYS) or None,
-                             store_host=_STORE_HOST, msg_type=MessageType.Trans_msg_Commit,
+                             store_host=_store_host_of(offset_msg_id), msg_type=MessageType.Trans_msg_Commit,
                              transaction_id=msg.transaction_id, transaction_state=state,
                              from_transaction_check=from_check)
             region = properties.get(_PROPERTY_MSG_REGION) or DEFAULT_REGION_ID
@@ -723,7 +745,7 @@ class ConsumerTracer:
             keys = properties.get(PROPERTY_KEYS) or None
             msg_type = MessageType.Normal_Msg if to_dlq else MessageType.Delay_Msg
             text = _pub_line(started, DEFAULT_REGION_ID, self.group, topic, msg.msg_id,
-                             properties.get(PROPERTY_TAGS), keys, _STORE_HOST, len(msg.body),
+                             properties.get(PROPERTY_TAGS), keys, _store_host_of(put.offset_msg_id), len(msg.body),
                              self._now_ms() - started, msg_type.value, put.offset_msg_id, True)
             self.dispatcher.append((topic, text, _keys_of(msg.msg_id, keys)))
         except Exception:

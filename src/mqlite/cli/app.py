@@ -18,6 +18,7 @@ __all__ = ["main", "build_parser"]
 _EPILOG = f"""\
 The store is PATH, --store PATH or ${STORE_ENV}. Read commands open it read-only and work beside a
 live writer; commands that change it need the writer lock and refuse (exit 1) while a process holds it.
+-n HOST:PORT runs a command on the process serving a store there (mqlite serve) instead.
 Exit status: 0 success; 1 the command found a problem (verify), a message is not there, the store is
 locked or damaged; 2 bad usage (unknown command or flag, bad value, unknown topic or group, no store).
 Run `mqlite COMMAND --help` for a command's options."""
@@ -40,6 +41,8 @@ def _common_options() -> _Parser:
     common.add_argument("path", nargs="?", help="store directory (or --store, or $MQLITE_STORE)")
     # Its own dest: `mqlite --store A COMMAND --store B` must be seen as two stores, not B silently.
     common.add_argument("--store", dest="command_store", metavar="PATH", help="store directory")
+    common.add_argument("-n", "--namesrvAddr", dest="command_address", metavar="HOST:PORT",
+                        help="a serving process's address (mqlite serve) instead of a store path")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print one JSON document: a list of row objects with snake_case keys")
     return common
@@ -51,6 +54,8 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
                      "flags and columns.", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                      allow_abbrev=False)
     parser.add_argument("--store", metavar="PATH", help=f"store directory (default: ${STORE_ENV})")
+    parser.add_argument("-n", "--namesrvAddr", dest="address", metavar="HOST:PORT",
+                        help="run on the process serving a store at HOST:PORT (mqlite serve) instead of a path")
     parser.add_argument("--json", action="store_true", help="print one JSON document (also after the command)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     common = _common_options()
@@ -84,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     prefix = f"mqlite {args.command}"
     try:
-        ctx = Context(args.command, find_store(args.path, args.store, args.command_store, create=args.creates_store))
+        ctx = _context(args)
         try:
             return write_report(args.run(ctx, args), args.json, sys.stdout)
         finally:
@@ -107,6 +112,18 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug: still one line, never a traceback (issue 11)
         return _fail(f"{prefix}: unexpected {type(exc).__name__}: {exc} (an mqlite bug: please report it "
                      "with this line)", 1)
+
+
+def _context(args: argparse.Namespace) -> Context:
+    """The command's context: a store path, or with `-n` a serving process's address (never both)."""
+    addresses = {a for a in (args.address, args.command_address) if a}
+    if len(addresses) > 1:
+        raise UsageError(f"two addresses given ({' and '.join(sorted(addresses))}): name one with -n")
+    if addresses:
+        if args.path or args.store or args.command_store:
+            raise UsageError("give a store PATH or -n HOST:PORT, not both")
+        return Context(args.command, "", address=addresses.pop())
+    return Context(args.command, find_store(args.path, args.store, args.command_store, create=args.creates_store))
 
 
 def _fail(message: str, status: int) -> int:

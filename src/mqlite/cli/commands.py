@@ -81,8 +81,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("updateTopic", update_topic, (
         TOPIC,
         opt("-r", "--readQueueNums", dest="read_queue_nums", type=positive, metavar="N",
-            help="queue count (default 8; -r and -w name the same count in mqlite)"),
-        opt("-w", "--writeQueueNums", dest="write_queue_nums", type=positive, metavar="N", help="queue count"),
+            help="read queue count (default 8; one of -r and -w alone sets both)"),
+        opt("-w", "--writeQueueNums", dest="write_queue_nums", type=positive, metavar="N",
+            help="write queue count"),
         opt("-p", "--perm", dest="perm", type=int, choices=(2, 4, 6), default=6,
             help="permission: 2 write, 4 read, 6 both (default)"),
         opt("-o", "--order", dest="order", type=boolean, default=False, metavar="true|false",

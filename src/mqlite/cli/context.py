@@ -4,20 +4,34 @@ Read commands call `Context.reader()`: a read-only broker (no lock, no
 threads), safe beside a live writer in another process. Commands that change
 the store call `Context.writer()`, which takes the writer lock; when a live
 process holds it the command stops with one line and exit status 1.
+
+With `-n HOST:PORT` (mqadmin's name server flag) both give a connection to
+the process serving the store (`mqlite.connect`) instead; only the commands
+in `REMOTE_COMMANDS` run that way, the others read the store's files.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 from ..broker import Broker
 from ..broker import open as open_broker
 from ..errors import StoreLockedError
+from ..remoting.remote import connect
 from .output import Progress
 
-__all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV"]
+__all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV", "REMOTE_COMMANDS"]
+
+#: Commands that work over `-n HOST:PORT`: they use only the admin surface a `RemoteBroker` shares with
+#: `Broker` (topics, offsets, messages by id, key and offset, queue reads, sends, resets). The others read
+#: files a connection cannot reach (storeInfo, verify, statsAll and consumerProgress read the persisted
+#: offset table, queryMsgTraceById the message track, resendDlq writes the retry topic's config).
+REMOTE_COMMANDS = frozenset({
+    "topicList", "topicStatus", "updateTopic", "deleteTopic", "resetOffsetByTime", "skipAccumulatedMessage",
+    "queryMsgById", "queryMsgByKey", "queryMsgByOffset", "printMsg", "sendMessage", "consumeMessage", "queryDlq",
+})
 
 #: The environment variable naming the store when neither PATH nor --store does.
 STORE_ENV = "MQLITE_STORE"
@@ -61,20 +75,36 @@ class Context:
     Opens at most one broker, on first use, and closes it in `close()`.
     """
 
-    def __init__(self, command: str, path: str, out: TextIO | None = None) -> None:
+    def __init__(self, command: str, path: str, out: TextIO | None = None, *, address: str | None = None) -> None:
         self.command = command
         self.path = path
+        self.address = address
         self.out = out if out is not None else sys.stdout
         self._broker: Broker | None = None
+        if address is not None and command not in REMOTE_COMMANDS:
+            raise UsageError(f"{command} reads the store's files and cannot run over -n {address}; give the store "
+                             f"PATH instead (commands that run over -n: {', '.join(sorted(REMOTE_COMMANDS))})")
+
+    def _connected(self) -> Broker:
+        """`-n`: a connection to the serving process. Typed as the `Broker` the commands take: the commands
+        of `REMOTE_COMMANDS` use only the admin surface `RemoteBroker` shares with it (tests run each one)."""
+        if self._broker is None:
+            assert self.address is not None
+            self._broker = cast(Broker, connect(self.address))
+        return self._broker
 
     def reader(self) -> Broker:
         """The store opened read-only (sees what the writer had dispatched when it opened)."""
+        if self.address is not None:
+            return self._connected()
         if self._broker is None:
             self._broker = open_broker(self.path, read_only=True)
         return self._broker
 
     def writer(self) -> Broker:
         """The store opened for writing; `CommandError` when a live process holds the writer lock."""
+        if self.address is not None:
+            return self._connected()
         if self._broker is None:
             try:
                 self._broker = open_broker(self.path)

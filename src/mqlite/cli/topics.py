@@ -7,7 +7,7 @@ import dataclasses
 
 from ..topics import PERM_INHERIT, PERM_READ, PERM_WRITE
 from .checks import require_topic
-from .context import Context, UsageError
+from .context import Context
 from .output import Column, Report, Row, human_time_ms
 
 __all__ = ["topic_list", "topic_status", "update_topic", "delete_topic"]
@@ -59,13 +59,16 @@ def update_topic(ctx: Context, args: argparse.Namespace) -> Report:
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
     """
     read, write = args.read_queue_nums, args.write_queue_nums
-    if read is not None and write is not None and read != write:
-        raise UsageError(f"-r {read} and -w {write} differ: an mqlite topic has one queue count; give one of them")
     broker = ctx.writer()
     current = broker.topic_config(args.topic)
-    # mqadmin always sends 8 when no count is given, resizing an existing topic; keeping its count is kinder.
-    queue_nums = read or write or (current.write_queue_nums if current else DEFAULT_QUEUE_NUMS)
-    config = broker.create_topic(args.topic, queue_nums, order=args.order, perm=args.perm)
+    # mqadmin always sends 8 when no count is given, resizing an existing topic; keeping its counts is kinder.
+    # One count given sets both; -r and -w together set each.
+    if read is None and write is None and current is not None:
+        read, write = current.read_queue_nums, current.write_queue_nums
+    elif read is None or write is None:
+        read = write = read or write or DEFAULT_QUEUE_NUMS
+    config = broker.create_topic(args.topic, write, order=args.order, perm=args.perm, read_queue_nums=read,
+                                 write_queue_nums=write)
     return Report([dataclasses.asdict(config)], header=[f"create topic to {broker.path} success."], line=_config_text)
 
 

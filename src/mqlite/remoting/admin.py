@@ -14,8 +14,8 @@ import time
 
 from ..commitlog import stored_record
 from ..errors import MessageNotFoundError, MQClientError
-from ..message import MessageQueue
-from ..topics import is_system_topic
+from ..message import MessageExt, MessageQueue
+from ..topics import TopicConfig, is_system_topic
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .nameserver import CLUSTER_NAME
 from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
@@ -32,13 +32,11 @@ def update_and_create_topic(request: Request) -> RemotingCommand | None:
     topic = h.text("topic", max_length=NAME_MAX)
     read = h.int32("readQueueNums", low=1, high=1024)
     write = h.int32("writeQueueNums", low=1, high=1024)
-    if read != write:
-        raise RequestError(ResponseCode.SYSTEM_ERROR, f"readQueueNums {read} and writeQueueNums {write} differ; "
-                                                      "an mqlite topic has as many read queues as write queues")
     if is_system_topic(topic):
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
     try:
-        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7))
+        request.broker.create_topic(topic, write, order=h.flag("order"), perm=h.int32("perm", 6, low=0, high=7),
+                                    read_queue_nums=read, write_queue_nums=write)
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply()
@@ -58,15 +56,22 @@ def delete_topic(request: Request) -> RemotingCommand | None:
 
 @handles(RequestCode.GET_ALL_TOPIC_CONFIG)
 def all_topic_config(request: Request) -> RemotingCommand | None:
-    """`TopicConfigSerializeWrapper`: every configured topic."""
+    """`TopicConfigAndMappingSerializeWrapper` (5.0.0): every configured topic; no static-topic mappings."""
     broker = request.broker
     table = {}
     for topic in broker.topic_list():
         config = broker.topic_config(topic)
         if config is not None:
-            table[topic] = config.to_json()
+            table[topic] = _topic_config_json(config)
     version = {"counter": len(table), "stateVersion": 0, "timestamp": _BOOT_MS}
-    return request.reply(body=to_wire_json({"dataVersion": version, "topicConfigTable": table}))
+    return request.reply(body=to_wire_json({
+        "dataVersion": version, "mappingDataVersion": {"counter": 0, "stateVersion": 0, "timestamp": _BOOT_MS},
+        "topicConfigTable": table, "topicQueueMappingDetailMap": {}, "topicQueueMappingInfoMap": {}}))
+
+
+def _topic_config_json(config: TopicConfig) -> dict[str, object]:
+    """A `TopicConfig` as 5.0.0 writes it (with its `attributes`, none here)."""
+    return {"attributes": {}, **config.to_json()}
 
 
 @handles(RequestCode.GET_TOPIC_CONFIG)
@@ -76,7 +81,7 @@ def topic_config(request: Request) -> RemotingCommand | None:
     config = request.broker.topic_config(topic)
     if config is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
-    return request.reply(body=to_wire_json({"attributes": {}, **config.to_json()}))
+    return request.reply(body=to_wire_json(_topic_config_json(config)))
 
 
 @handles(RequestCode.GET_TOPIC_STATS_INFO)
@@ -92,7 +97,7 @@ def topic_stats(request: Request) -> RemotingCommand | None:
     return request.reply(body=to_wire_json({"offsetTable": table}))
 
 
-@handles(RequestCode.GET_CONSUME_STATS)
+@handles(RequestCode.GET_CONSUME_STATS, mode=Mode.BLOCKING)  # reads the offsets' side file
 def consume_stats(request: Request) -> RemotingCommand | None:
     """`ConsumeStats`: per queue the broker offset, the group's offset and the last consumed store time."""
     h, broker = request.header, request.broker
@@ -107,11 +112,23 @@ def consume_stats(request: Request) -> RemotingCommand | None:
 
 @handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, mode=Mode.BLOCKING)
 def reset_offset(request: Request) -> RemotingCommand | None:
-    """Move a group's offsets on a topic to a time (-1: the end); live members drop what they cached."""
-    h = request.header
+    """Move a group's offsets on a topic to a time (-1: the end); live members drop what they cached.
+
+    As 5.0.0's `Broker2Client.resetOffset`: with no consumer of the group online the answer is
+    `CONSUMER_NOT_ONLINE` and nothing moves; mqadmin then sets each queue's offset itself
+    (`resetOffsetByTimestampOld`), as `RemoteBroker.reset_offset_by_time` does.
+    """
+    h, broker = request.header, request.broker
+    group, topic = h.text("group", max_length=NAME_MAX), h.text("topic", max_length=NAME_MAX)
+    timestamp = h.int64("timestamp", low=-1)
+    if broker.topic_config(topic) is None and topic not in broker.topic_list():
+        raise RequestError(ResponseCode.SYSTEM_ERROR,
+                           f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+    if not broker.consumer_groups.members(group):
+        raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, "
+                                                             f"Group: {group} Topic: {topic} Timestamp: {timestamp}")
     try:
-        table = request.broker.reset_offset_by_time(h.text("group", max_length=NAME_MAX), h.text("topic", max_length=NAME_MAX),
-                                                    h.int64("timestamp", low=-1))
+        table = broker.reset_offset_by_time(group, topic, timestamp)
     except MQClientError as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     return request.reply(body=to_wire_json({"offsetTable": table}))
@@ -153,25 +170,43 @@ def runtime_info(request: Request) -> RemotingCommand | None:
     return request.reply(body=to_wire_json({"table": table}))
 
 
-def _records(messages: list[object]) -> bytes:
-    return b"".join(r for r in map(stored_record, messages) if r is not None)  # type: ignore[arg-type]
+#: `maxMsgsNumBatch`: the most messages one QUERY_MESSAGE answers (RocketMQ's store caps `maxNum` at it).
+MAX_QUERY_NUM = 64
+_HEADER_ROOM = 64 * 1024  # of a frame, left for the response header
+
+
+def _records(messages: list[MessageExt], max_bytes: int) -> bytes:
+    """The stored records of `messages` (newest first), as many as fit in `max_bytes` (at least one)."""
+    records: list[bytes] = []
+    total = 0
+    for record in map(stored_record, messages):
+        if record is None:
+            continue
+        if records and total + len(record) > max_bytes:
+            break  # an answer over the client's frame limit would make it drop its connection
+        records.append(record)
+        total += len(record)
+    return b"".join(records)
 
 
 @handles(RequestCode.QUERY_MESSAGE, mode=Mode.BLOCKING)
 def query_message(request: Request) -> RemotingCommand | None:
-    """Messages of a topic by key or unique id, as stored records (`QueryMessageProcessor`)."""
+    """Messages of a topic by key or unique id, as stored records (`QueryMessageProcessor`): at most
+    `MAX_QUERY_NUM` of them, and no more than fit in one frame."""
     h, broker = request.header, request.broker
     found = broker.query_message(h.text("topic", max_length=NAME_MAX), h.text("key", max_length=4096),
-                                 h.int32("maxNum", 32, low=1, high=64 * 1024), h.int64("beginTimestamp", 0),
+                                 min(h.int32("maxNum", 32, low=1), MAX_QUERY_NUM), h.int64("beginTimestamp", 0),
                                  h.int64("endTimestamp", (1 << 63) - 1))
     if not found:
         raise RequestError(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
     last = max(m.store_timestamp for m in found)
+    frame = request.server.max_frame_size
+    body = _records(found, frame - min(_HEADER_ROOM, frame // 4))
     return request.reply(ResponseCode.SUCCESS, {"indexLastUpdateTimestamp": last, "indexLastUpdatePhyoffset": 0},
-                         _records(found))  # type: ignore[arg-type]
+                         body)
 
 
-@handles(RequestCode.VIEW_MESSAGE_BY_ID)
+@handles(RequestCode.VIEW_MESSAGE_BY_ID, mode=Mode.BLOCKING)  # any offset: a cold page of the log
 def view_message(request: Request) -> RemotingCommand | None:
     """The stored record at a commit-log offset."""
     offset = request.header.int64("offset", low=0)

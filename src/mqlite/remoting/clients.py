@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import threading
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, topic_prefix
@@ -30,8 +30,9 @@ from ..filter import MessageSelector
 from ..groups import ConsumerData
 from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, MessageQueue, SysFlag, encode_properties
 from ..sendback import retry_topic
+from ..topics import check_group
 from .handlers import NAME_MAX, Peer, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
+from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -42,11 +43,14 @@ __all__ = ["ClientRegistry", "RemoteConsumer", "RemoteProducer", "encode_message
 class RemoteConsumer:
     """A consumer in another process, as its group's member in this broker."""
 
-    def __init__(self, peer: Peer, group: str, client_id: str, data: ConsumerData, broker: Broker) -> None:
+    def __init__(self, peer: Peer, group: str, client_id: str, data: ConsumerData, broker: Broker,
+                 sub_versions: dict[str, int] | None = None) -> None:
         self.peer = peer
         self.group = group
         self._client_id = client_id
         self.data = data
+        #: Each subscription's `subVersion` (the client's time of subscribing), which pulls are checked against.
+        self.sub_versions: dict[str, int] = sub_versions or {}
         self._broker_name: str = broker.broker_name
         self._now_ms = broker.clock.now_ms
 
@@ -57,8 +61,7 @@ class RemoteConsumer:
 
     def request_rebalance(self) -> None:
         """`NOTIFY_CONSUMER_IDS_CHANGED`, oneway (the client rebalances at once)."""
-        self.peer.send_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                                                      {"consumerGroup": self.group}, oneway=True))
+        self.peer.send_oneway(_to_client(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": self.group}))
 
     def subscribed_topics(self) -> set[str]:
         """The topics of its last heartbeat's subscriptions."""
@@ -72,9 +75,9 @@ class RemoteConsumer:
         """`RESET_CONSUMER_CLIENT_OFFSET` (`Broker2Client.resetOffset`): the client drops what it cached."""
         body = to_wire_json({"offsetTable": {MessageQueue(topic, self._broker_name, q): o
                                              for q, o in offsets.items()}})
-        self.peer.send_oneway(RemotingCommand.request(
+        self.peer.send_oneway(_to_client(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-            {"topic": topic, "group": self.group, "timestamp": self._now_ms(), "isForce": True}, body, oneway=True))
+            {"topic": topic, "group": self.group, "timestamp": self._now_ms(), "isForce": True}, body))
 
     def shutdown(self) -> None:
         """Nothing to stop here: the client runs elsewhere (its connection closes with the server)."""
@@ -97,12 +100,18 @@ class RemoteProducer:
         uniq = msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id
         fields = {"tranStateTableOffset": msg.queue_offset, "commitLogOffset": msg.commit_log_offset,
                   "msgId": uniq, "transactionId": msg.transaction_id or uniq, "offsetMsgId": msg.offset_msg_id}
-        self.peer.send_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields,
-                                                      encode_message_ext(msg), oneway=True))
+        self.peer.send_oneway(_to_client(RequestCode.CHECK_TRANSACTION_STATE, fields, encode_message_ext(msg)))
         return True
 
     def shutdown(self) -> None:
         """Nothing to stop here (the broker calls this on its producers when it closes)."""
+
+
+def _to_client(code: int, fields: Mapping[str, object], body: bytes | None = None) -> RemotingCommand:
+    """A oneway request of the broker to a client, headed as a 5.0.0 broker heads its own (`JAVA`, version 413)."""
+    cmd = RemotingCommand.request(code, fields, body, oneway=True)
+    cmd.language, cmd.version = "JAVA", SERVER_VERSION
+    return cmd
 
 
 def _host(host: str) -> tuple[bytes, int]:
@@ -131,12 +140,14 @@ def encode_message_ext(msg: MessageExt) -> bytes:
     return b"".join((head, body, prefix, len(props).to_bytes(2, "big"), props))
 
 
-def _consumer_data(entry: Mapping[str, Any]) -> tuple[str, ConsumerData]:
-    """A heartbeat's `ConsumerData` entry, checked."""
+def _consumer_data(entry: Mapping[str, Any]) -> tuple[str, ConsumerData, dict[str, int]]:
+    """A heartbeat's `ConsumerData` entry, checked, and each subscription's `subVersion`."""
     group = entry.get("groupName")
     if not isinstance(group, str) or not group:
         raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's consumer data has no groupName")
+    check_group(group)  # before anything is created for it (RocketMQ refuses an illegal group first)
     subscriptions: dict[str, tuple[str, str]] = {}
+    versions: dict[str, int] = {}
     for sub in entry.get("subscriptionDataSet") or ():
         if not isinstance(sub, Mapping) or not isinstance(sub.get("topic"), str):
             raise RequestError(ResponseCode.SYSTEM_ERROR, f"a heartbeat's subscription of {group} has no topic")
@@ -145,13 +156,16 @@ def _consumer_data(entry: Mapping[str, Any]) -> tuple[str, ConsumerData]:
         if not isinstance(kind, str) or not isinstance(expression, str):
             raise RequestError(ResponseCode.SYSTEM_ERROR, f"a heartbeat's subscription of {group} is malformed")
         subscriptions[sub["topic"]] = (kind, expression)
+        version = sub.get("subVersion")  # a number (fastjson's long), or its text from a lenient client
+        versions[sub["topic"]] = int(version) if type(version) is int or (
+            isinstance(version, str) and version.isdigit() and len(version) <= 19) else 0
 
     def text(name: str, default: str) -> str:
         value = entry.get(name)
         return value if isinstance(value, str) else default
 
     return group, ConsumerData(text("messageModel", "CLUSTERING"), text("consumeType", "CONSUME_PASSIVELY"),
-                               text("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET"), subscriptions)
+                               text("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET"), subscriptions), versions
 
 
 class ClientRegistry:
@@ -165,19 +179,26 @@ class ClientRegistry:
         self._producers: dict[tuple[Peer, str], RemoteProducer] = {}  # (connection, group) -> proxy
         self._by_peer: dict[Peer, set[tuple[str, str]]] = {}
 
-    def heartbeat(self, peer: Peer, data: Mapping[str, Any]) -> None:
-        """`ClientManageProcessor.heartBeat`: register or refresh the client's consumers and producers."""
+    def heartbeat(self, peer: Peer, data: Mapping[str, Any], will_write_files: Callable[[], None]) -> None:
+        """`ClientManageProcessor.heartBeat`: register or refresh the client's consumers and producers.
+        `will_write_files` is called before a group's retry topic is created (`Request.will_write_files`)."""
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat needs a clientID")
         broker = self._broker
-        for entry in data.get("consumerDataSet") or ():
+        consumers = []
+        for entry in data.get("consumerDataSet") or ():  # every entry checked before anything changes
             if not isinstance(entry, Mapping):
                 raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's consumerDataSet holds a non-object")
-            group, consumer = _consumer_data(entry)
-            if consumer.message_model == "CLUSTERING":
-                broker.topics.ensure_system(retry_topic(group), 1)  # as RocketMQ's heartbeat creates it
-            self._register_consumer(peer, group, client_id, consumer)
+            consumers.append(_consumer_data(entry))
+        missing = [group for group, consumer, _ in consumers
+                   if consumer.message_model == "CLUSTERING" and broker.topic_config(retry_topic(group)) is None]
+        if missing:
+            will_write_files()
+            for group in missing:
+                broker.ensure_group_topic(group, retry_topic(group))  # as RocketMQ's heartbeat creates it
+        for group, consumer, versions in consumers:
+            self._register_consumer(peer, group, client_id, consumer, versions)
         for entry in data.get("producerDataSet") or ():
             name = entry.get("groupName") if isinstance(entry, Mapping) else None
             if not isinstance(name, str) or not name:
@@ -195,18 +216,19 @@ class ClientRegistry:
                         self._producers.pop((peer, group), None)
                     raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
 
-    def _register_consumer(self, peer: Peer, group: str, client_id: str, data: ConsumerData) -> None:
+    def _register_consumer(self, peer: Peer, group: str, client_id: str, data: ConsumerData,
+                           versions: dict[str, int]) -> None:
         key = (group, client_id)
         with self._lock:
             member = self._consumers.get(key)
             new = member is None
             if member is None:
-                member = self._consumers[key] = RemoteConsumer(peer, group, client_id, data, self._broker)
+                member = self._consumers[key] = RemoteConsumer(peer, group, client_id, data, self._broker, versions)
                 self._by_peer.setdefault(peer, set()).add(key)
                 changed = False
             else:
                 changed = member.data.subscriptions != data.subscriptions
-                member.data = data
+                member.data, member.sub_versions = data, versions
                 if member.peer is not peer:  # the client reconnected before its old connection was seen to close
                     self._by_peer.get(member.peer, set()).discard(key)
                     member.peer = peer
@@ -253,15 +275,26 @@ class ClientRegistry:
         for (_, group), producer in producers:
             self._broker.unregister_producer(group, producer)
 
-    def subscription(self, group: str, topic: str) -> tuple[str, str] | None:
-        """(expression type, expression) a remote member of `group` subscribed `topic` with, or None."""
+    def drop_all(self) -> None:
+        """The server stopped: every connection's clients leave (`drop_peer` for each)."""
+        with self._lock:
+            peers = set(self._by_peer) | {peer for peer, _ in self._producers}
+        for peer in peers:
+            self.drop_peer(peer)
+
+    def subscription(self, group: str, topic: str) -> tuple[str, str, int] | None:
+        """(expression type, expression, subVersion) of the newest subscription of `topic` among the remote
+        members of `group` (RocketMQ's group keeps the highest `subVersion` its heartbeats brought), or None."""
         with self._lock:
             members = [m for (g, _), m in self._consumers.items() if g == group]
+        newest: tuple[str, str, int] | None = None
         for member in members:
             found = member.data.subscriptions.get(topic)
             if found is not None:
-                return found
-        return None
+                version = member.sub_versions.get(topic, 0)
+                if newest is None or version > newest[2]:
+                    newest = (*found, version)
+        return newest
 
     def consumers(self, group: str) -> list[RemoteConsumer]:
         """The remote members of `group`."""
@@ -275,7 +308,7 @@ def heart_beat(request: Request) -> RemotingCommand | None:
     data = request.body_json()
     if not isinstance(data, Mapping):
         raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat body must be a HeartbeatData object")
-    request.server.clients.heartbeat(request.peer, data)
+    request.server.clients.heartbeat(request.peer, data, request.will_write_files)
     request.peer.touch()
     return None if request.cmd.is_oneway else request.reply()
 

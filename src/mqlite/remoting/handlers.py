@@ -4,7 +4,8 @@ Each concern's module (`nameserver`, `send`, `pull`, `clients`, `offsets`, `admi
 functions with `@handles(code, mode=...)`:
 
 - `INLINE` handlers run on the event loop thread: they must not block (a table look-up, a store
-  read of mapped memory);
+  read of mapped memory); one that finds it has to write files after all (a heartbeat of a new
+  group creates its retry topic) calls `request.will_write_files()` first and runs again on the executor;
 - `BLOCKING` handlers run on the server's bounded executor (a put that may wait for SYNC_FLUSH, an
   admin call that writes files);
 - `ASYNC` handlers are coroutines on the loop (a long-polling pull parks there, not on a thread);
@@ -31,7 +32,8 @@ from .protocol import RemotingCommand, ResponseCode, from_wire_json
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "Header", "Request", "Peer", "ServerState"]
+__all__ = ["NAME_MAX", "Mode", "Handler", "HANDLERS", "handles", "RequestError", "NeedsExecutor", "Header", "Request",
+           "Peer", "ServerState"]
 
 _JAVA_LONG = re.compile(r"[-+]?[0-9]{1,19}")
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -211,29 +213,48 @@ class ServerState(Protocol):
         ...
 
     @property
+    def max_frame_size(self) -> int:
+        """The largest frame this server reads (and, its clients alike, the largest answer it should send)."""
+        ...
+
+    @property
     def closing(self) -> bool:
         """True once `close()` began: parked pulls answer now."""
         ...
 
-    def park(self, waker: Any) -> None:
-        """Remember a parked request's waker: `close()` sets it."""
+    def park(self, waker: Any, peer: Peer) -> bool:
+        """Remember a parked request's waker (`close()` sets it); False when the caps on parked
+        requests are reached or the server closes: answer now instead."""
         ...
 
-    def unpark(self, waker: Any) -> None:
-        """Forget a waker from `park`."""
+    def unpark(self, waker: Any, peer: Peer) -> None:
+        """Forget a waker `park` took."""
         ...
+
+
+class NeedsExecutor(Exception):
+    """Raised by a handler running on the loop (`Request.on_loop`), before any side effect, when the
+    request turns out to write files (a topic to create): the server runs it again on the executor."""
 
 
 class Request:
     """One request being handled: the command, its header, its connection and the server."""
 
-    __slots__ = ("cmd", "header", "peer", "server")
+    __slots__ = ("cmd", "header", "peer", "server", "on_loop")
 
     def __init__(self, cmd: RemotingCommand, peer: Peer, server: ServerState) -> None:
         self.cmd = cmd
         self.header = Header(cmd.ext_fields)
         self.peer = peer
         self.server = server
+        #: True while an INLINE or PUT handler runs on the event loop thread (the server sets it).
+        self.on_loop = False
+
+    def will_write_files(self) -> None:
+        """Call before writing files (creating a topic): on the loop it raises `NeedsExecutor`, so the
+        request is handled again on the executor; there it returns."""
+        if self.on_loop:
+            raise NeedsExecutor()
 
     @property
     def broker(self) -> Broker:

@@ -38,11 +38,12 @@ __all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPE
 FLAG_COMMIT_OFFSET = 0x1  # PullSysFlag
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
-#: Longest suspension accepted (RocketMQ's clients ask 15 s for push and 20 s for lite pull).
-MAX_SUSPEND_MS = 3_600_000
+#: Longest suspension: a longer request is held this long (RocketMQ's clients ask 15 s for push, 20-30 s
+#: for lite pull), so a pull whose client went away does not linger.
+MAX_SUSPEND_MS = 60_000
 _MAX_NUMS = 1024
-#: `maxTransferBytesOnMessageInMemory`: a response carries at most this many bytes of records (and at
-#: least one record), so it stays far below the clients' 16 MiB frame limit.
+#: `maxTransferBytesOnMessageInMemory`: a pull reads (and its response carries) at most this many bytes of
+#: records (and at least one record), so it stays far below the clients' 16 MiB frame limit.
 MAX_TRANSFER_BYTES = 256 * 1024
 
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -78,7 +79,9 @@ def _selector(request: Request, group: str, topic: str, sys_flag: int) -> Messag
                 return None  # a member in this process (or one without this topic): read everything
             raise RequestError(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                f"the consumer's group info not exist{_FAQ}")
-        kind, expression = found
+        kind, expression, version = found
+        if version < h.int64("subVersion", 0):  # the client subscribed anew; its heartbeat has not come yet
+            raise RequestError(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
     if kind.upper() == "TAG" and expression.strip() in ("", "*"):
         return None
     try:
@@ -117,20 +120,22 @@ async def pull_message(request: Request) -> RemotingCommand | None:
     offset = h.int64("queueOffset")
     max_nums = min(h.int32("maxMsgNums", low=1), _MAX_NUMS)
     sys_flag = h.int32("sysFlag", 0)
-    suspend_ms = h.int64("suspendTimeoutMillis", 0, low=0, high=MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
+    suspend_ms = min(h.int64("suspendTimeoutMillis", 0, low=0), MAX_SUSPEND_MS) if sys_flag & FLAG_SUSPEND else 0
     selector = _selector(request, group, mq.topic, sys_flag)
     if sys_flag & FLAG_COMMIT_OFFSET:
         commit = h.int64("commitOffset", -1)
         if commit >= 0:
             broker.commit_offset(group, mq, commit)
-    result = broker.pull(group, mq, offset, max_nums, selector)
+    # The store stops reading at the budget: a pull never copies more than it answers (on the loop thread).
+    max_bytes = min(h.int32("maxMsgBytes", MAX_TRANSFER_BYTES, low=1), MAX_TRANSFER_BYTES)
+    result = broker.pull(group, mq, offset, max_nums, selector, max_bytes=max_bytes)
     if result.pull_status is PullStatus.NO_NEW_MSG and suspend_ms > 0 and not request.server.closing:
-        result = await _park(request, group, mq, result, max_nums, selector, suspend_ms / 1000)
-    return _response(request, result, min(h.int32("maxMsgBytes", MAX_TRANSFER_BYTES, low=1), MAX_TRANSFER_BYTES))
+        result = await _park(request, group, mq, result, max_nums, selector, suspend_ms / 1000, max_bytes)
+    return _response(request, result)
 
 
 async def _park(request: Request, group: str, mq: MessageQueue, result: PullResult, max_nums: int,
-                selector: MessageSelector | None, wait: float) -> PullResult:
+                selector: MessageSelector | None, wait: float, max_bytes: int) -> PullResult:
     """Wait on the arrival hub until the queue has something for this pull, or `wait` seconds pass."""
     broker, server = request.broker, request.server
     loop = asyncio.get_running_loop()
@@ -138,13 +143,14 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
     waker = _LoopWaker(loop)
     key = ((mq.topic, mq.queue_id),)
     offset = result.next_begin_offset
+    if not server.park(waker, request.peer):
+        return result  # past the caps on parked pulls: PULL_NOT_FOUND now, as without long polling
     broker.watch_arrivals(waker, key)
-    server.park(waker)
     try:
         while True:
             # Registered before this check: an arrival after it sets the event.
             if broker.max_offset(mq) > offset:
-                found = broker.pull(group, mq, offset, max_nums, selector)
+                found = broker.pull(group, mq, offset, max_nums, selector, max_bytes=max_bytes)
                 if found.pull_status is PullStatus.NO_MATCHED_MSG and found.next_begin_offset > offset:
                     offset = found.next_begin_offset  # nothing for this subscription: park on from there
                     result = PullResult(PullStatus.NO_NEW_MSG, offset, found.min_offset, found.max_offset, [])
@@ -161,27 +167,18 @@ async def _park(request: Request, group: str, mq: MessageQueue, result: PullResu
             except TimeoutError:
                 pass
     finally:
-        server.unpark(waker)
+        server.unpark(waker, request.peer)
         broker.unwatch_arrivals(waker, key)
 
 
-def _response(request: Request, result: PullResult, max_bytes: int) -> RemotingCommand:
-    next_offset = result.next_begin_offset
+def _response(request: Request, result: PullResult) -> RemotingCommand:
     body = None
     if result.pull_status is PullStatus.FOUND:
-        records: list[bytes] = []
-        total = 0
-        for msg in result.msg_found_list:
-            record = stored_record(msg)
-            if record is None:  # a store hands out records only; anything else is a bug here
-                raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
-            if records and total + len(record) > max_bytes:
-                next_offset = msg.queue_offset  # the rest comes with the next pull
-                break
-            records.append(record)
-            total += len(record)
-        body = b"".join(records)
-    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": next_offset, "minOffset": result.min_offset,
+        records = [stored_record(msg) for msg in result.msg_found_list]
+        if None in records:  # a store hands out records only; anything else is a bug here
+            raise RequestError(ResponseCode.SYSTEM_ERROR, "a pulled message has no stored record")
+        body = b"".join(records)  # type: ignore[arg-type]
+    fields = {"suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset, "minOffset": result.min_offset,
               "maxOffset": result.max_offset, "topicSysFlag": 0, "groupSysFlag": 0}
     return request.reply(_CODES[result.pull_status], fields, body, _remark(result))
 

@@ -18,6 +18,7 @@ from ..message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     EncodedProperties,
     SysFlag,
+    UniqIdGenerator,
     create_offset_msg_id,
     decode_properties,
     encode_properties,
@@ -35,6 +36,7 @@ V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
              "k": "unitMode", "l": "consumeRetryTimes", "m": "batch"}
 
 _V1_TO_V2 = {v1: v2 for v2, v1 in V2_FIELDS.items()}
+_IDS = UniqIdGenerator()  # the ids this broker gives messages sent without one (MessageClientIDSetter)
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
 }
@@ -56,10 +58,15 @@ def _target(request: Request) -> tuple[str, int]:
     default_nums = h.int32("defaultTopicQueueNums", 4, low=1, high=1024)
     config = broker.topic_config(topic)
     if config is None or not config.writable:
+        if config is None:
+            request.will_write_files()  # creating a topic persists the table: not on the loop thread
         try:
-            if (is_retry_topic(topic) or topic == TRACE_TOPIC) and config is None:
-                # A client's sendMessageBackAsNormalMessage; a traced client's trace records (RocketMQ's
-                # broker creates the trace topic at start when tracing is on).
+            if is_retry_topic(topic) and config is None:
+                # A client's sendMessageBackAsNormalMessage.
+                config = broker.ensure_group_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):], topic)
+            elif topic == TRACE_TOPIC and config is None:
+                # A traced client's trace records (RocketMQ's broker creates the trace topic at start when
+                # tracing is on).
                 config = broker.topics.ensure_system(topic, 1)
             else:
                 broker.fetch_publish_queues(topic, default_nums)
@@ -79,8 +86,15 @@ def _target(request: Request) -> tuple[str, int]:
 
 def _properties(text: str) -> EncodedProperties:
     """The wire's property string as the map the store writes: decoding by the separators leaves no
-    name or value that `check_properties` would refuse, so the map carries its encoding (no second check)."""
-    return _encoded(EncodedProperties(decode_properties(text)), text, True)
+    name or value that `check_properties` would refuse, so the map carries its encoding (no second check).
+
+    A message without a `UNIQ_KEY` gets one, as 5.0.0's `SendMessageProcessor` gives it (its msg id):
+    clients such as ali-ons send none."""
+    properties = EncodedProperties(decode_properties(text))
+    if not properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+        properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = _IDS.next_id()
+        return _encoded(properties, text, False)  # a name the text does not hold: encoded again
+    return _encoded(properties, text, True)
 
 
 def _encoded(properties: EncodedProperties, text: str, in_order: bool) -> EncodedProperties:
@@ -135,6 +149,11 @@ def _response(request: Request, result: PutResult, queue_id: int, properties: Ma
     return request.reply(code, fields)
 
 
+#: `SendMessageProcessor.handlePutMessageResult`'s remark for MESSAGE_ILLEGAL (the body-size limit goes in).
+_ILLEGAL = ("the message is illegal, maybe msg body or properties length not matched. msg body length limit %dB, "
+            "msg properties length limit 32KB.")
+
+
 def put_failure(exc: Exception) -> RequestError:
     """A put's exception as RocketMQ's `handlePutMessageResult` answers it."""
     if isinstance(exc, RequestError):
@@ -162,7 +181,9 @@ def send_message(request: Request) -> RemotingCommand | None:
         reconsume_times = h.int32("reconsumeTimes", 0, low=0)
         if is_retry_topic(topic):
             topic, queue_id = _retry_or_dlq(request, topic, queue_id, reconsume_times)
-        body = request.cmd.body or b""
+        body = request.cmd.body
+        if not body:  # RocketMQ's decoder reads an empty body as null, which HookUtils refuses
+            raise RequestError(ResponseCode.MESSAGE_ILLEGAL, _ILLEGAL % request.broker.config.max_message_size)
         result = request.broker.put_message(topic, queue_id, body, properties, flag=h.int32("flag"),
                                             sys_flag=sys_flag, born_timestamp=h.int64("bornTimestamp", low=0),
                                             reconsume_times=reconsume_times, born_host=request.peer.remote_address)
@@ -176,8 +197,11 @@ def _retry_or_dlq(request: Request, topic: str, queue_id: int, reconsume_times: 
     max_times = request.header.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES)
     if reconsume_times < max_times:
         return topic, queue_id
-    dlq = dlq_topic(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-    request.broker.topics.ensure_system(dlq, 1)
+    group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+    dlq = dlq_topic(group)
+    if request.broker.topic_config(dlq) is None:
+        request.will_write_files()
+    request.broker.ensure_group_topic(group, dlq)
     return dlq, 0
 
 
@@ -201,14 +225,15 @@ def send_batch(request: Request) -> RemotingCommand | None:
         properties = [_batch_properties(shared, text) for _, _, text in entries]
         result = request.broker.put_messages(topic, queue_id, [body for _, body, _ in entries], properties,
                                              flags=[flag for flag, _, _ in entries],
-                                             born_timestamp=h.int64("bornTimestamp", low=0))
+                                             born_timestamp=h.int64("bornTimestamp", low=0),
+                                             born_host=request.peer.remote_address)
     except Exception as exc:  # noqa: BLE001
         raise put_failure(exc) from None
     uniq = ",".join(p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "") for p in properties)
     return _response(request, result, queue_id, {PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX: uniq})
 
 
-@handles(RequestCode.CONSUMER_SEND_MSG_BACK, mode=Mode.PUT)
+@handles(RequestCode.CONSUMER_SEND_MSG_BACK, mode=Mode.BLOCKING)  # a cold read of any offset; may create topics
 def consumer_send_back(request: Request) -> RemotingCommand | None:
     """`consumerSendMsgBack`: the message at commit-log `offset` goes to the group's retry (or DLQ) topic."""
     h, broker = request.header, request.broker

@@ -2,36 +2,46 @@
 
 Threads (DESIGN.md, "Serving"): one event loop thread, `mqlite-remoting`, owns the listening socket
 and every connection, decodes frames and runs the handlers that do not block; handlers that may
-block (a put waiting for SYSTEM_FLUSH's group commit, an admin call writing files) run on a bounded
-executor (`mqlite-remoting-exec-N`); a long-polling pull parks on the arrival hub as a pending
-response on the loop, not on a thread. `close()` stops accepting, answers parked pulls, waits for
-in-flight requests, closes the connections (their consumers leave their groups), then joins both.
+block (a put waiting for SYNC_FLUSH's group commit, an admin call writing files, a request that
+turns out to create a topic) run on a bounded executor (`mqlite-remoting-exec_N`, at most
+`executor_queue` requests waiting, then SYSTEM_BUSY); a long-polling pull parks on the arrival hub
+as a pending response on the loop, not on a thread. `close()` stops reading, stops accepting,
+answers parked pulls, refuses what was read but not started, waits for in-flight requests, closes
+the connections (their consumers leave their groups), then joins both.
 
 One bad peer never harms another: a malformed, truncated or oversized frame closes that connection
-only; a connection whose client stops reading is not read from either (its writes are buffered up
-to a bound, then it is dropped); each connection has at most `MAX_IN_FLIGHT` requests on the
-executor and `MAX_PARKED` parked pulls, so a flood from one client queues behind itself, not in
-front of everyone.
+only; a connection's requests are started only while it has fewer than `MAX_IN_FLIGHT` at work and
+reads its answers (it is not read meanwhile), so a flood from one client queues behind itself, not
+in front of everyone; parked pulls are capped per connection (`MAX_PARKED`) and per server
+(`max_parked`) and end with their connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import hmac
 import ipaddress
 import logging
-import queue
 import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, DiskFullError, IllegalStateError, MQClientError, ProtocolError, RemotingError
+from ..errors import (
+    ConfigError,
+    DiskFullError,
+    IllegalStateError,
+    MQClientError,
+    MQLiteError,
+    ProtocolError,
+    RemotingError,
+)
 from . import admin, clients, nameserver, offsets, pull, send  # noqa: F401 - importing registers their handlers
 from .clients import ClientRegistry
-from .handlers import HANDLERS, Mode, Request, RequestError
+from .handlers import HANDLERS, Mode, NeedsExecutor, Peer, Request, RequestError
 from .protocol import (
     ACCESS_KEY,
     DEFAULT_MAX_FRAME_SIZE,
@@ -47,73 +57,25 @@ from .registry import clear_address, record_address
 if TYPE_CHECKING:
     from ..broker import Broker
 
-__all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "CHANNEL_EXPIRED_TIMEOUT"]
+__all__ = ["Server", "MAX_IN_FLIGHT", "MAX_PARKED", "MAX_PARKED_TOTAL", "MAX_EXECUTOR_QUEUE", "CHANNEL_EXPIRED_TIMEOUT"]
 
 log = logging.getLogger("mqlite.remoting")
 
 #: Requests of one connection the executor may hold at once; reading from it pauses beyond that.
 MAX_IN_FLIGHT = 64
-#: Parked pulls one connection may have (a push consumer parks one per queue it owns).
+#: Parked pulls one connection may have (a push consumer parks one per queue it owns); past it a pull
+#: that finds nothing answers PULL_NOT_FOUND at once, as RocketMQ's does with long polling off.
 MAX_PARKED = 4096
+#: Parked pulls of all connections together (the `max_parked` option), with the same answer past it.
+MAX_PARKED_TOTAL = 65_536
 #: `ClientHousekeepingService`'s channel expiry: a connection silent this long is closed (seconds).
 CHANNEL_EXPIRED_TIMEOUT = 120.0
+#: Requests waiting for or running on the executor, all connections together: past it a request is
+#: answered SYSTEM_BUSY at once (RocketMQ's `sendThreadPoolQueueCapacity`, its fast failure).
+MAX_EXECUTOR_QUEUE = 10_000
+_BUSY = "[OVERLOAD]system busy, start flow control for a while"
 _WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop reading a client's requests while this much waits to be sent to it
 _CLOSE_GRACE = 10.0  # seconds close() waits for in-flight requests and for connections to flush
-
-
-class _Executor:
-    """A bounded pool of named threads (`<prefix>-1` ... `<prefix>-N`), started as work arrives.
-
-    As `concurrent.futures.ThreadPoolExecutor` (an idle-thread semaphore decides whether a new thread
-    is needed), which cannot name its threads `-N`.
-    """
-
-    def __init__(self, prefix: str, workers: int) -> None:
-        self._prefix = prefix
-        self._max = workers
-        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[[], Any]] | None] = \
-            queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        self._idle = threading.Semaphore(0)
-        self._lock = threading.Lock()
-        self._shutdown = False
-
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        """Queue `fn`; a thread is started when none is idle and fewer than N run."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        with self._lock:
-            if self._shutdown:
-                raise IllegalStateError("the server's executor is shut down")
-            self._queue.put((future, fn))
-            if not self._idle.acquire(timeout=0) and len(self._threads) < self._max:
-                thread = threading.Thread(target=self._work, name=f"{self._prefix}-{len(self._threads) + 1}")
-                self._threads.append(thread)
-                thread.start()
-        return future
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            future, fn = item
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-                    future.set_exception(exc)
-            del item, future, fn
-            self._idle.release()
-
-    def shutdown(self) -> None:
-        """Finish queued work, then join every thread."""
-        with self._lock:
-            self._shutdown = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._queue.put(None)
-        for thread in threads:
-            thread.join()
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -156,7 +118,13 @@ def _check_acl(acl: object) -> dict[str, str] | None:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: frames in, responses and broker-to-client requests out."""
+    """One client connection: frames in, responses and broker-to-client requests out.
+
+    Decoded requests wait in `queue` and are dispatched only while the connection has fewer than
+    `MAX_IN_FLIGHT` requests being worked on and its client is reading its answers; reading pauses
+    while any wait. So a client pipelining hundreds of pulls gets them answered at the pace it
+    reads, and one read of the socket never starts more work than that bound.
+    """
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -165,11 +133,15 @@ class _Connection(asyncio.Protocol):
         self.remote_address = "0.0.0.0:0"  # (an address, as a record's born host needs one)
         self.local_address = server.address
         self.last_seen = time.monotonic()
-        self.in_flight = 0
+        self.queue: collections.deque[RemotingCommand] = collections.deque()
+        self.active = 0  # requests on the executor or running coroutines, not counting parked pulls
         self.parked = 0
+        self.tasks: set[asyncio.Future[Any]] = set()  # its coroutines (pulls): cancelled when it closes
         self._write_paused = False
         self._read_paused = False
-        self._batch: list[bytes] | None = None  # answers collected while a read is handled: one write
+        self._stopped = False  # close() stopped reading it
+        self._batch: list[bytes] | None = None  # answers collected while requests are dispatched: one write
+        self._batched = 0
 
     # -- asyncio callbacks (loop thread) ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -191,23 +163,16 @@ class _Connection(asyncio.Protocol):
             log.warning("closing the connection from %s: %s", self.remote_address, exc)
             self.abort()
             return
-        if not commands:
-            return
-        # Answers to the requests of one read go out in one write (a pipelining client sends many).
-        batch: list[bytes] = []
-        self._batch = batch
-        try:
-            for cmd in commands:
-                if not cmd.is_response:  # the broker's own requests to clients are oneway: nothing to match
-                    self.server._dispatch(self, cmd)
-        finally:
-            self._batch = None
-            if batch:
-                self._write(b"".join(batch))
+        # The broker's own requests to clients are oneway: a response has nothing to match.
+        self.queue.extend(cmd for cmd in commands if not cmd.is_response)
+        self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
         self.transport = None
+        self.queue.clear()
+        for task in list(self.tasks):
+            task.cancel()  # a parked pull's `finally` stops watching the queue: nobody is there to answer
         self.server.clients.drop_peer(self)
 
     def pause_writing(self) -> None:
@@ -216,6 +181,26 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._pump()
+
+    # -- dispatch ------------------------------------------------------------------------------------------------
+    def _may_dispatch(self) -> bool:
+        transport = self.transport
+        return (transport is not None and not transport.is_closing() and self.active < MAX_IN_FLIGHT
+                and not self._write_paused and self._batched < _WRITE_HIGH_WATER)
+
+    def _pump(self) -> None:
+        """Dispatch queued requests while the bounds allow; answers of one pass go out in one write."""
+        while self.queue and self._may_dispatch():
+            batch: list[bytes] = []
+            self._batch, self._batched = batch, 0
+            try:
+                while self.queue and self._may_dispatch():
+                    self.server._dispatch(self, self.queue.popleft())
+            finally:
+                self._batch, self._batched = None, 0
+                if batch:
+                    self._write(b"".join(batch))
         self._update_reading()
 
     # -- used by handlers ------------------------------------------------------------------------------------------
@@ -224,29 +209,37 @@ class _Connection(asyncio.Protocol):
         self.last_seen = time.monotonic()
 
     def send(self, cmd: RemotingCommand) -> None:
-        """Write `cmd` (loop thread). A client that lets too much pile up unread is dropped."""
+        """Write the answer `cmd` (loop thread)."""
         frame = encode_frame(cmd)
         if self._batch is not None:
             self._batch.append(frame)
+            self._batched += len(frame)
         else:
             self._write(frame)
 
     def _write(self, data: bytes) -> None:
         transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _send_request(self, cmd: RemotingCommand) -> None:
+        """Write a broker-to-client request. Answers are bounded by the dispatch rule; these are not (the
+        broker notifies whenever a group changes), so a client that lets them pile up unread is dropped."""
+        transport = self.transport
         if transport is None or transport.is_closing():
             return
-        transport.write(data)
+        transport.write(encode_frame(cmd))
         if transport.get_write_buffer_size() > self.server.max_frame_size + 16 * _WRITE_HIGH_WATER:
             log.warning("dropping the connection from %s: it does not read what it is sent", self.remote_address)
             self.abort()
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
-        """`send` from any thread (the broker calls members back from its own threads)."""
+        """Send a broker-to-client request from any thread (the broker calls members back from its own threads)."""
         if threading.get_ident() == self.server._loop_thread_id:
-            self.send(cmd)
+            self._send_request(cmd)
         else:
             try:
-                self.server._loop.call_soon_threadsafe(self.send, cmd)
+                self.server._loop.call_soon_threadsafe(self._send_request, cmd)
             except RuntimeError:
                 pass  # the loop is gone: so is the connection
 
@@ -255,27 +248,39 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def started(self, on_loop: bool) -> None:
-        """A request went to the executor (or, `on_loop`, a coroutine that may park)."""
-        if on_loop:
-            self.parked += 1
-        else:
-            self.in_flight += 1
+    def stop_reading(self) -> None:
+        """`close()` began: read nothing more from this client."""
+        self._stopped = True
         self._update_reading()
 
-    def finished(self, on_loop: bool) -> None:
-        """A request from `started` was answered."""
-        if on_loop:
-            self.parked -= 1
-        else:
-            self.in_flight -= 1
-        self._update_reading()
+    def started(self) -> None:
+        """A request went to the executor (or became a coroutine on the loop)."""
+        self.active += 1
+
+    def finished(self) -> None:
+        """A request from `started` was answered: dispatch what waits."""
+        self.active -= 1
+        self._pump()
+
+    def park(self) -> bool:
+        """A pull of this connection wants to park: False when it has `MAX_PARKED` parked already."""
+        if self.parked >= MAX_PARKED:
+            return False
+        self.parked += 1
+        self.active -= 1  # a parked pull costs no work: it leaves room for the next request
+        self._pump()
+        return True
+
+    def unpark(self) -> None:
+        """A pull from `park` woke (it answers next)."""
+        self.parked -= 1
+        self.active += 1
 
     def _update_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._write_paused or self.in_flight >= MAX_IN_FLIGHT or self.parked >= MAX_PARKED
+        pause = self._stopped or self._write_paused or bool(self.queue)
         if pause != self._read_paused:
             self._read_paused = pause
             if pause:
@@ -293,7 +298,8 @@ class Server:
 
     def __init__(self, broker: Broker, address: str = "127.0.0.1:0", *, acl: Mapping[str, str] | None = None,
                  allow_anonymous: bool = False, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT, executor_threads: int = 8) -> None:
+                 channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT, executor_threads: int = 8,
+                 executor_queue: int = MAX_EXECUTOR_QUEUE, max_parked: int = MAX_PARKED_TOTAL) -> None:
         host, port = parse_address(address)
         self._acl = _check_acl(acl)
         if not isinstance(allow_anonymous, bool):
@@ -308,6 +314,11 @@ class Server:
             raise ConfigError(f"channel_expired_timeout must be seconds > 0, got {channel_expired_timeout!r}")
         if not isinstance(executor_threads, int) or not 1 <= executor_threads <= 256:
             raise ConfigError(f"executor_threads must be an int in 1..256, got {executor_threads!r}")
+        if not isinstance(executor_queue, int) or isinstance(executor_queue, bool) or executor_queue < 1:
+            raise ConfigError(f"executor_queue must be an int >= 1 (requests), got {executor_queue!r}")
+        if not isinstance(max_parked, int) or isinstance(max_parked, bool) or max_parked < 0:
+            raise ConfigError(f"max_parked must be an int >= 0 (pulls; 0 turns long polling off), got {max_parked!r}")
+        self._max_parked = max_parked
         self._broker = broker
         self.max_frame_size = max_frame_size
         self.channel_expired_timeout = float(channel_expired_timeout)
@@ -319,7 +330,10 @@ class Server:
         self._closing = False
         self._closed = False
         self._close_lock = threading.Lock()
-        self._executor = _Executor("mqlite-remoting-exec", executor_threads)
+        # The stdlib pool names its threads mqlite-remoting-exec_0 ... _N-1 and joins them on shutdown.
+        self._executor = concurrent.futures.ThreadPoolExecutor(executor_threads, "mqlite-remoting-exec")
+        self._executor_queue = executor_queue
+        self._queued = 0  # requests on the executor (loop thread only)
         self._loop = asyncio.new_event_loop()
         self._loop_thread_id = -1
         self._listener: asyncio.AbstractServer | None = None
@@ -391,6 +405,12 @@ class Server:
         return self._broker
 
     @property
+    def store_host(self) -> str | None:
+        """`ip:port` records stored while it serves name as their store host (None: a read-only broker, or
+        an IPv6 address)."""
+        return self._store_host
+
+    @property
     def acl_enabled(self) -> bool:
         """True when requests must carry ACL signatures."""
         return self._acl is not None
@@ -423,10 +443,11 @@ class Server:
             finally:
                 self._stop_loop()
                 self._executor.shutdown()
+                self.clients.drop_all()  # connections the loop stopped with never ran connection_lost
                 if self._registered is not None:
                     clear_address(self._registered, self._recorded_address())
-                if self._store_host is not None and not self._broker.closed:
-                    self._broker.set_store_host(None)
+                if not self._broker.closed:
+                    self._broker.forget_server(self)  # another server of this broker keeps its store host
                 self._closed = True
         log.info("stopped serving %s on %s", self._broker.path, self._address)
 
@@ -436,6 +457,8 @@ class Server:
             self._thread.join()
 
     async def _shutdown(self) -> None:
+        for conn in list(self._connections):
+            conn.stop_reading()  # what is read from now on would only be refused
         if self._listener is not None:
             self._listener.close()
         if self._housekeeping is not None:
@@ -468,16 +491,32 @@ class Server:
 
     # -- for handlers (ServerState) ------------------------------------------------------------------------------------
     def to_executor(self, fn: Callable[[], Any]) -> Awaitable[Any]:
-        """Run `fn` on the bounded executor, awaited on the loop."""
-        return asyncio.wrap_future(self._executor.submit(fn), loop=self._loop)
+        """Run `fn` on the bounded executor, awaited on the loop; `RequestError(SYSTEM_BUSY)` when
+        `executor_queue` requests wait there already."""
+        if self._queued >= self._executor_queue:
+            raise RequestError(ResponseCode.SYSTEM_BUSY, _BUSY)
+        future = asyncio.wrap_future(self._executor.submit(fn), loop=self._loop)
+        self._queued += 1
+        future.add_done_callback(self._dequeued)
+        return future
 
-    def park(self, waker: Any) -> None:
-        """A pull parked: `close()` wakes it."""
+    def _dequeued(self, future: asyncio.Future[Any]) -> None:
+        self._queued -= 1
+
+    def park(self, waker: Any, peer: Peer) -> bool:
+        """A pull wants to park: False (answer now) when its connection or the server holds its cap of
+        parked pulls already; otherwise `close()` wakes it."""
+        if self._closing or len(self._parked) >= self._max_parked or not isinstance(peer, _Connection) \
+                or not peer.park():
+            return False
         self._parked.add(waker)
+        return True
 
-    def unpark(self, waker: Any) -> None:
-        """A parked pull answered."""
+    def unpark(self, waker: Any, peer: Peer) -> None:
+        """A parked pull (`park` said True) woke."""
         self._parked.discard(waker)
+        if isinstance(peer, _Connection):
+            peer.unpark()
 
     # -- dispatch (loop thread) --------------------------------------------------------------------------------------
     def _refused(self, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -497,6 +536,10 @@ class Server:
         return None
 
     def _dispatch(self, conn: _Connection, cmd: RemotingCommand) -> None:
+        if self._closing:  # a request read before close() stopped reading: its answer might never be sent
+            if not cmd.is_oneway:
+                conn.send(cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="the server is closing"))
+            return
         if self._acl is not None:
             refused = self._refused(cmd)
             if refused is not None:
@@ -512,40 +555,56 @@ class Server:
         request = Request(cmd, conn, self)
         mode = handler.mode
         if mode is Mode.INLINE or (mode is Mode.PUT and self._put_inline):
-            self._answer(conn, cmd, handler.fn, request)
-            return
+            request.on_loop = True
+            if self._answer(conn, cmd, handler.fn, request):
+                return
+            request.on_loop = False  # it has files to write: again, on the executor
         if mode is Mode.ASYNC:
             awaitable = handler.fn(request)
         else:
-            awaitable = self.to_executor(lambda: handler.fn(request))
+            try:
+                awaitable = self.to_executor(lambda: handler.fn(request))
+            except RequestError as exc:
+                if not cmd.is_oneway:
+                    conn.send(cmd.reply(exc.code, remark=exc.remark))
+                return
         future = asyncio.ensure_future(awaitable, loop=self._loop)
-        on_loop = mode is Mode.ASYNC
-        conn.started(on_loop)
+        conn.started()
         self._pending.add(future)
-        future.add_done_callback(lambda f: self._done(conn, cmd, f, on_loop))
+        if mode is Mode.ASYNC:
+            conn.tasks.add(future)
+        future.add_done_callback(lambda f: self._done(conn, cmd, f))
 
-    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any], on_loop: bool) -> None:
+    def _done(self, conn: _Connection, cmd: RemotingCommand, future: asyncio.Future[Any]) -> None:
         self._pending.discard(future)
-        conn.finished(on_loop)
+        conn.tasks.discard(future)
+        conn.finished()
         self._answer(conn, cmd, future.result)
 
-    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[..., Any], *args: Any) -> None:
-        """Run (or collect) a handler's result, `run(*args)`, and send it; exceptions become error responses."""
+    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[..., Any], *args: Any) -> bool:
+        """Run (or collect) a handler's result, `run(*args)`, and send it; exceptions become error responses.
+        False when the handler raised `NeedsExecutor` (nothing was sent)."""
         try:
             response = run(*args)
+        except NeedsExecutor:
+            return False
         except RequestError as exc:
             response = cmd.reply(exc.code, remark=exc.remark)
         except (DiskFullError, IllegalStateError) as exc:
             response = cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
         except MQClientError as exc:
             response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=str(exc))
+        except MQLiteError as exc:  # the store's own words (a damaged record, a message not found): one line
+            log.warning("request %s from %s failed: %s: %s", cmd.code, conn.remote_address, type(exc).__name__, exc)
+            response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
-            return
+            return True
         except Exception as exc:  # a bug here: the client gets an answer, the log the stack
             log.exception("request %r from %s failed", cmd, conn.remote_address)
             response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         if response is not None and not cmd.is_oneway:
             conn.send(response)
+        return True
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "closing" if self._closing else "serving"

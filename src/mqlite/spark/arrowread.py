@@ -41,6 +41,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, decode_message
 from ..consumequeue import BLANK_UNIT, CQ_DTYPE
+from ..errors import MQLiteError, StoreCorruptedError
 from ..filter import MessageSelector
 from ..mappedfile import offset_to_file_name
 from ..recovery import load_set_aside
@@ -640,7 +641,9 @@ class RangeReader:
                 # queue's units point at records of another topic and queue, which are its messages.
                 msg = decode_message(mm[start : start + length], "")
                 body = msg.body
-            except Exception:  # any decoding fault: the unit does not point at a message
+            except Exception as exc:  # any decoding fault: the unit does not point at a message ...
+                if isinstance(exc, MQLiteError) and not isinstance(exc, StoreCorruptedError):
+                    raise  # ... but a missing codec package: the message is there, this worker cannot read it
                 keep[i] = False
                 continue
             flag.append(msg.flag)

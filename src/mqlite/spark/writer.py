@@ -695,7 +695,7 @@ def _open_writer(settings: _Settings) -> Broker | StoreLockedError:
     pause = 0.02
     while True:
         try:
-            return mqlite.open(settings.path)
+            return mqlite.broker.open(settings.path)  # this process must hold the lock: never a connection
         except StoreLockedError as err:
             now = time.monotonic()
             committer = err.pid is not None and os.path.exists(_committer_path(settings.path, err.pid))

@@ -1,0 +1,91 @@
+"""The command line's `-n HOST:PORT`: each command of `REMOTE_COMMANDS` run on a serving process gives
+what the same command gives on the store's path; the others refuse with exit status 2."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+from mqlite.cli import main
+from mqlite.cli.context import REMOTE_COMMANDS
+from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[mqlite.Broker, str]]:
+    with mqlite.open(str(tmp_path / "mq"), commitlog_file_size=1 << 20) as broker:
+        broker.create_topic("T", 2)
+        with mqlite.Producer(broker, group="pg") as producer:
+            for i in range(4):
+                producer.send(mqlite.Message("T", b"m%d" % i, tags="A" if i % 2 else "B", keys=[f"k{i}"]),
+                              queue=mqlite.MessageQueue("T", broker.broker_name, i % 2))
+            producer.send(mqlite.Message("%DLQ%g", b"dead"))
+        broker.store.wait_dispatched()
+        server = broker.serve("127.0.0.1:0")
+        yield broker, server.address
+        server.close()
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_read_commands_over_n_answer_as_on_the_path(served: tuple[mqlite.Broker, str],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    broker, address = served
+    msg = broker.query_message_by_offset("T", 1, 0)
+    commands = [
+        ["topicList"],
+        ["topicStatus", "-t", "T"],
+        ["queryMsgById", "-i", msg.msg_id],
+        ["queryMsgById", "-i", msg.offset_msg_id],
+        ["queryMsgByKey", "-t", "T", "-k", "k1"],
+        ["queryMsgByOffset", "-t", "T", "-i", "1", "-o", "0"],
+        ["printMsg", "-t", "T", "-s", "A"],
+        ["consumeMessage", "-t", "T", "-c", "3"],
+        ["queryDlq", "-g", "g"],
+    ]
+    for argv in commands:
+        over_the_wire = _json(capsys, "-n", address, *argv)
+        on_the_path = _json(capsys, *argv, broker.path)
+        assert over_the_wire == on_the_path, argv
+        assert over_the_wire, argv  # something was found: the comparison is not of two empty lists
+    assert {c[0] for c in commands} | {"updateTopic", "deleteTopic", "resetOffsetByTime", "skipAccumulatedMessage",
+                                       "sendMessage"} == REMOTE_COMMANDS
+
+
+def test_write_commands_over_n_change_the_served_store(served: tuple[mqlite.Broker, str],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    broker, address = served
+    _json(capsys, "-n", address, "updateTopic", "-t", "U", "-r", "3", "-w", "3")
+    assert broker.topic_config("U") is not None and broker.topic_config("U").read_queue_nums == 3  # type: ignore[union-attr]
+    [sent] = _json(capsys, "-n", address, "sendMessage", "-t", "U", "-p", "hello")
+    assert broker.view_message(sent["msg_id"]).body == b"hello"
+    rows = _json(capsys, "-n", address, "skipAccumulatedMessage", "-g", "cg", "-t", "T")
+    assert {(r["queue_id"], r["offset"]) for r in rows} == {(0, 2), (1, 2)}
+    rows = _json(capsys, "-n", address, "resetOffsetByTime", "-g", "cg", "-t", "T", "-s", "0")
+    assert {(r["queue_id"], r["offset"]) for r in rows} == {(0, 0), (1, 0)}
+    assert broker.query_offset("cg", mqlite.MessageQueue("T", broker.broker_name, 1)) == 0
+    _json(capsys, "-n", address, "deleteTopic", "-t", "U")
+    assert broker.topic_config("U") is None
+
+
+def test_commands_that_read_files_refuse_n_and_bad_combinations_are_usage_errors(
+        served: tuple[mqlite.Broker, str], capsys: pytest.CaptureFixture[str]) -> None:
+    broker, address = served
+    for argv in (["-n", address, "storeInfo"], ["-n", address, "verify"], ["storeInfo", "-n", address],
+                 ["-n", address, "topicList", broker.path], ["-n", address, "topicList", "-n", "127.0.0.1:1"]):
+        assert main(argv) == 2, argv
+        _, err = capsys.readouterr()
+        assert "-n" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["-n", "127.0.0.1:1", "topicList"]) == 1  # nothing serves there: one line, status 1
+    _, err = capsys.readouterr()
+    assert "cannot connect" in err
