@@ -545,11 +545,12 @@ class Server:
             if not cmd.is_oneway:
                 conn.send(cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="the server is closing"))
             return
-        refused = self._refused(cmd)
-        if refused is not None:
-            if not cmd.is_oneway:
-                conn.send(refused)
-            return
+        if self._acl is not None:
+            refused = self._refused(cmd)
+            if refused is not None:
+                if not cmd.is_oneway:
+                    conn.send(refused)
+                return
         handler = HANDLERS.get(cmd.code)
         if handler is None:
             if not cmd.is_oneway:
@@ -560,7 +561,7 @@ class Server:
         mode = handler.mode
         if mode is Mode.INLINE or (mode is Mode.PUT and self._put_inline):
             request.on_loop = True
-            if self._answer(conn, cmd, lambda: handler.fn(request)):
+            if self._answer(conn, cmd, handler.fn, request):
                 return
             request.on_loop = False  # it has files to write: again, on the executor
         if mode is Mode.ASYNC:
@@ -585,11 +586,11 @@ class Server:
         conn.finished()
         self._answer(conn, cmd, future.result)
 
-    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[[], Any]) -> bool:
-        """Run (or collect) a handler's result and send it; exceptions become error responses. False when
-        the handler raised `NeedsExecutor` (nothing was sent)."""
+    def _answer(self, conn: _Connection, cmd: RemotingCommand, run: Callable[..., Any], *args: Any) -> bool:
+        """Run (or collect) a handler's result, `run(*args)`, and send it; exceptions become error responses.
+        False when the handler raised `NeedsExecutor` (nothing was sent)."""
         try:
-            response = run()
+            response = run(*args)
         except NeedsExecutor:
             return False
         except RequestError as exc:
