@@ -21,11 +21,18 @@ from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixtur
 def served(tmp_path: Path) -> Iterator[tuple[mqlite.Broker, str]]:
     with mqlite.open(str(tmp_path / "mq"), commitlog_file_size=1 << 20) as broker:
         broker.create_topic("T", 2)
-        with mqlite.Producer(broker, group="pg") as producer:
+        with mqlite.Producer(broker, group="pg", trace=True) as producer:
             for i in range(4):
                 producer.send(mqlite.Message("T", b"m%d" % i, tags="A" if i % 2 else "B", keys=[f"k{i}"]),
                               queue=mqlite.MessageQueue("T", broker.broker_name, i % 2))
             producer.send(mqlite.Message("%DLQ%g", b"dead"))
+        # Group cg consumed queue 0 of T, group cg2 all of T: progress, stats and tracks have rows.
+        broker.commit_offset("cg", mqlite.MessageQueue("T", broker.broker_name, 0), 1)
+        for queue_id in (0, 1):
+            broker.commit_offset("cg2", mqlite.MessageQueue("T", broker.broker_name, queue_id), 2)
+        assert broker.offsets is not None
+        broker.offsets.persist()  # what a reader of the path sees
+        broker.query_trace("x")  # stores the producer's trace records
         broker.store.wait_dispatched()
         server = broker.serve("127.0.0.1:0")
         yield broker, server.address
@@ -53,6 +60,12 @@ def test_read_commands_over_n_answer_as_on_the_path(served: tuple[mqlite.Broker,
         ["printMsg", "-t", "T", "-s", "A"],
         ["consumeMessage", "-t", "T", "-c", "3"],
         ["queryDlq", "-g", "g"],
+        ["consumerProgress"],
+        ["consumerProgress", "-g", "cg"],
+        ["consumerProgress", "-g", "cg2", "-t", "T"],
+        ["statsAll"],
+        ["statsAll", "-t", "T"],
+        ["queryMsgTraceById", "-i", msg.msg_id],
     ]
     for argv in commands:
         over_the_wire = _json(capsys, "-n", address, *argv)
@@ -87,6 +100,9 @@ def test_commands_that_read_files_refuse_n_and_bad_combinations_are_usage_errors
         assert main(argv) == 2, argv
         _, err = capsys.readouterr()
         assert "-n" in err and len(err.strip().splitlines()) == 1, err
+    assert main(["-n", address, "consumerProgress", "-g", "nobody"]) == 2  # as on the path: an unknown group
+    _, err = capsys.readouterr()
+    assert f"consumer group 'nobody' has no offsets, retry or dead-letter topic in {address}\n" in err
     assert main(["-n", "127.0.0.1:1", "topicList"]) == 1  # nothing serves there: one line, status 1
     _, err = capsys.readouterr()
     assert "cannot connect" in err
