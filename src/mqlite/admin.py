@@ -354,9 +354,9 @@ def resend_destination(msg: MessageExt, group: str, *, to_origin: bool = False) 
     return origin if to_origin else retry_topic(group)
 
 
-def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin: bool = False,
+def resend_dlq_message(broker: AdminSurface, msg: MessageExt, group: str, *, to_origin: bool = False,
                        sequence: int = 0) -> ResendResult:
-    """Give a dead letter of `group` back to its consumers; needs the writer.
+    """Give a dead letter of `group` back to its consumers; needs the writer (or a connection to it).
 
     RocketMQ's dashboard re-delivers a DLQ message to the group alone (it
     looks the original up by `RETRY_TOPIC` and `ORIGIN_MESSAGE_ID` and has a
@@ -379,7 +379,9 @@ def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin
     else:
         properties[PROPERTY_RETRY_TOPIC] = origin  # the client shows the message under this topic
         topic, queue_id = retry_topic(group), 0
-        broker.ensure_group_topic(group, topic)  # live members start reading a new retry topic
+        if isinstance(broker, Broker):  # live members start reading a new retry topic
+            broker.ensure_group_topic(group, topic)
+        # A served broker creates it on the send itself, as RocketMQ's does for a send to a retry topic.
     body, sys_flag = stored_body(msg)
     put = broker.put_message(topic, queue_id, body, properties, flag=msg.flag,
                              sys_flag=SysFlag.reset_transaction_value(sys_flag, SysFlag.TRANSACTION_NOT_TYPE),

@@ -27,13 +27,13 @@ from .output import Progress
 __all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV", "REMOTE_COMMANDS"]
 
 #: Commands that work over `-n HOST:PORT`: they use only the admin surface a `RemoteBroker` shares with
-#: `Broker` (topics, offsets, messages by id, key and offset, queue reads, sends, resets, traces) and the
-#: committed offset table (`Context.offset_table()`, `GET_ALL_CONSUMER_OFFSET` over the wire). The others
-#: read files a connection cannot reach (storeInfo reads the store's files, verify checks them).
+#: `Broker` (topics, offsets, messages by id, key and offset, queue reads, sends, resets, traces, dead-letter
+#: re-sends) and the committed offset table (`Context.offset_table()`, `GET_ALL_CONSUMER_OFFSET` over the
+#: wire). The others read files a connection cannot reach (storeInfo reads the store's files, verify checks them).
 REMOTE_COMMANDS = frozenset({
     "topicList", "topicStatus", "updateTopic", "deleteTopic", "resetOffsetByTime", "skipAccumulatedMessage",
     "queryMsgById", "queryMsgByKey", "queryMsgByOffset", "printMsg", "sendMessage", "consumeMessage", "queryDlq",
-    "consumerProgress", "statsAll", "queryMsgTraceById",
+    "consumerProgress", "statsAll", "queryMsgTraceById", "resendDlq",
 })
 
 #: The environment variable naming the store when neither PATH nor --store does.
