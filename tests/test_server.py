@@ -783,3 +783,20 @@ def test_a_consumer_that_stops_heartbeating_is_dropped_while_its_connection_live
         c.close()
     finally:
         server.close()
+
+
+def test_consumer_offsets_and_topic_consumers(broker: mqlite.Broker, server: mqlite.Server, client: Client) -> None:
+    # GET_ALL_CONSUMER_OFFSET: ConsumerOffsetSerializeWrapper, `topic@group` -> queue id -> offset (int keys).
+    broker.create_topic("t", 2)
+    broker.create_topic("u", 1)
+    broker.commit_offset("cg", MessageQueue("t", broker.broker_name, 1), 3)
+    broker.commit_offset("other", MessageQueue("u", broker.broker_name, 0), 0)
+    answer = client.call(RequestCode.GET_ALL_CONSUMER_OFFSET)
+    assert b'"t@cg":{1:3}' in answer.body
+    assert from_wire_json(answer.body)["offsetTable"] == {"t@cg": {1: 3}, "u@other": {0: 0}}
+    # QUERY_TOPIC_CONSUME_BY_WHO: GroupList of the online groups subscribed to the topic and those with offsets.
+    heartbeat(client, "c1", group="live", topic="t")
+    by_who = client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "t"})
+    assert from_wire_json(by_who.body) == {"groupList": ["cg", "live"]}
+    assert from_wire_json(client.call(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": "u"}).body) == {
+        "groupList": ["other"]}

@@ -9,21 +9,23 @@ re-sending its messages.
 
 Everything goes through the public `Broker` API (and `Broker.store` for
 offsets), so it works on a writer and on a read-only broker alike; only
-`resend_dlq_message` needs the writer.
+`resend_dlq_message` needs the writer. The functions that take an
+`AdminSurface` and an `OffsetTable` work over a connection too (`mqlite.connect`;
+`RemoteBroker.consumer_offset_table` is the table there).
 
 >>> import mqlite, tempfile
 >>> with mqlite.open(tempfile.mkdtemp(), commitlog_file_size=1 << 20) as broker:
 ...     r = broker.put_message("orders", 0, b"hi")
 ...     broker.commit_offset("cg", mqlite.MessageQueue("orders", broker.broker_name, 0), 0)
-...     consumer_groups(broker), [(p.queue_id, p.diff) for p in consumer_progress(broker, "cg")]
+...     consumer_groups(broker, offset_table(broker)), [(p.queue_id, p.diff) for p in consumer_progress(broker, "cg")]
 (['cg'], [(0, 1)])
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from .broker import Broker, QueueProgress, QueueStatus
 from .commitlog import stored_body
@@ -39,15 +41,18 @@ from .message import (
     MessageQueue,
     SysFlag,
 )
-from .offsets import ConsumerOffsets
+from .offsets import ConsumerOffsets, group_table, groups_of
 from .port import BrokerPort, Subscription
 from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from .topics import PERM_READ, PERM_WRITE, TopicConfig
+from .traceview import MessageTrack, TraceView
 
 __all__ = [
     "AdminSurface",
     "TOOLS_CONSUMER_GROUP",
+    "OffsetTable",
     "consumer_offsets",
+    "offset_table",
     "consumer_groups",
     "group_exists",
     "consumer_progress",
@@ -72,6 +77,9 @@ _DAY_MS = 24 * 3600_000
 #: Properties a re-sent dead letter drops: it starts over as a fresh delivery.
 _DEAD_LETTER_PROPERTIES = (PROPERTY_DLQ_ORIGIN_TOPIC, PROPERTY_DLQ_ORIGIN_MESSAGE_ID, PROPERTY_RECONSUME_TIME,
                            PROPERTY_MAX_RECONSUME_TIMES)
+#: The committed offsets, keyed `topic@group` -> queue id -> offset (`ConsumerOffsets.snapshot()`, the
+#: `offsetTable` of `config/consumerOffset.json` and of RocketMQ's `GET_ALL_CONSUMER_OFFSET`).
+OffsetTable: TypeAlias = Mapping[str, Mapping[int, int]]
 
 
 class AdminSurface(BrokerPort, Protocol):
@@ -123,11 +131,24 @@ class AdminSurface(BrokerPort, Protocol):
         """Move `group`'s offsets on `topic` to `timestamp` (-1: the end)."""
         ...
 
+    def query_trace(self, msg_id: str, max_num: int = 64, begin: int = 0, end: int | None = None) -> list[TraceView]:
+        """The trace records of message `msg_id`, in causal order."""
+        ...
+
+    def message_track(self, msg_id: str) -> list[MessageTrack]:
+        """Where message `msg_id` stands for each consumer group."""
+        ...
+
 
 # -- consumer groups ------------------------------------------------------------------------------------------
 def consumer_offsets(broker: Broker) -> ConsumerOffsets:
     """The offset table: the writer's live one, or for a reader a fresh read of the file (one JSON load)."""
     return broker.offsets if broker.offsets is not None else ConsumerOffsets(broker.path)
+
+
+def offset_table(broker: Broker) -> dict[str, dict[int, int]]:
+    """The committed offsets as an `OffsetTable` (`consumer_offsets`' snapshot)."""
+    return consumer_offsets(broker).snapshot()
 
 
 def _group_of(topic: str) -> str | None:
@@ -137,34 +158,31 @@ def _group_of(topic: str) -> str | None:
     return None
 
 
-def consumer_groups(broker: Broker, offsets: ConsumerOffsets | None = None) -> list[str]:
-    """Groups with committed offsets or a retry or dead-letter topic, sorted; the broker's own left out.
-
-    `offsets` saves a reader loading the offset file again (`consumer_offsets`).
-    """
-    groups = set((offsets or consumer_offsets(broker)).groups())
+def consumer_groups(broker: AdminSurface, table: OffsetTable) -> list[str]:
+    """Groups with committed offsets in `table` or a retry or dead-letter topic, sorted; the broker's own
+    left out."""
+    groups = set(groups_of(table))
     groups.update(g for g in map(_group_of, broker.topic_list()) if g)
     return sorted(g for g in groups if not g.startswith(_SYSTEM_GROUP_PREFIX))
 
 
-def group_exists(broker: Broker, group: str) -> bool:
-    """True when `group` has committed offsets or a retry or dead-letter topic."""
+def group_exists(broker: AdminSurface, group: str, table: OffsetTable) -> bool:
+    """True when `group` has committed offsets in `table` or a retry or dead-letter topic."""
     topics = broker.topic_list()
-    return (retry_topic(group) in topics or dlq_topic(group) in topics
-            or bool(consumer_offsets(broker).table_for(group)))
+    return retry_topic(group) in topics or dlq_topic(group) in topics or bool(group_table(table, group))
 
 
-def consumer_progress(broker: Broker, group: str, topic: str | None = None, *,
-                      offsets: ConsumerOffsets | None = None) -> list[QueueProgress]:
-    """`Broker.consumer_progress`, also on a read-only broker, optionally for one topic.
+def consumer_progress(broker: AdminSurface, group: str, topic: str | None = None, *,
+                      offsets: OffsetTable | None = None) -> list[QueueProgress]:
+    """`consumer_progress` of the broker, optionally for one topic.
 
     A reader sees the offsets the writer last persisted (or `offsets`, loaded
     once for many groups) and no client ids (consumers live in the writer's process).
     """
-    if broker.offsets is not None:
-        rows = broker.consumer_progress(group)
+    if isinstance(broker, Broker) and broker.offsets is None:
+        rows = _progress_from_file(broker, group_table(offset_table(broker) if offsets is None else offsets, group))
     else:
-        rows = _progress_from_file(broker, (offsets or consumer_offsets(broker)).table_for(group))
+        rows = broker.consumer_progress(group)
     return [row for row in rows if topic is None or row.topic == topic]
 
 
@@ -264,11 +282,10 @@ class TopicStats:
     out_msg_24h: int | None
 
 
-def topic_stats(broker: Broker, topic: str, now_ms: int, *, offsets: ConsumerOffsets | None = None) -> list[TopicStats]:
+def topic_stats(broker: AdminSurface, topic: str, now_ms: int, offsets: OffsetTable) -> list[TopicStats]:
     """`statsAll`'s rows for `topic`: one per consumer group (committed offsets), or one without a group.
 
-    Cost: two binary searches per queue plus one offset look-up per group and
-    queue (`offsets` saves loading the offset file for each topic).
+    Cost: two binary searches per queue plus one offset look-up per group and queue.
     """
     queues = broker.fetch_subscribe_queues(topic)
     day = {mq.queue_id: broker.search_offset(mq, now_ms - _DAY_MS) for mq in queues}
@@ -276,13 +293,13 @@ def topic_stats(broker: Broker, topic: str, now_ms: int, *, offsets: ConsumerOff
     high = {mq.queue_id: broker.max_offset(mq) for mq in queues}
     in_day = sum(high[q] - day[q] for q in high)
     in_tps = sum(high[q] - minute[q] for q in high) / 60
-    offsets = offsets or consumer_offsets(broker)
-    groups = sorted(g for g in offsets.groups() if topic in offsets.table_for(g))
+    tables = {g: group_table(offsets, g) for g in groups_of(offsets)}
+    groups = sorted(g for g, table in tables.items() if topic in table)
     if not groups:
         return [TopicStats(topic, None, 0, in_tps, None, in_day, None)]
     rows = []
     for group in groups:
-        committed = {q: max(o, 0) for q, o in offsets.table_for(group)[topic].items()}
+        committed = {q: max(o, 0) for q, o in tables[group][topic].items()}
         # An offset past the end (committed before a truncation, or by hand) consumed no more than the queue
         # holds: clamped, as consumerProgress's diff is, so "out" never exceeds "in".
         consumed = {q: min(committed.get(q, 0), high[q]) for q in high}
@@ -337,9 +354,9 @@ def resend_destination(msg: MessageExt, group: str, *, to_origin: bool = False) 
     return origin if to_origin else retry_topic(group)
 
 
-def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin: bool = False,
+def resend_dlq_message(broker: AdminSurface, msg: MessageExt, group: str, *, to_origin: bool = False,
                        sequence: int = 0) -> ResendResult:
-    """Give a dead letter of `group` back to its consumers; needs the writer.
+    """Give a dead letter of `group` back to its consumers; needs the writer (or a connection to it).
 
     RocketMQ's dashboard re-delivers a DLQ message to the group alone (it
     looks the original up by `RETRY_TOPIC` and `ORIGIN_MESSAGE_ID` and has a
@@ -362,7 +379,9 @@ def resend_dlq_message(broker: Broker, msg: MessageExt, group: str, *, to_origin
     else:
         properties[PROPERTY_RETRY_TOPIC] = origin  # the client shows the message under this topic
         topic, queue_id = retry_topic(group), 0
-        broker.ensure_group_topic(group, topic)  # live members start reading a new retry topic
+        if isinstance(broker, Broker):  # live members start reading a new retry topic
+            broker.ensure_group_topic(group, topic)
+        # A served broker creates it on the send itself, as RocketMQ's does for a send to a retry topic.
     body, sys_flag = stored_body(msg)
     put = broker.put_message(topic, queue_id, body, properties, flag=msg.flag,
                              sys_flag=SysFlag.reset_transaction_value(sys_flag, SysFlag.TRANSACTION_NOT_TYPE),

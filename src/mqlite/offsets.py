@@ -35,7 +35,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,7 +44,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .config import load_json_file, write_json_atomic
 
 __all__ = ["ConsumerOffsets", "OffsetPersistService", "TOPIC_GROUP_SEPARATOR", "consumer_offset_path",
-           "side_offset_path", "side_file_lock", "load_side_file"]
+           "side_offset_path", "side_file_lock", "load_side_file", "groups_of", "group_table"]
 
 log = logging.getLogger("mqlite")
 
@@ -133,14 +133,12 @@ class ConsumerOffsets:
         """Consumer groups with at least one committed offset, sorted."""
         with self._lock:
             keys = list(self._table)
-        return sorted({group for _, group in map(_split_key, keys) if group})
+        return groups_of(keys)
 
     def table_for(self, group: str) -> dict[str, dict[int, int]]:
         """A copy of `group`'s offsets: `{topic: {queue_id: offset}}`."""
-        suffix = TOPIC_GROUP_SEPARATOR + group
         with self._lock:
-            return {key[: -len(suffix)]: dict(queues) for key, queues in self._table.items()
-                    if key.endswith(suffix) and TOPIC_GROUP_SEPARATOR not in key[: -len(suffix)]}
+            return group_table(self._table, group)
 
     def snapshot(self) -> dict[str, dict[int, int]]:
         """A copy of the whole table, keyed `topic@group`."""
@@ -283,6 +281,19 @@ def load_side_file(path: str) -> dict[str, Any] | None:
     return load_json_file(path, check=_check_offsets_document,
                           fix="delete it (and its .bak): the offsets other processes left there (a Spark "
                               "stream's group progress) are lost and those groups resume from the store's table")
+
+
+def groups_of(keys: Iterable[str]) -> list[str]:
+    """The groups of offset-table keys (`topic@group`), sorted: `ConsumerOffsets.groups` of a table
+    (a `snapshot()`, or the one `GET_ALL_CONSUMER_OFFSET` answers)."""
+    return sorted({group for _, group in map(_split_key, keys) if group})
+
+
+def group_table(table: Mapping[str, Mapping[int, int]], group: str) -> dict[str, dict[int, int]]:
+    """A copy of `group`'s offsets in `table` (keyed `topic@group`): `{topic: {queue_id: offset}}`."""
+    suffix = TOPIC_GROUP_SEPARATOR + group
+    return {key[: -len(suffix)]: dict(queues) for key, queues in table.items()
+            if key.endswith(suffix) and TOPIC_GROUP_SEPARATOR not in key[: -len(suffix)]}
 
 
 def _split_key(key: str) -> tuple[str, str]:

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import TextIO
 
-from ..admin import AdminSurface
+from ..admin import AdminSurface, offset_table
 from ..broker import Broker
 from ..broker import open as open_broker
 from ..errors import IllegalStateError, StoreLockedError
@@ -27,12 +27,13 @@ from .output import Progress
 __all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV", "REMOTE_COMMANDS"]
 
 #: Commands that work over `-n HOST:PORT`: they use only the admin surface a `RemoteBroker` shares with
-#: `Broker` (topics, offsets, messages by id, key and offset, queue reads, sends, resets). The others read
-#: files a connection cannot reach (storeInfo, verify, statsAll and consumerProgress read the persisted
-#: offset table, queryMsgTraceById the message track, resendDlq writes the retry topic's config).
+#: `Broker` (topics, offsets, messages by id, key and offset, queue reads, sends, resets, traces, dead-letter
+#: re-sends) and the committed offset table (`Context.offset_table()`, `GET_ALL_CONSUMER_OFFSET` over the
+#: wire). The others read files a connection cannot reach (storeInfo reads the store's files, verify checks them).
 REMOTE_COMMANDS = frozenset({
     "topicList", "topicStatus", "updateTopic", "deleteTopic", "resetOffsetByTime", "skipAccumulatedMessage",
     "queryMsgById", "queryMsgByKey", "queryMsgByOffset", "printMsg", "sendMessage", "consumeMessage", "queryDlq",
+    "consumerProgress", "statsAll", "queryMsgTraceById", "resendDlq",
 })
 
 #: The environment variable naming the store when neither PATH nor --store does.
@@ -97,6 +98,15 @@ class Context:
         if self._remote is None:
             self._remote = connect(self.address)
         return self._remote
+
+    def offset_table(self) -> dict[str, dict[int, int]]:
+        """The committed offsets (`admin.OffsetTable`): with `-n` the serving process's live table
+        (`GET_ALL_CONSUMER_OFFSET`), else the one the writer last persisted (or its live one, when open)."""
+        if self.address is None:
+            return offset_table(self._broker if self._broker is not None else self.reader())
+        self.admin()
+        assert self._remote is not None  # admin() connected
+        return self._remote.consumer_offset_table()
 
     def reader(self) -> Broker:
         """The store opened read-only (sees what the writer had dispatched when it opened)."""

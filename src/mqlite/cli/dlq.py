@@ -6,11 +6,12 @@ import argparse
 import dataclasses
 from collections.abc import Iterator
 
-from ..admin import dlq_messages, find_message, resend_destination, resend_dlq_message
+from ..admin import AdminSurface, dlq_messages, find_message, resend_destination, resend_dlq_message
 from ..broker import Broker
 from ..errors import MessageNotFoundError, MQLiteError
 from ..message import PROPERTY_RETRY_TOPIC, MessageExt
 from ..sendback import dlq_topic
+from ..remoting.remote import DEFAULT_TOPIC
 from ..topics import is_system_topic
 from .checks import check_window
 from .context import CommandError, Context, UsageError
@@ -48,13 +49,16 @@ def resend_dlq(ctx: Context, args: argparse.Namespace) -> Report:
     copy is sent; each row prints as its copy is stored, so a failure part-way
     (exit 1) still shows what was re-sent.
     Changes the store: needs the writer lock (exit 1 while a live process holds it).
+    Over `-n` the same: each dead letter is read (`QUERY_MESSAGE`, or pulled for
+    --all) and its copy sent with `SEND_MESSAGE_V2`, carrying what the local
+    re-send writes (properties, flag, sys flag, born time).
     """
     if bool(args.msg_ids) == args.all:
         raise UsageError("name the dead letters to re-send with -i ID[,ID...], or pass --all")
     if args.msg_ids and (args.begin is not None or args.end is not None):
         raise UsageError("-b/-e select a time range for --all; with -i the ids say which messages")
     check_window(args)
-    broker = ctx.writer()
+    broker = ctx.admin(write=True)
     if args.msg_ids:
         letters = [find_message(broker, msg_id, dlq_topic(args.group)) for msg_id in args.msg_ids]
     else:
@@ -79,7 +83,15 @@ def resend_dlq(ctx: Context, args: argparse.Namespace) -> Report:
     ], footer=lambda: ["", f"{len(sent)} dead letters of {args.group} re-sent"])
 
 
-def _check_destinations(broker: Broker, letters: list[MessageExt], group: str, to_origin: bool) -> None:
+def _auto_creates_topics(broker: AdminSurface) -> bool:
+    """Whether a send to a missing topic creates it: the store's setting; over `-n`, whether the server
+    routes the default topic `TBW102` (it does exactly when its auto_create_topic is on)."""
+    if isinstance(broker, Broker):
+        return broker.config.auto_create_topic
+    return broker.topic_config(DEFAULT_TOPIC) is not None
+
+
+def _check_destinations(broker: AdminSurface, letters: list[MessageExt], group: str, to_origin: bool) -> None:
     """`CommandError` naming the first topic a re-send of `letters` would be refused by, before any is sent.
 
     The retry topic is created on the first re-send when missing; an original
@@ -96,7 +108,7 @@ def _check_destinations(broker: Broker, letters: list[MessageExt], group: str, t
         if to_origin and is_system_topic(topic):
             problem = "is a system topic, which takes no sends: re-send without --to-origin (to the retry topic)"
         elif config is None:
-            if not to_origin or broker.config.auto_create_topic:
+            if not to_origin or _auto_creates_topics(broker):
                 continue  # created by the first re-send to it
             problem = (f"does not exist: create it with `mqlite updateTopic -t {topic}`, or re-send without "
                        "--to-origin (to the retry topic)")

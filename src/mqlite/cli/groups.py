@@ -1,7 +1,8 @@
 """Consumer-group commands: consumerProgress, resetOffsetByTime, skipAccumulatedMessage.
 
 A read-only run sees the offsets a live writer last persisted (every
-`flush_consumer_offset_interval` seconds, 5 by default) and no client ids.
+`flush_consumer_offset_interval` seconds, 5 by default) and no client ids;
+over `-n` the serving process's live offsets.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ import argparse
 import dataclasses
 
 from .. import admin
-from ..admin import AdminSurface
-from ..broker import Broker
+from ..admin import AdminSurface, OffsetTable
 from ..message import MessageQueue
 from .checks import queue_of, require_topic
 from .context import Context, UsageError
@@ -26,19 +26,24 @@ def consumer_progress(ctx: Context, args: argparse.Namespace) -> Report:
     """Show a consumer group's progress per queue (-g), or list every group with its total diff.
 
     Offsets are the ones a live writer last persisted (every 5 s by default);
-    client ids are known only inside the writer's process.
+    client ids are known only inside the writer's process. Over `-n`: the
+    serving process's offsets (`GET_CONSUME_STATS` per group, as mqadmin; the
+    groups from `GET_ALL_CONSUMER_OFFSET` and the retry and dead-letter topics).
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
+    table = ctx.offset_table()
     if args.group is None:
-        return _all_groups(broker)
-    if not admin.group_exists(broker, args.group):
-        raise UsageError(f"consumer group {args.group!r} has no offsets, retry or dead-letter topic in {broker.path} "
-                         "(a live writer persists new offsets every few seconds)")
+        return _all_groups(broker, table)
+    if not admin.group_exists(broker, args.group, table):
+        # Read from the path, the offsets are the ones last persisted; a serving process has its live ones.
+        lag = "" if ctx.address else " (a live writer persists new offsets every few seconds)"
+        raise UsageError(f"consumer group {args.group!r} has no offsets, retry or dead-letter topic in "
+                         f"{broker.path}{lag}")
     if args.topic is not None:
         require_topic(broker, args.topic)
     rows: list[Row] = [{**dataclasses.asdict(p), "diff": p.diff}
-                       for p in admin.consumer_progress(broker, args.group, args.topic)]
+                       for p in admin.consumer_progress(broker, args.group, args.topic, offsets=table)]
     return Report(rows, columns=[
         Column("#Topic", "topic"), Column("#Broker Name", "broker_name"), Column("#QID", "queue_id"),
         Column("#Broker Offset", "broker_offset"), Column("#Consumer Offset", "consumer_offset"),
@@ -47,10 +52,9 @@ def consumer_progress(ctx: Context, args: argparse.Namespace) -> Report:
     ], footer=lambda: ["", f"Consume Diff Total: {sum(r['diff'] for r in rows)}"])
 
 
-def _all_groups(broker: Broker) -> Report:
-    offsets = admin.consumer_offsets(broker)
-    rows = [{"group": g, "diff_total": sum(p.diff for p in admin.consumer_progress(broker, g, offsets=offsets))}
-            for g in admin.consumer_groups(broker, offsets)]
+def _all_groups(broker: AdminSurface, table: OffsetTable) -> Report:
+    rows = [{"group": g, "diff_total": sum(p.diff for p in admin.consumer_progress(broker, g, offsets=table))}
+            for g in admin.consumer_groups(broker, table)]
     return Report(rows, columns=[Column("#Group", "group"), Column("#Diff Total", "diff_total")])
 
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..admin import consumer_offsets, topic_stats
+from ..admin import topic_stats
 from ..reader import StoreReader
 from ..sendback import is_dlq_topic, is_retry_topic
 from ..verify import verify_store
@@ -29,22 +29,24 @@ def stats_all(ctx: Context, args: argparse.Namespace) -> Report:
 
     Computed from the store (store times and committed offsets), not from
     runtime counters: "out" counts messages of the window the group's offsets
-    have passed. Reads the store read-only: works beside a live writer.
+    have passed. Over `-n` the same, from the serving process's offsets
+    (`GET_ALL_CONSUMER_OFFSET`) and its queues' offsets by time.
+    Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
     if args.topic is not None:
         require_topic(broker, args.topic)
     topics = [t for t in broker.topic_list() if not (is_retry_topic(t) or is_dlq_topic(t))
               and args.topic in (None, t)]
     now = int(time.time() * 1000)
-    offsets = consumer_offsets(broker)
+    offsets = ctx.offset_table()
 
     def rows() -> Iterator[Row]:
         progress = ctx.progress("reading")
         try:
             for done, topic in enumerate(topics):
                 progress.update(done, len(topics), topic)
-                for stats in topic_stats(broker, topic, now, offsets=offsets):
+                for stats in topic_stats(broker, topic, now, offsets):
                     if not args.active_topic or stats.in_msg_24h or stats.out_msg_24h:
                         yield dataclasses.asdict(stats)
         finally:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from collections.abc import Iterator
 
-from ..broker import Broker
+from ..admin import AdminSurface
 from ..errors import MessageNotFoundError
 from ..traceview import MessageTrack
 from .context import Context
@@ -26,9 +26,11 @@ def query_msg_trace_by_id(ctx: Context, args: argparse.Namespace) -> Report:
     with a "kind": "trace" rows have TraceView's fields (msg_type, group_name,
     time_stamp, ...); "track" rows have msg_id, consumer_group, track_type and
     exception_desc.
+    Over `-n`: `QUERY_MESSAGE` on the trace topic by the id (mqadmin's way), the
+    track by the serving process's committed offsets.
     Reads the store read-only: works beside a live writer.
     """
-    broker = ctx.reader()
+    broker = ctx.admin()
 
     def rows() -> Iterator[Row | Note]:
         for msg_id in args.msg_ids:
@@ -47,7 +49,7 @@ def query_msg_trace_by_id(ctx: Context, args: argparse.Namespace) -> Report:
         Column("#Status", "status"), Column("#Topic", "topic"), Column("#MsgId", "msg_id")])
 
 
-def _tracks(broker: Broker, msg_id: str) -> list[MessageTrack]:
+def _tracks(broker: AdminSurface, msg_id: str) -> list[MessageTrack]:
     """The message's track per group; none when the message itself is gone (its trace may outlive it)."""
     try:
         return broker.message_track(msg_id)

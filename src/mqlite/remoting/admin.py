@@ -1,7 +1,7 @@
 """Admin requests (`AdminBrokerProcessor`, `QueryMessageProcessor`): topics, stats, offsets reset, messages.
 
 `UPDATE_AND_CREATE_TOPIC`, `DELETE_TOPIC_IN_BROKER`, `GET_ALL_TOPIC_CONFIG`, `GET_TOPIC_STATS_INFO`,
-`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_CONFIG`,
+`GET_TOPIC_CONFIG`, `GET_CONSUME_STATS`, `GET_ALL_CONSUMER_OFFSET`, `QUERY_TOPIC_CONSUME_BY_WHO`, `INVOKE_BROKER_TO_RESET_OFFSET`, `GET_BROKER_CONFIG`,
 `GET_BROKER_RUNTIME_INFO`, `QUERY_MESSAGE`,
 `VIEW_MESSAGE_BY_ID`: what `mqadmin` and the admin surface of `Broker` ask, each answered by one
 `Broker` call and rendered in RocketMQ's body classes (fastjson).
@@ -15,6 +15,7 @@ import time
 from ..commitlog import stored_record
 from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageExt, MessageQueue
+from ..offsets import TOPIC_GROUP_SEPARATOR, groups_of
 from ..topics import TopicConfig, is_system_topic
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .nameserver import CLUSTER_NAME
@@ -108,6 +109,29 @@ def consume_stats(request: Request) -> RemotingCommand | None:
               "lastTimestamp": row.last_timestamp}
              for row in broker.consumer_progress(group) if not topic or row.topic == topic}
     return request.reply(body=to_wire_json({"consumeTps": 0.0, "offsetTable": table}))
+
+
+@handles(RequestCode.GET_ALL_CONSUMER_OFFSET)
+def all_consumer_offset(request: Request) -> RemotingCommand | None:
+    """`ConsumerOffsetSerializeWrapper`: every committed offset, `topic@group` -> queue id -> offset (what a
+    slave syncs, and what the CLI's statsAll, consumerProgress and message tracks read over `-n`)."""
+    offsets = request.broker.offsets
+    table = offsets.snapshot() if offsets is not None else {}
+    version = {"counter": 0, "stateVersion": 0, "timestamp": _BOOT_MS}
+    return request.reply(body=to_wire_json({"dataVersion": version, "offsetTable": table}))
+
+
+@handles(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO)
+def topic_consumed_by(request: Request) -> RemotingCommand | None:
+    """`GroupList`: the groups consuming a topic, the online ones subscribed to it and those with offsets on it
+    (mqadmin's statsAll and message tracks ask it)."""
+    broker = request.broker
+    topic = request.header.text("topic", max_length=NAME_MAX)
+    registry = broker.consumer_groups
+    groups = {g for g in registry.groups() if any(topic in m.subscribed_topics() for m in registry.members(g))}
+    if broker.offsets is not None:
+        groups.update(groups_of(k for k in broker.offsets.snapshot() if k.startswith(topic + TOPIC_GROUP_SEPARATOR)))
+    return request.reply(body=to_wire_json({"groupList": sorted(groups)}))
 
 
 @handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, mode=Mode.BLOCKING)

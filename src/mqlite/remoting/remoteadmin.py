@@ -11,8 +11,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from ..broker import QueueProgress, QueueStatus
+from ..trace import TRACE_TOPIC
+from ..traceview import MessageTrack, TraceView, trace_views, track_message
 from ..errors import MessageNotFoundError, MQClientError
-from ..message import MessageExt, MessageQueue, decode_offset_msg_id
+from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, decode_offset_msg_id
 from ..longpoll import PullResult, PullStatus
 from ..port import Subscription
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig, check_topic, is_system_topic
@@ -189,6 +191,24 @@ class RemoteAdmin:
                 f"(readable offsets are {result.min_offset}..{result.max_offset - 1})")
         return result.msg_found_list[0]
 
+    # -- trace ----------------------------------------------------------------------------------------------
+    def query_trace(self, msg_id: str, max_num: int = 64, begin: int = 0, end: int | None = None) -> list[TraceView]:
+        """mqadmin's `queryMsgTraceById`: `QUERY_MESSAGE` on the trace topic by the message id (the trace
+        messages' key), the records decoded and put in causal order."""
+        if not isinstance(msg_id, str) or not msg_id:
+            raise MQClientError("msg_id must be a non-empty string")
+        return trace_views(msg_id, self.query_message(TRACE_TOPIC, msg_id, max_num, begin, end))
+
+    def message_track(self, msg_id: str) -> list[MessageTrack]:
+        """Where message `msg_id` stands for each group, judged by the committed offsets
+        (`GET_ALL_CONSUMER_OFFSET`) as on a read-only broker: a connection does not see who is online."""
+        msg = self.view_message(msg_id)
+        origin = msg.properties.get(PROPERTY_RETRY_TOPIC)
+        if origin is not None and origin != msg.topic:  # a retry or dead-letter copy: track the original
+            copies = [m for m in self.query_message(origin, msg.msg_id) if m.msg_id == msg.msg_id]
+            msg = copies[-1] if copies else msg  # newest first: the last is the first stored
+        return track_message(msg, self.consumer_offset_table(), None)
+
     # -- groups ---------------------------------------------------------------------------------------------
     def consumer_progress(self, group: str) -> list[QueueProgress]:
         """`GET_CONSUME_STATS`: per queue the group consumes, broker and consumer offsets and the owner."""
@@ -199,6 +219,16 @@ class RemoteAdmin:
                                       int(wrapper.get("brokerOffset", 0)), max(int(wrapper.get("consumerOffset", 0)), 0),
                                       str(wrapper.get("clientId", "") or ""), int(wrapper.get("lastTimestamp", 0))))
         return sorted(rows, key=lambda r: (r.topic, r.queue_id))
+
+    def consumer_offset_table(self) -> dict[str, dict[int, int]]:
+        """`GET_ALL_CONSUMER_OFFSET`: the committed offsets, keyed `topic@group` -> queue id -> offset (the
+        `admin.OffsetTable` that statsAll, consumerProgress and message tracks read)."""
+        body = self._json(self._call(RequestCode.GET_ALL_CONSUMER_OFFSET)) or {}
+        table = body.get("offsetTable")
+        if not isinstance(table, dict):
+            return {}
+        return {str(key): {int(q): int(o) for q, o in queues.items()} for key, queues in table.items()
+                if isinstance(queues, dict)}
 
     def reset_offset_by_time(self, group: str, topic: str, timestamp: int) -> dict[MessageQueue, int]:
         """`INVOKE_BROKER_TO_RESET_OFFSET`: move `group`'s offsets on `topic` to `timestamp` (-1: the end)."""
