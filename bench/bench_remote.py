@@ -26,8 +26,8 @@ Variants (each a `local` and a `remote` row):
               producer is a thread of this process.
   lat_push    the same with a `PushConsumer` listener.
 
-CPU per message: of the server process (utime + stime from /proc/<pid>/stat around the timed window) and of
-the client (this process's `time.process_time()`, every thread; the client processes' own in `send4`).
+CPU per message, in microseconds: of the server process (utime + stime from /proc/<pid>/stat around the
+timed window; "(sys)" the kernel's share) and of the client (this process's `time.process_time()`, every thread; the client processes' own in `send4`).
 
 Prints one JSON line per measurement (also appended to --out), then a table and one JSON summary line.
 """
@@ -95,11 +95,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system, every thread) of process `pid` so far."""
+def _proc_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds (user, system; every thread) of process `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 class Server:
@@ -111,17 +111,26 @@ class Server:
         self.proc = subprocess.Popen((wrap or []) + cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=_env(), text=True)
         assert self.proc.stdout is not None
-        self.address = self.proc.stdout.readline().strip()
-        if not self.address:
+        for line in self.proc.stdout:  # the address is the first line with a ":" (a wrapper may print a banner)
+            if ":" in line and not line.startswith("py-spy>"):
+                self.address = line.strip()
+                break
+        else:
             raise RuntimeError(f"mqlite serve exited with {self.proc.wait()} before printing its address")
         self.pid = self._server_pid() if wrap else self.proc.pid
 
     def _server_pid(self) -> int:
         """The python process under a wrapper (py-spy record -- python ...): the child of the wrapper."""
-        with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
-            return int(f.read().split()[0])
+        for _ in range(100):
+            for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+                with open(f"/proc/{self.proc.pid}/task/{task}/children") as f:
+                    children = f.read().split()
+                if children:
+                    return int(children[0])
+            time.sleep(0.05)
+        raise RuntimeError(f"no child process under {self.proc.pid}")
 
-    def cpu(self) -> float:
+    def cpu(self) -> tuple[float, float]:
         return _proc_cpu(self.pid)
 
     def stop(self) -> None:
@@ -146,7 +155,7 @@ def _store(flush: str, fill: int = 0) -> Iterator[str]:
 
 
 class Target:
-    """Where one measurement runs: an embedded broker here, or a served one; `server_cpu()` is 0 locally."""
+    """Where one measurement runs: an embedded broker here, or a served one (`open()` yields the server too)."""
 
     def __init__(self, remote: bool, flush: str, fill: int = 0, wrap: list[str] | None = None) -> None:
         self.remote, self.flush, self.fill, self.wrap = remote, flush, fill, wrap
@@ -168,15 +177,20 @@ class Target:
 
 def _window(server: Server | None) -> Callable[[int], dict[str, float]]:
     """Start the clocks; the returned function stops them for `n` messages and gives rate and CPU per message."""
-    t0, c0, s0 = perf(), cpu(), server.cpu() if server else 0.0
+    t0, c0, s0 = perf(), cpu(), server.cpu() if server else (0.0, 0.0)
 
     def stop(n: int) -> dict[str, float]:
         elapsed, client = perf() - t0, cpu() - c0
         row = {"msgs_per_s": n / elapsed, "seconds": elapsed, "client_cpu_us": client / n * 1e6}
         if server:
-            row["server_cpu_us"] = (server.cpu() - s0) / n * 1e6
+            row.update(_server_cpu(s0, server.cpu(), n))
         return row
     return stop
+
+
+def _server_cpu(before: tuple[float, float], after: tuple[float, float], n: int) -> dict[str, float]:
+    user, system = after[0] - before[0], after[1] - before[1]
+    return {"server_cpu_us": (user + system) / n * 1e6, "server_sys_us": system / n * 1e6}
 
 
 # -- measurements ---------------------------------------------------------------------------------------
@@ -209,11 +223,11 @@ def m_send4(target: Target, n: int, clients: int = 4) -> dict[str, float]:
             assert p.stdout is not None
             spans.append([float(v) for v in p.stdout.readline().split()])
             p.wait(60)
-        server_cpu = server.cpu() - s0
+        s1 = server.cpu()
         elapsed = max(s[1] for s in spans) - min(s[0] for s in spans)
         total = per * clients
         return {"msgs_per_s": total / elapsed, "seconds": elapsed,
-                "client_cpu_us": sum(s[2] for s in spans) / total * 1e6, "server_cpu_us": server_cpu / total * 1e6}
+                "client_cpu_us": sum(s[2] for s in spans) / total * 1e6, **_server_cpu(s0, s1, total)}
 
 
 def _send_threads(broker: Any, per: int, clients: int) -> dict[str, float]:
@@ -283,26 +297,26 @@ def _latency(target: Target, n: int, push: bool, gap: float = 0.002) -> dict[str
                 while not consumer.assignment():
                     consumer.poll(0.05)
             stop = _window(server)
-            if server is not None:
-                stamper = subprocess.Popen([sys.executable, "-c", _STAMPER, server.address, str(total), str(gap)],
-                                           env=_env())
-            else:
-                stamper = threading.Thread(target=_stamp, args=(broker, total, gap), name="bench-stamper")
-                stamper.start()
+            stamper = threading.Thread(target=_stamp, args=(broker, server, total, gap), name="bench-stamper")
+            stamper.start()
             while not done.is_set():
                 if push:
                     done.wait(1.0)
                 else:
                     take(consumer.poll(1.0))
             row = stop(total)
-            stamper.wait(60) if server is not None else stamper.join()  # type: ignore[union-attr]
+            stamper.join()
     lat = sorted(seen[WARMUP:total])
     del row["msgs_per_s"]
     row.update(p50_ms=statistics.median(lat) / 1e6, p99_ms=lat[int(len(lat) * 0.99) - 1] / 1e6, max_ms=lat[-1] / 1e6)
     return row
 
 
-def _stamp(broker: Any, n: int, gap: float) -> None:
+def _stamp(broker: Any, server: Server | None, n: int, gap: float) -> None:
+    """The stamping producer: another process (waited for here) for a served broker, this thread locally."""
+    if server is not None:
+        subprocess.run([sys.executable, "-c", _STAMPER, server.address, str(n), str(gap)], env=_env(), check=True)
+        return
     with mqlite.Producer(broker, group="lat-pg") as producer:
         for _ in range(n):
             producer.send(mqlite.Message("lat", b"%d" % time.monotonic_ns()))
@@ -367,8 +381,8 @@ def main() -> None:
             n = int(args.n * scale)
             target = Target(side == "remote", flush, n if fill < 0 else fill, wrap)
             load = os.getloadavg()[0]
-            row = {"run_id": run_id, "round": r, "row": f"{name}.{side}", "flush": flush, "n": n, "load1": load,
-                   **measure(target, n)}
+            row: dict[str, Any] = {"run_id": run_id, "round": r, "row": f"{name}.{side}", "flush": flush, "n": n,
+                                   "load1": load, **measure(target, n)}
             rows.setdefault(row["row"], []).append(row)
             _emit(row, out)
     summary = _summarise(rows, names, sides, args.rounds)
@@ -381,7 +395,7 @@ def _summarise(rows: dict[str, list[dict[str, Any]]], names: list[str], sides: l
     """Print the table (medians over rounds, same-round remote/local ratios) and the target verdicts."""
     summary: dict[str, Any] = {}
     print(f"\n{rounds} rounds; medians (range)")
-    print(f"{'row':18s} {'msgs/s':>22s} {'remote/local':>18s} {'server CPU':>11s} {'client CPU':>11s}"
+    print(f"{'row':18s} {'msgs/s':>22s} {'remote/local':>18s} {'server CPU':>11s} {'(sys)':>6s} {'client CPU':>11s}"
           f" {'p50 ms':>7s} {'p99 ms':>7s} {'load':>5s}")
     for name in names:
         for side in sides:
@@ -389,8 +403,8 @@ def _summarise(rows: dict[str, list[dict[str, Any]]], names: list[str], sides: l
             got = rows.get(key, [])
             if not got:
                 continue
-            s: dict[str, Any] = {k: _median(got, k) for k in
-                                 ("msgs_per_s", "server_cpu_us", "client_cpu_us", "p50_ms", "p99_ms", "load1")}
+            s: dict[str, Any] = {k: _median(got, k) for k in ("msgs_per_s", "server_cpu_us", "server_sys_us",
+                                                               "client_cpu_us", "p50_ms", "p99_ms", "load1")}
             rates = [g["msgs_per_s"] for g in got if "msgs_per_s" in g]
             ratio_text = ""
             if side == "remote" and rates and f"{name}.local" in rows:
@@ -404,8 +418,8 @@ def _summarise(rows: dict[str, list[dict[str, Any]]], names: list[str], sides: l
                          if rates else "")
             print(f"{key:18s} {rate_text:>22s} {ratio_text:>18s} " + " ".join(
                 f"{s[k]:{w}.{p}f}" if s[k] is not None else " " * w
-                for k, w, p in (("server_cpu_us", 11, 1), ("client_cpu_us", 11, 1), ("p50_ms", 7, 2),
-                                ("p99_ms", 7, 2), ("load1", 5, 1))))
+                for k, w, p in (("server_cpu_us", 11, 1), ("server_sys_us", 6, 1), ("client_cpu_us", 11, 1),
+                                ("p50_ms", 7, 2), ("p99_ms", 7, 2), ("load1", 5, 1))))
             summary[key] = {k: v for k, v in s.items() if v is not None}
     print("\ntarget                                   median      verdict")
     for row, key, bound, kind in TARGETS:
