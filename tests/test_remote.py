@@ -457,3 +457,33 @@ def test_the_connection_knows_the_servers_max_message_size(tmp_path: Path) -> No
             with pytest.raises(MQClientError, match="max_message_size"):  # refused before it is sent
                 producer.send(mqlite.Message("big", b"x" * (64 * 1024 + 1)))
         server.close()
+
+
+def test_a_backlog_comes_prefetched_in_order_one_pull_at_a_time(broker: mqlite.Broker,
+                                                                 remote: mqlite.RemoteBroker) -> None:
+    broker.create_topic("B", 1)
+    mq = mqlite.MessageQueue("B", broker.broker_name, 0)
+    with mqlite.Producer(broker, group="pg") as producer:
+        producer.send_batch([mqlite.Message("B", b"%d" % i) for i in range(500)], queue=mq)
+    consumer = mqlite.LitePullConsumer(remote, "bg", pull_batch_size=32, auto_commit=False)
+    with consumer, deadline(30):
+        consumer.assign([mq])
+        got: list[int] = []
+        while len(got) < 500:
+            batch = consumer.poll(5.0)
+            assert 0 < len(batch) <= 32  # a prefetch of several pulls' worth is handed out a pull at a time
+            got += [int(m.body) for m in batch]
+        assert got == list(range(500)) and [m.queue_offset for m in batch] == list(range(500 - len(batch), 500))
+        consumer.seek(mq, 100)  # what was fetched ahead is dropped
+        assert [int(m.body) for m in consumer.poll(5.0)][:3] == [100, 101, 102]
+
+
+def test_a_held_path_whose_server_refuses_the_connection_is_still_a_held_store(broker: mqlite.Broker) -> None:
+    from mqlite.remoting.holder import connect_to_holder
+
+    server = broker.serve("127.0.0.1:0", acl={"ak": "secret"})
+    try:
+        with pytest.raises(mqlite.StoreLockedError, match="access_key"):
+            connect_to_holder(os.path.realpath(broker.path))
+    finally:
+        server.close()

@@ -247,3 +247,17 @@ def test_nothing_listening_is_a_remoting_error_and_bad_addresses_are_refused() -
     assert parse_address("[::1]:9876") == ("::1", 9876)
     with pytest.raises(MQClientError, match="together"):
         RemotingClient("127.0.0.1:1", access_key="ak")
+
+
+def test_a_server_that_stops_reading_fails_a_send_instead_of_blocking_it(peer: Peer) -> None:
+    client = RemotingClient(peer.address, timeout=1)
+    big = b"x" * (4 << 20)
+    with deadline(30):
+        thread, _ = _in_thread(peer.accept)  # accepts, then never reads: the socket buffers fill up
+        with pytest.raises(RemotingError) as refused:
+            for _ in range(64):  # far more than the kernel buffers hold
+                client.oneway(RemotingCommand.request(RequestCode.SEND_MESSAGE, {"topic": "t"}, big))
+        thread.join()
+    # The client's own timeout ended the send, not the test's deadline (its TimeoutError is an OSError too).
+    assert "still running" not in str(refused.value), refused.value
+    client.close()

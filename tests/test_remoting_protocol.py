@@ -217,3 +217,32 @@ def test_acl_signature_is_hmac_sha1_of_sorted_values_then_body() -> None:
     expected = base64.b64encode(hmac.new(b"12345678", b"rocketmq21t" + b"body", hashlib.sha1).digest()).decode()
     assert sign(fields, b"body", "12345678") == expected
     assert sign({"AccessKey": "x"}, None, "k") == base64.b64encode(hmac.new(b"k", b"x", hashlib.sha1).digest()).decode()
+
+
+# Two frames RocketMQ 5.0.0's Java client sent to a real 5.0.0 name server and broker (recorded by a proxy):
+# a route request signed by AclClientRPCHook (ak RocketMQ, sk 12345678), and a SEND_MESSAGE_V2 with the
+# binary header (-Drocketmq.serialize.type=ROCKETMQ).
+JAVA_SIGNED_ROUTE = bytes.fromhex(
+    "000000c6000000c27b22636f6465223a3130352c226578744669656c6473223a7b225369676e6174757265223a226f534752473674"
+    "724c786966496845416476716165767535666b553d222c22746f706963223a22544257313032222c224163636573734b6579223a22"
+    "526f636b65744d51227d2c22666c6167223a302c226c616e6775616765223a224a415641222c226f7061717565223a302c22736572"
+    "69616c697a655479706543757272656e74525043223a224a534f4e222c2276657273696f6e223a3431337d")
+JAVA_BINARY_SEND = bytes.fromhex(
+    "0000011a0100010d013600019d000000060000000000000000000000f8000161000000106861726e6573735f70726f647563657200"
+    "01620000000643617042696e000163000000065442573130320001640000000134000165000000013100016600000001300001670000"
+    "000d3137393536353437373230313300016800000001300001690000006c7001762d30024b455953016b65792d3002554e49515f4b45"
+    "59014644303030303030303030303030303030303030303030303030303030303032304342423330393436453039383046353744324230"
+    "303030025741495401747275650254414753015461674102736571013000016a000000013000016b0000000566616c736500016d000000"
+    "0566616c736543617042696e2d302d")
+
+
+def test_frames_recorded_from_the_java_client() -> None:
+    [route] = FrameDecoder().feed(JAVA_SIGNED_ROUTE)
+    assert (route.code, route.version, route.serialize_type) == (RequestCode.GET_ROUTEINFO_BY_TOPIC, 413,
+                                                                 SerializeType.JSON)
+    assert route.ext_fields["Signature"] == sign(route.ext_fields, route.body, "12345678")
+    [send] = FrameDecoder().feed(JAVA_BINARY_SEND)
+    assert (send.code, send.opaque, send.serialize_type, send.body) == (RequestCode.SEND_MESSAGE_V2, 6,
+                                                                        SerializeType.ROCKETMQ, b"CapBin-0-")
+    assert send.ext_fields["b"] == "CapBin" and send.ext_fields["i"].startswith("p\x01v-0\x02KEYS\x01key-0")
+    assert encode_frame(send) == JAVA_BINARY_SEND  # the binary layout, byte for byte

@@ -683,3 +683,19 @@ def test_a_long_group_s_retry_topic_is_served(broker: mqlite.Broker, client: Cli
     assert client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": retry}).code == ResponseCode.SUCCESS
     assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": retry, "queueId": 0}).ext_fields == {"offset": "0"}
     assert pull(client, retry, 0, 0, group=group).code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_serve_command_settings_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mqlite.cli import main
+    from mqlite.cli.serve import parse_setting
+
+    assert [parse_setting(s) for s in ("a=true", "b=5", "c=0.5", "d=SYNC_FLUSH", "e= x ")] == [
+        ("a", True), ("b", 5), ("c", 0.5), ("d", "SYNC_FLUSH"), ("e", "x")]
+    store = str(tmp_path / "mq")
+    assert main(["serve", store, "--set", "nonsense"]) == 2
+    (tmp_path / "acl.json").write_text("[1]")
+    assert main(["serve", store, "--acl-file", str(tmp_path / "acl.json")]) == 2
+    assert main(["serve", store, "--listen", "10.9.9.9:0"]) == 1  # not loopback: needs ACL
+    assert main(["serve", store, "--set", "no_such_setting=1"]) == 1
+    err = capsys.readouterr().err
+    assert "NAME=VALUE" in err and "acl-file" in err and "allow_anonymous" in err and "no_such_setting" in err

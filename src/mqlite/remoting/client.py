@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._service import close_at_exit, forget_at_exit
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError, ProtocolError, RemotingError
 from .protocol import ACCESS_KEY, SIGNATURE, FrameDecoder, RemotingCommand, ResponseCode, encode_frame, sign
@@ -204,6 +205,7 @@ class RemotingClient:
         self._connects = 0
         self._closed = False
         self._callbacks = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mqlite-remote-callback")
+        close_at_exit(self)  # its threads are not daemons: one the program forgets is closed at exit
 
     # -- set-up ------------------------------------------------------------------------------------------
     def register_handler(self, code: int, handler: Handler) -> None:
@@ -297,7 +299,9 @@ class RemotingClient:
             except OSError as exc:
                 raise RemotingError(f"cannot connect to {self.address} ({exc}); is `mqlite serve` (or "
                                     "broker.serve()) running there?") from None
-            sock.settimeout(None)
+            # A send that cannot go out within the timeout (a server that stopped reading) fails instead of
+            # blocking for ever; the reader is unaffected: it only receives what select() found ready.
+            sock.settimeout(self.timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = _Connection(self, sock)
             conn.thread.start()
@@ -358,9 +362,11 @@ class RemotingClient:
             conn, self._conn = self._conn, None
             if conn is not None:
                 self._dead.append(conn)
+        forget_at_exit(self)
         if conn is not None:
             conn.fail(f"the connection to {self.address} was closed")
-        self._callbacks.shutdown(wait=threading.current_thread().name.startswith("mqlite-remote-callback") is False)
+        # A handler closing its own client cannot wait for itself.
+        self._callbacks.shutdown(wait=not threading.current_thread().name.startswith("mqlite-remote-callback"))
         with self._lock:
             self._reap()
 

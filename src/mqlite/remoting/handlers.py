@@ -70,14 +70,25 @@ def _missing(name: str) -> RequestError:
 class Header:
     """A request's ext fields read as a custom header: each field parsed and range-checked like API input."""
 
-    __slots__ = ("fields",)
+    __slots__ = ("fields", "aliases")
 
     def __init__(self, fields: Mapping[str, str]) -> None:
         self.fields = fields
+        #: Another name each field may come under (`SendMessageRequestHeaderV2`'s one-letter names).
+        self.aliases: Mapping[str, str] | None = None
+
+    def get(self, name: str) -> str | None:
+        """The raw text of field `name` (or of its alias), or None."""
+        value = self.fields.get(name)
+        if value is None and self.aliases is not None:
+            alias = self.aliases.get(name)
+            if alias is not None:
+                value = self.fields.get(alias)
+        return value
 
     def text(self, name: str, default: str | None = None, *, max_length: int = _MAX_TEXT) -> str:
         """A string field; `default` when absent (None: required)."""
-        value = self.fields.get(name)
+        value = self.get(name)
         if value is None:
             if default is None:
                 raise _missing(name)
@@ -89,18 +100,21 @@ class Header:
 
     def optional_text(self, name: str) -> str | None:
         """A string field, or None when absent."""
-        value = self.fields.get(name)
+        value = self.get(name)
         return None if value is None else self.text(name)
 
     def _number(self, name: str, default: int | None, low: int, high: int) -> int:
-        value = self.fields.get(name)
+        value = self.get(name)
         if value is None:
             if default is None:
                 raise _missing(name)
             return default
-        if not _JAVA_LONG.fullmatch(value.strip()):
+        if value.isdigit() and value.isascii() and len(value) < 20:  # the common case, without a regex
+            number = int(value)
+        elif _JAVA_LONG.fullmatch(value.strip()):
+            number = int(value.strip())
+        else:
             raise RequestError(ResponseCode.SYSTEM_ERROR, f"the custom field <{name}> is not a number: {value!r}")
-        number = int(value.strip())
         if not low <= number <= high:
             raise RequestError(ResponseCode.SYSTEM_ERROR,
                                f"the custom field <{name}> is {number}; it must be in [{low}, {high}]")
@@ -116,7 +130,7 @@ class Header:
 
     def flag(self, name: str, default: bool = False) -> bool:
         """A Java `boolean` field: `Boolean.parseBoolean` ("true" in any case is true, anything else false)."""
-        value = self.fields.get(name)
+        value = self.get(name)
         return default if value is None else value.strip().lower() == "true"
 
     def queue(self, broker_name: str, topic_field: str = "topic", queue_field: str = "queueId") -> MessageQueue:

@@ -17,7 +17,7 @@ from typing import Any
 from ..broker import Broker
 from ..broker import open as open_broker
 from ..clock import Clock
-from ..errors import IllegalStateError, StoreLockedError
+from ..errors import IllegalStateError, MQClientError, RemotingError, StoreLockedError
 from .registry import holder_address
 from .remote import RemoteBroker, connect
 
@@ -43,7 +43,7 @@ def open_store(path: str | os.PathLike[str], *, read_only: bool = False, clock: 
         address = holder_address(os.fspath(path))
         if address is None:
             raise
-        return connect(address)
+        return _connect(os.fspath(path), address, exc.pid)
 
 
 def connect_to_holder(path: str) -> RemoteBroker:
@@ -62,9 +62,19 @@ def connect_to_holder(path: str) -> RemoteBroker:
                 return shared.share()
             except IllegalStateError:
                 pass  # closing or closed: a new connection
-        remote = connect(address).share()
+        remote = _connect(path, address, None).share()
         _SHARED[path] = remote
         return remote
+
+
+def _connect(path: str, address: str, pid: int | None) -> RemoteBroker:
+    """`connect(address)`; a holder that refuses (ACL) or does not answer is still a held store."""
+    try:
+        return connect(address)
+    except (RemotingError, MQClientError) as exc:
+        raise StoreLockedError(f"{path} is held by another process, which serves it at {address} but the "
+                               f"connection failed ({exc}); for a server with ACL use mqlite.connect({address!r}, "
+                               "access_key=..., secret_key=...)", pid) from exc
 
 
 def _forget_in_child() -> None:

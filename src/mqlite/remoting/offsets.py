@@ -26,7 +26,7 @@ def query_consumer_offset(request: Request) -> RemotingCommand | None:
     offset = broker.query_offset(group, mq)
     if offset >= 0:
         return _answer(request, offset=offset)
-    if h.fields.get("setZeroIfNotFound") is not None and not h.flag("setZeroIfNotFound"):
+    if h.get("setZeroIfNotFound") is not None and not h.flag("setZeroIfNotFound"):
         raise RequestError(ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first")
     if broker.offset_for_new_group(mq) == 0:
         return _answer(request, offset=0)

@@ -61,11 +61,14 @@ __all__ = [
     "RequestCode",
     "ResponseCode",
     "RemotingCommand",
+    "header_fields",
     "encode_frame",
     "FrameDecoder",
+    "decode_command",
     "ProtocolError",
     "to_wire_json",
     "from_wire_json",
+    "WireKey",
     "wire_key",
     "message_queue_of",
     "mq_wire",
@@ -423,7 +426,11 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    return _JSON_ENCODER.encode(header).encode("utf-8", "surrogatepass")
+
+
+#: One encoder for every header (`json.dumps` with options builds a new one per call).
+_JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def _java_short(value: int) -> int:

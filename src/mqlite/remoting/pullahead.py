@@ -11,8 +11,10 @@ pull will start:
   consumer's pull of that (group, queue, offset) answers NO_NEW_MSG without a
   round trip; when it comes back, the queue's wakers are set and the next pull
   takes its result;
-- after a full pull (a backlog), a prefetch of the next batch, so the server
-  reads it while the consumer handles this one.
+- after a full pull (a backlog), a prefetch of the next messages, up to
+  `PREFETCH_BATCHES` pulls' worth in one answer (the server caps an answer at
+  256 KiB), handed out one pull's worth at a time: a backlog costs a round trip
+  per several pulls instead of one per pull.
 
 At most one pull is ahead per (group, queue). One whose offset, size or
 subscription no longer matches the consumer's next pull (a seek, a reset) is
@@ -34,13 +36,16 @@ __all__ = ["PullAhead", "PARKED_PULL_SUSPEND"]
 
 #: How long a parked pull is suspended on the server (`BROKER_SUSPEND_MAX_TIME_MILLIS`: 15 s).
 PARKED_PULL_SUSPEND = 15.0
+#: A prefetch asks for this many pulls' worth of messages (at most 1024, the server's cap on a pull).
+PREFETCH_BATCHES = 8
+_MAX_PULL_NUMS = 1024
 
 #: (group, topic, queue id): whose next pull a pull ahead answers.
 Key = tuple[str, str, int]
 #: A pull's (expression type, expression), None for every message.
 Expression = tuple[str, str] | None
-#: The PULL_MESSAGE request for an offset, suspended up to the given seconds (0: not at all).
-RequestFor = Callable[[int, float], RemotingCommand]
+#: The PULL_MESSAGE request for (offset, seconds to suspend it (0: not at all), most messages).
+RequestFor = Callable[[int, float, int], RemotingCommand]
 #: A PULL_MESSAGE answer read as a `PullResult` (for the pull that started at the given offset).
 ResultOf = Callable[[RemotingCommand, int, "Subscription | None"], PullResult]
 
@@ -111,7 +116,19 @@ class PullAhead:
         result = ahead.result
         if result is None or result.pull_status is PullStatus.NO_NEW_MSG:
             return None  # failed, timed out, or a parked pull that ran out: ask again
-        return result
+        messages = result.msg_found_list
+        if len(messages) <= max_nums:
+            return result
+        # A prefetch of several pulls' worth: this pull's share now, the rest for the next pulls.
+        rest_offset = messages[max_nums].queue_offset
+        rest = _Ahead(rest_offset, max_nums, expression, suspended=False)
+        rest.result = PullResult(PullStatus.FOUND, result.next_begin_offset, result.min_offset, result.max_offset,
+                                 messages[max_nums:])
+        rest.done = True
+        rest.ready.set()
+        with self._lock:
+            self._ahead.setdefault(key, rest)
+        return PullResult(PullStatus.FOUND, rest_offset, result.min_offset, result.max_offset, messages[:max_nums])
 
     def follow(self, key: Key, result: PullResult, max_nums: int, expression: Expression,
                request_for: RequestFor, message_filter: Subscription | None) -> None:
@@ -131,6 +148,7 @@ class PullAhead:
                 return
             self._ahead[key] = ahead
         wait = PARKED_PULL_SUSPEND if suspended else 0.0
+        nums = max_nums if suspended else max(max_nums, min(max_nums * PREFETCH_BATCHES, _MAX_PULL_NUMS))
 
         def arrived(response: RemotingCommand | None, error: BaseException | None) -> None:
             # On the connection's I/O thread: decode, keep, wake. Errors reach the consumer's own next pull.
@@ -144,7 +162,7 @@ class PullAhead:
                 self._hub.notify(key[1], key[2])
 
         try:
-            self._remote.request_async(request_for(offset, wait), wait + self._timeout, arrived)
+            self._remote.request_async(request_for(offset, wait, nums), wait + self._timeout, arrived)
         except (RemotingError, IllegalStateError):
             with self._lock:
                 if self._ahead.get(key) is ahead:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._service import Service, close_at_exit, forget_at_exit
 from ..clock import SYSTEM_CLOCK, Clock
-from ..commitlog import PutMessageStatus, PutResult, StoredMessage, record_length
+from ..commitlog import PREFIX, PutMessageStatus, PutResult, StoredMessage, record_length
 from ..config import check_seconds
 from ..errors import DiskFullError, IllegalStateError, MQClientError, RemotingError, SendTimeoutError
 from ..groups import GroupMember
@@ -92,19 +92,29 @@ _SEND_STATUS = {
 
 
 def decode_records(body: bytes | None, broker_name: str) -> list[MessageExt]:
-    """The messages of a pull or query body: stored records back to back, each led by its size."""
+    """The messages of a pull or query body: stored records back to back, each led by its size.
+
+    Decoded lazily, as a local pull's: the queue offset (what a consumer's process
+    queue keys on) is read off the record's fixed prefix, the rest when first used.
+    """
     if not body:
         return []
     view = memoryview(body)
     of = StoredMessage.of
+    prefix = PREFIX.unpack_from
     messages: list[MessageExt] = []
     pos, end = 0, len(body)
-    while pos + 4 <= end:
-        size = int.from_bytes(view[pos:pos + 4], "big")
-        if size <= 0 or pos + size > end:
+    while pos + PREFIX.size <= end:
+        fields = prefix(view, pos)
+        size = fields[0]
+        if size < PREFIX.size or pos + size > end:
             raise RemotingError(f"the server sent a truncated record at byte {pos} of a {end}-byte body")
-        messages.append(of(bytes(view[pos:pos + size]), broker_name))  # decoded lazily, as a local pull's
+        msg = of(bytes(view[pos:pos + size]), broker_name)
+        msg.queue_offset = fields[5]
+        messages.append(msg)
         pos += size
+    if pos != end:
+        raise RemotingError(f"the server sent {end - pos} bytes after the last whole record of a {end}-byte body")
     return messages
 
 
@@ -132,6 +142,7 @@ class RemoteBroker(RemoteAdmin):
         self.address = address
         self.timeout = check_seconds("timeout", timeout)
         self.remote = RemotingClient(address, timeout=self.timeout, access_key=access_key, secret_key=secret_key)
+        forget_at_exit(self.remote)  # owned: closed with this broker (which is closed at exit if forgotten)
         self._lock = threading.Lock()
         self._closing = False
         self._closed = False
@@ -485,9 +496,9 @@ class RemoteBroker(RemoteAdmin):
         if result is None:
             result = self._pull_now(group, mq, offset, max_nums, expression, message_filter, 0.0)
 
-        def request_for(start: int, suspend: float) -> RemotingCommand:
+        def request_for(start: int, suspend: float, nums: int) -> RemotingCommand:
             return RemotingCommand.request(RequestCode.PULL_MESSAGE,
-                                           self._pull_fields(group, mq, start, max_nums, expression, suspend))
+                                           self._pull_fields(group, mq, start, nums, expression, suspend))
 
         self._ahead.follow(key, result, max_nums, expression, request_for, message_filter)
         return result

@@ -14,7 +14,13 @@ from collections.abc import Mapping
 
 from ..commitlog import PutMessageStatus, PutResult
 from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
-from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, SysFlag, decode_properties
+from ..message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    EncodedProperties,
+    SysFlag,
+    decode_properties,
+    encode_properties,
+)
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
 from ..trace import TRACE_TOPIC
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
@@ -27,6 +33,7 @@ V2_FIELDS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defa
              "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
              "k": "unitMode", "l": "consumeRetryTimes", "m": "batch"}
 
+_V1_TO_V2 = {v1: v2 for v2, v1 in V2_FIELDS.items()}
 _STATUS_CODES = {
     PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
 }
@@ -35,10 +42,8 @@ _STATUS_CODES = {
 def _v1(request: Request) -> None:
     """Read a V2 header (one-letter names, what `SEND_MESSAGE_V2` and `SEND_BATCH_MESSAGE` carry) as a V1 one
     (V1 names are kept, so a batch with V1 names reads too)."""
-    if request.cmd.code == RequestCode.SEND_MESSAGE:
-        return
-    fields = request.header.fields
-    request.header.fields = {V2_FIELDS.get(k, k): v for k, v in fields.items()}
+    if request.cmd.code != RequestCode.SEND_MESSAGE:
+        request.header.aliases = _V1_TO_V2
 
 
 def _target(request: Request) -> tuple[str, int]:
@@ -69,6 +74,17 @@ def _target(request: Request) -> tuple[str, int]:
                            f"request queueId[{queue_id}] is illegal, topic: {topic} "
                            f"topicConfig.writeQueueNums: {config.write_queue_nums}")
     return topic, queue_id
+
+
+def _properties(text: str) -> EncodedProperties:
+    """The wire's property string as the map the store writes: decoding by the separators leaves no
+    name or value that `check_properties` would refuse, so the map carries its encoding (no second check)."""
+    properties = EncodedProperties(decode_properties(text))
+    try:
+        properties.encoded = encode_properties(properties).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the message properties are not valid UTF-8 text") from None
+    return properties
 
 
 def _response(request: Request, result: PutResult, queue_id: int, properties: Mapping[str, str]) -> RemotingCommand:
@@ -104,7 +120,7 @@ def send_message(request: Request) -> RemotingCommand | None:
         return send_batch(request)
     try:
         topic, queue_id = _target(request)
-        properties = decode_properties(h.text("properties", ""))
+        properties = _properties(h.text("properties", ""))
         sys_flag = h.int32("sysFlag")
         reconsume_times = h.int32("reconsumeTimes", 0, low=0)
         if is_retry_topic(topic):

@@ -162,7 +162,7 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.decoder = FrameDecoder(server.max_frame_size)
         self.transport: asyncio.Transport | None = None
-        self.remote_address = "?"
+        self.remote_address = "0.0.0.0:0"  # (an address, as a record's born host needs one)
         self.local_address = server.address
         self.last_seen = time.monotonic()
         self.in_flight = 0
