@@ -27,7 +27,8 @@ Variants (each a `local` and a `remote` row):
   lat_push    the same with a `PushConsumer` listener.
 
 CPU per message, in microseconds: of the server process (utime + stime from /proc/<pid>/stat around the
-timed window; "(sys)" the kernel's share) and of the client (this process's `time.process_time()`, every thread; the client processes' own in `send4`).
+timed window) and of the client (this process's `time.process_time()`, every thread; the client processes'
+own in `send4`); "(sys)" is the kernel's share of each.
 
 Prints one JSON line per measurement (also appended to --out), then a table and one JSON summary line.
 """
@@ -62,7 +63,7 @@ cpu = time.process_time
 # A sending client process of `send4`: connects, warms up, says "ready", waits for a line on stdin, sends,
 # then prints its start, end (CLOCK_MONOTONIC is system-wide) and CPU seconds.
 _SENDER = """
-import sys, time, mqlite
+import os, sys, time, mqlite
 address, n = sys.argv[1], int(sys.argv[2])
 body = b"x" * 100
 with mqlite.connect(address) as remote, mqlite.Producer(remote, group="pg") as producer:
@@ -70,10 +71,10 @@ with mqlite.connect(address) as remote, mqlite.Producer(remote, group="pg") as p
     print("ready", flush=True)
     sys.stdin.readline()
     send, Message = producer.send, mqlite.Message
-    t0, c0 = time.monotonic(), time.process_time()
+    t0, c0, k0 = time.monotonic(), time.process_time(), os.times().system
     for _ in range(n):
         send(Message("s4", body))
-    print(t0, time.monotonic(), time.process_time() - c0, flush=True)
+    print(t0, time.monotonic(), time.process_time() - c0, os.times().system - k0, flush=True)
 """
 
 # The stamping producer process of the latency rows: one message every `gap` seconds.
@@ -177,11 +178,12 @@ class Target:
 
 def _window(server: Server | None) -> Callable[[int], dict[str, float]]:
     """Start the clocks; the returned function stops them for `n` messages and gives rate and CPU per message."""
-    t0, c0, s0 = perf(), cpu(), server.cpu() if server else (0.0, 0.0)
+    t0, c0, k0, s0 = perf(), cpu(), os.times().system, server.cpu() if server else (0.0, 0.0)
 
     def stop(n: int) -> dict[str, float]:
-        elapsed, client = perf() - t0, cpu() - c0
-        row = {"msgs_per_s": n / elapsed, "seconds": elapsed, "client_cpu_us": client / n * 1e6}
+        elapsed, client, kernel = perf() - t0, cpu() - c0, os.times().system - k0
+        row = {"msgs_per_s": n / elapsed, "seconds": elapsed, "client_cpu_us": client / n * 1e6,
+               "client_sys_us": kernel / n * 1e6}
         if server:
             row.update(_server_cpu(s0, server.cpu(), n))
         return row
@@ -227,7 +229,8 @@ def m_send4(target: Target, n: int, clients: int = 4) -> dict[str, float]:
         elapsed = max(s[1] for s in spans) - min(s[0] for s in spans)
         total = per * clients
         return {"msgs_per_s": total / elapsed, "seconds": elapsed,
-                "client_cpu_us": sum(s[2] for s in spans) / total * 1e6, **_server_cpu(s0, s1, total)}
+                "client_cpu_us": sum(s[2] for s in spans) / total * 1e6,
+                "client_sys_us": sum(s[3] for s in spans) / total * 1e6, **_server_cpu(s0, s1, total)}
 
 
 def _send_threads(broker: Any, per: int, clients: int) -> dict[str, float]:
@@ -395,7 +398,7 @@ def _summarise(rows: dict[str, list[dict[str, Any]]], names: list[str], sides: l
     """Print the table (medians over rounds, same-round remote/local ratios) and the target verdicts."""
     summary: dict[str, Any] = {}
     print(f"\n{rounds} rounds; medians (range)")
-    print(f"{'row':18s} {'msgs/s':>22s} {'remote/local':>18s} {'server CPU':>11s} {'(sys)':>6s} {'client CPU':>11s}"
+    print(f"{'row':18s} {'msgs/s':>22s} {'remote/local':>18s} {'server CPU':>11s} {'(sys)':>6s} {'client CPU':>11s} {'(sys)':>6s}"
           f" {'p50 ms':>7s} {'p99 ms':>7s} {'load':>5s}")
     for name in names:
         for side in sides:
@@ -404,7 +407,8 @@ def _summarise(rows: dict[str, list[dict[str, Any]]], names: list[str], sides: l
             if not got:
                 continue
             s: dict[str, Any] = {k: _median(got, k) for k in ("msgs_per_s", "server_cpu_us", "server_sys_us",
-                                                               "client_cpu_us", "p50_ms", "p99_ms", "load1")}
+                                                               "client_cpu_us", "client_sys_us", "p50_ms", "p99_ms",
+                                                               "load1")}
             rates = [g["msgs_per_s"] for g in got if "msgs_per_s" in g]
             ratio_text = ""
             if side == "remote" and rates and f"{name}.local" in rows:
@@ -419,7 +423,7 @@ def _summarise(rows: dict[str, list[dict[str, Any]]], names: list[str], sides: l
             print(f"{key:18s} {rate_text:>22s} {ratio_text:>18s} " + " ".join(
                 f"{s[k]:{w}.{p}f}" if s[k] is not None else " " * w
                 for k, w, p in (("server_cpu_us", 11, 1), ("server_sys_us", 6, 1), ("client_cpu_us", 11, 1),
-                                ("p50_ms", 7, 2), ("p99_ms", 7, 2), ("load1", 5, 1))))
+                                ("client_sys_us", 6, 1), ("p50_ms", 7, 2), ("p99_ms", 7, 2), ("load1", 5, 1))))
             summary[key] = {k: v for k, v in s.items() if v is not None}
     print("\ntarget                                   median      verdict")
     for row, key, bound, kind in TARGETS:
