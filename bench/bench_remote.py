@@ -367,7 +367,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n", type=int, default=20_000, help="sends per `send` row; others scale from it")
     parser.add_argument("--only", default=",".join(VARIANTS), help="comma-separated variants")
-    parser.add_argument("--side", default="local,remote", help="local, remote or both")
+    parser.add_argument("--side", default="local,remote", help="local, remote, or local,remote (the default)")
     parser.add_argument("--out", help="append the JSON lines to this file")
     parser.add_argument("--wrap", help="prefix of the server command, e.g. 'py-spy record -o prof.svg --'")
     args = parser.parse_args()
