@@ -215,6 +215,21 @@ def test_an_increase_only_commit_never_moves_the_offset_back(broker: mqlite.Brok
     assert broker.query_offset("g", mq) == 1
 
 
+def test_an_increase_only_commit_of_the_same_offset_sends_nothing(broker: mqlite.Broker,
+                                                                  remote: mqlite.RemoteBroker) -> None:
+    # A push consumer re-commits its position after every empty pull (correctTagsOffset); over the wire
+    # each would be a round trip. The client's table already holds that offset, so nothing is sent:
+    # seen here because a commit made behind the client's back is not overwritten.
+    broker.create_topic("E", 1)
+    mq = mqlite.MessageQueue("E", broker.broker_name, 0)
+    remote.commit_offset("g", mq, 5)
+    broker.commit_offset("g", mq, 2)  # behind the client's back
+    remote.commit_offset("g", mq, 5, increase_only=True)
+    assert broker.query_offset("g", mq) == 2
+    remote.commit_offset("g", mq, 6, increase_only=True)  # a real move is sent
+    assert broker.query_offset("g", mq) == 6
+
+
 def test_what_a_client_stored_is_found_by_its_next_pull_and_key_query(broker: mqlite.Broker,
                                                                         remote: mqlite.RemoteBroker) -> None:
     # RemoteBroker.wait_dispatched asks nothing: puts are answered with their units written, and the

@@ -654,15 +654,18 @@ class RemoteBroker(RemoteAdmin):
         The broker's update is a plain set (RocketMQ has no increase-only flag
         on the wire), so, as RocketMQ's `RemoteBrokerOffsetStore`, this client
         keeps a table of the offsets it committed or read, and with
-        `increase_only` an offset below that table's is not sent. Another
-        process's commits are not in this table: see docs/design.md "Serving".
+        `increase_only` an offset below that table's is not sent, nor one equal
+        to it (a push consumer re-commits its position after every empty pull,
+        RocketMQ's `correctTagsOffset`: a round trip each would cost more than the
+        pull). Another process's commits are not in this table: see
+        docs/design.md "Serving".
         """
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise MQClientError(f"offset must be an int >= 0 (the next queue offset to consume), got {offset!r}")
         key = (group, mq)
         with self._offsets_lock:
             known = self._offsets.get(key)
-            if increase_only and known is not None and known > offset:
+            if increase_only and known is not None and known >= offset:
                 return
             self._call(RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic,
                                                              "queueId": mq.queue_id, "commitOffset": offset})
