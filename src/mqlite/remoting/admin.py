@@ -19,7 +19,9 @@ from ..offsets import TOPIC_GROUP_SEPARATOR, groups_of
 from ..topics import TopicConfig, is_system_topic
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .nameserver import CLUSTER_NAME
-from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import to_wire_json
 
 __all__: list[str] = []
 

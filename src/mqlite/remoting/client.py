@@ -43,7 +43,9 @@ from typing import Any, NoReturn
 from .._service import close_at_exit, forget_at_exit
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError, ProtocolError, RemotingError
-from .protocol import ACCESS_KEY, SIGNATURE, FrameDecoder, RemotingCommand, ResponseCode, encode_frame, sign
+from .acl import ACCESS_KEY, SIGNATURE, sign
+from .codes import ResponseCode
+from .frames import FrameDecoder, RemotingCommand, encode_frame
 
 __all__ = ["RemotingClient", "parse_address", "Handler", "AsyncCallback"]
 

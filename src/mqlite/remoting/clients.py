@@ -32,7 +32,9 @@ from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, Messag
 from ..sendback import retry_topic
 from ..topics import check_group
 from .handlers import NAME_MAX, Peer, Request, RequestError, handles
-from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
+from .codes import SERVER_VERSION, RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import message_queue_of, to_wire_json
 
 if TYPE_CHECKING:
     from ..broker import Broker

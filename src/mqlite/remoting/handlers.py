@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import MQClientError
 from ..message import MessageQueue
-from .protocol import RemotingCommand, ResponseCode, from_wire_json
+from .codes import ResponseCode
+from .frames import RemotingCommand
+from .wirejson import from_wire_json
 
 if TYPE_CHECKING:
     import asyncio

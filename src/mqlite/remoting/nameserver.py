@@ -18,7 +18,9 @@ from typing import Any
 
 from ..topics import PERM_READ, PERM_WRITE
 from .handlers import NAME_MAX, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import to_wire_json
 
 __all__ = ["CLUSTER_NAME", "DEFAULT_TOPIC", "route_data"]
 

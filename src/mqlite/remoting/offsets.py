@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 from .handlers import NAME_MAX, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
 
 __all__: list[str] = []
 

@@ -31,7 +31,8 @@ from ..filter import MessageSelector
 from ..longpoll import PullResult, PullStatus
 from ..message import MessageQueue
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
 
 __all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS", "MAX_TRANSFER_BYTES"]
 

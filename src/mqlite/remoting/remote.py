@@ -53,16 +53,10 @@ from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
 from .pullahead import PullAhead
 from .remoteadmin import RemoteAdmin, TopicRoute, pairs
-from .protocol import (
-    RemotingCommand,
-    RequestCode,
-    ResponseCode,
-    encode_batch,
-    from_wire_json,
-    message_queue_of,
-    mq_wire,
-    to_wire_json,
-)
+from .batch import encode_batch
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import from_wire_json, message_queue_of, mq_wire, to_wire_json
 
 __all__ = ["RemoteBroker", "connect", "DEFAULT_TOPIC", "HEARTBEAT_INTERVAL", "ROUTE_TTL"]
 

@@ -19,7 +19,9 @@ from ..longpoll import PullResult, PullStatus
 from ..port import Subscription
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig, check_topic, is_system_topic
 from ..sendback import is_dlq_topic, is_retry_topic
-from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import message_queue_of
 
 __all__ = ["RemoteAdmin", "TOOLS_GROUP", "TopicRoute", "QueueData"]
 

@@ -27,7 +27,9 @@ from ..message import (
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
 from ..trace import TRACE_TOPIC
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch_texts
+from .batch import decode_batch_texts
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
 
 __all__ = ["V2_FIELDS"]
 

@@ -42,16 +42,9 @@ from ..errors import (
 from . import admin, clients, nameserver, offsets, pull, send  # noqa: F401 - importing registers their handlers
 from .clients import ClientRegistry
 from .handlers import HANDLERS, Mode, NeedsExecutor, Peer, Request, RequestError
-from .protocol import (
-    ACCESS_KEY,
-    DEFAULT_MAX_FRAME_SIZE,
-    SIGNATURE,
-    FrameDecoder,
-    RemotingCommand,
-    ResponseCode,
-    encode_frame,
-    sign,
-)
+from .acl import ACCESS_KEY, SIGNATURE, sign
+from .codes import ResponseCode
+from .frames import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, encode_frame
 from .registry import clear_address, record_address
 
 if TYPE_CHECKING:
