@@ -43,7 +43,7 @@ from .message import (
     MessageQueue,
     SysFlag,
     check_properties,
-    decode_offset_msg_id,
+    msg_id_offset,
 )
 from .offsets import ConsumerOffsets, OffsetPersistService
 from .port import BrokerPort, QueueKey, TransactionChecker
@@ -567,12 +567,7 @@ class Broker:
     def view_message(self, msg_id: str) -> MessageExt:
         """A message by `offset_msg_id` or by `msg_id` (client unique id); `MessageNotFoundError` if none."""
         store = self._check()
-        if not isinstance(msg_id, str) or not msg_id:
-            raise MQClientError("msg_id must be a non-empty string")
-        try:
-            _, _, offset = decode_offset_msg_id(msg_id)
-        except MQClientError:
-            offset = -1
+        offset = msg_id_offset(msg_id)
         if offset >= 0:  # read from the commit log: no need to wait for the index
             try:
                 stored = store.look_message_by_offset(offset)

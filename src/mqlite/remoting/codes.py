@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["SERVER_VERSION", "RESPONSE_FLAG", "ONEWAY_FLAG", "SerializeType", "LanguageCode", "RequestCode",
+__all__ = ["SERVER_VERSION", "RESPONSE_FLAG", "ONEWAY_FLAG", "FLAG_COMMIT_OFFSET", "FLAG_SUSPEND",
+           "FLAG_SUBSCRIPTION", "DEFAULT_TOPIC", "SerializeType", "LanguageCode", "RequestCode",
            "ResponseCode"]
 
 #: `MQVersion.CURRENT_VERSION` of RocketMQ 5.0.0 (`V5_0_0.ordinal()`): the version responses carry.
@@ -17,6 +18,11 @@ SERVER_VERSION = 413
 RESPONSE_FLAG = 1
 #: `RemotingCommand`'s flag bit 1 (`1 << RPC_ONEWAY`): a request that expects no response.
 ONEWAY_FLAG = 2
+#: `PullSysFlag` bits of PULL_MESSAGE's `sysFlag`: commit the offset given, hold the pull while nothing is
+#: there (long polling), the request carries its subscription.
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+#: `TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`: the topic producers borrow a route from to create one.
+DEFAULT_TOPIC = "TBW102"
 
 
 class SerializeType(enum.IntEnum):

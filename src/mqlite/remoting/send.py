@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping
 
 from ..commitlog import PutMessageStatus, PutResult
-from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
+from ..errors import MessageNotFoundError, MQClientError
 from ..message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -29,6 +29,7 @@ from ..trace import TRACE_TOPIC
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .batch import decode_batch_texts
 from .codes import RequestCode, ResponseCode
+from .faults import PUT_EXCEPTION_CODES, refusal
 from .frames import RemotingCommand
 
 __all__ = ["V2_FIELDS"]
@@ -170,13 +171,12 @@ def put_failure(exc: Exception) -> RequestError:
     """A put's exception as RocketMQ's `handlePutMessageResult` answers it."""
     if isinstance(exc, RequestError):
         return exc
-    if isinstance(exc, SendTimeoutError):
-        return RequestError(ResponseCode.FLUSH_DISK_TIMEOUT, str(exc))
-    if isinstance(exc, (DiskFullError, IllegalStateError)):
-        return RequestError(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}")
-    if isinstance(exc, MQClientError):
-        return RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-    raise exc
+    answer = refusal(exc, PUT_EXCEPTION_CODES)
+    if answer is None:
+        raise exc
+    code, fields = answer
+    remark = f"service not available now: {exc}" if code == ResponseCode.SERVICE_NOT_AVAILABLE else str(exc)
+    return RequestError(code, remark, fields)
 
 
 @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, mode=Mode.PUT)
