@@ -222,7 +222,7 @@ class ClientRegistry:
                     self._by_peer.get(peer, set()).discard(key)
                 raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         elif changed:
-            self._broker.consumer_groups.notify(group)  # a subscription changed: the group rebalances
+            self._broker.request_rebalance(group)  # a subscription changed: the group rebalances
 
     def unregister(self, peer: Peer, client_id: str, producer_group: str | None, consumer_group: str | None) -> None:
         """`UNREGISTER_CLIENT`: the client shut a producer or consumer down."""
@@ -384,7 +384,7 @@ def check_client_config(request: Request) -> RemotingCommand | None:
 def consumer_connections(request: Request) -> RemotingCommand | None:
     """`ConsumerConnection` of a group: its members' connections and subscriptions."""
     group = request.header.text("consumerGroup", max_length=NAME_MAX)
-    members = request.broker.consumer_groups.members(group)
+    members = request.broker.consumer_members(group)
     if not members:
         raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
     connections, table = [], {}

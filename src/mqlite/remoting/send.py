@@ -75,7 +75,7 @@ def _target(request: Request) -> tuple[str, int]:
             elif topic == TRACE_TOPIC and config is None:
                 # A traced client's trace records (RocketMQ's broker creates the trace topic at start when
                 # tracing is on).
-                config = broker.topics.ensure_system(topic, 1)
+                config = broker.ensure_system_topic(topic)
             else:
                 broker.fetch_publish_queues(topic, default_nums)
                 config = broker.topic_config(topic)
@@ -265,7 +265,7 @@ def consumer_send_back(request: Request) -> RemotingCommand | None:
     delay_level = h.int32("delayLevel")
     max_times = h.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES, low=-1)
     try:
-        msg = broker.store.look_message_by_offset(offset)
+        msg = broker.look_message_by_offset(offset)
     except MessageNotFoundError:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}") from None
     try:
