@@ -305,3 +305,12 @@ def test_the_client_reads_the_code_and_the_named_exception_never_the_remarks_pro
     assert exception_for(ResponseCode.TOPIC_NOT_EXIST, {}) is MQClientError
     assert exception_for(ResponseCode.SYSTEM_ERROR, {ERROR_FIELD: "NoSuchError"}) is MQClientError
     assert issubclass(exception_for(ResponseCode.SERVICE_NOT_AVAILABLE, {ERROR_FIELD: "DiskFullError"}), MQLiteError)
+
+
+def test_protocol_re_exports_every_public_name_of_the_modules_it_was_split_into() -> None:
+    from mqlite.remoting import acl, batch, codes, frames, protocol, wirejson
+
+    for module in (acl, batch, codes, frames, wirejson):
+        for name in module.__all__:
+            assert getattr(protocol, name) is getattr(module, name), f"{module.__name__}.{name}"
+    assert set(protocol.__all__) == {n for m in (acl, batch, codes, frames, wirejson) for n in m.__all__}

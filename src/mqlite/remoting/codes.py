@@ -1,7 +1,9 @@
-"""RocketMQ's remoting codes: request and response codes, languages, header serializations, flag bits.
+"""RocketMQ's remoting constants: request and response codes, languages, header serializations, flag bits.
 
 Names and numbers as RocketMQ 5.0.0's `RequestCode`, `ResponseCode` (with `RemotingSysResponseCode`),
-`LanguageCode`, `SerializeType` and `RemotingCommand`'s flag bits; nothing here reads or writes bytes.
+`LanguageCode`, `SerializeType`, `RemotingCommand`'s flag bits and `PullSysFlag`, plus the default topic
+both the server's routes and the client's sends name. Nothing here reads or writes bytes: the server
+and the client take each constant from here, so there is one copy of it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from .acl import ACCESS_KEY, SIGNATURE, sign
 from .batch import BatchEntry, decode_batch, decode_batch_texts, encode_batch
-from .codes import ONEWAY_FLAG, RESPONSE_FLAG, SERVER_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
+from .codes import (
+    DEFAULT_TOPIC,
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
+    ONEWAY_FLAG,
+    RESPONSE_FLAG,
+    SERVER_VERSION,
+    LanguageCode,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from .frames import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
@@ -26,6 +38,10 @@ __all__ = [
     "SERVER_VERSION",
     "RESPONSE_FLAG",
     "ONEWAY_FLAG",
+    "FLAG_COMMIT_OFFSET",
+    "FLAG_SUSPEND",
+    "FLAG_SUBSCRIPTION",
+    "DEFAULT_TOPIC",
     "SerializeType",
     "LanguageCode",
     "RequestCode",
