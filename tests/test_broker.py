@@ -86,6 +86,28 @@ def test_min_max_and_search_offset(broker: mqlite.Broker) -> None:
     assert broker.search_offset(mq, 2**62) == 5
 
 
+def test_the_public_methods_a_server_answers_from(broker: mqlite.Broker) -> None:
+    # The serving adapter reaches a broker only through these (tests/test_layers.py).
+    mq, absent = MessageQueue("T", broker.broker_name, 0), MessageQueue("T", broker.broker_name, 2)
+    assert broker.earliest_store_time(absent) == -1
+    _fill(broker)
+    first = broker.query_message_by_offset("T", 0, 0)
+    assert broker.earliest_store_time(mq) == first.store_timestamp
+    low, high = broker.commit_log_range()
+    assert low == 0 and high > first.commit_log_offset
+    assert broker.look_message_by_offset(first.commit_log_offset).msg_id == first.msg_id
+    with pytest.raises(MessageNotFoundError):
+        broker.look_message_by_offset(high)
+    assert broker.ensure_system_topic("RMQ_SYS_TRACE_TOPIC").read_queue_nums == 1
+    assert broker.ensure_system_topic("RMQ_SYS_TRACE_TOPIC") is broker.topic_config("RMQ_SYS_TRACE_TOPIC")
+    with pytest.raises(mqlite.MQClientError, match="not a system topic"):
+        broker.ensure_system_topic("T")
+    assert broker.consumer_members("g") == [] and broker.consuming_groups("T") == []
+    broker.commit_offset("g", mq, 3)
+    assert broker.offset_snapshot() == {"T@g": {0: 3}} and broker.consuming_groups("T") == ["g"]
+    broker.request_rebalance("g")  # no member: nothing to wake
+
+
 # -- messages ----------------------------------------------------------------------------------------------------
 def test_view_message_by_offset_msg_id_and_by_uniq_key(broker: mqlite.Broker) -> None:
     results = _fill(broker)

@@ -10,6 +10,9 @@ The broker port rule (DESIGN.md, "Layers") is checked the same way: the client m
 the adapters that drive them (`PORT_CLIENTS`) reach a broker only through `mqlite.port.BrokerPort`
 (no `.store`, `.arrivals`, `.consumer_groups`, `.queue_locks`, `.topics` ... of a `Broker`),
 import no private name from another mqlite module, and touch private members only of `self`/`cls`.
+The serving adapter (`BROKER_ADAPTERS`: mqlite/remoting/) drives a `Broker` itself, not the port, but
+through the broker's public methods all the same (its `config`, `path` and `clock` are public): no
+internal of a broker, and no private name imported from another module.
 """
 
 from __future__ import annotations
@@ -232,17 +235,28 @@ BROKER_INTERNALS = frozenset({"store", "arrivals", "consumer_groups", "queue_loc
 BROKER_ONLY_ATTRIBUTES = frozenset({"config", "path"})
 
 
+#: Adapters that drive a `Broker` through its public methods: no `BROKER_INTERNALS`, no private imports
+#: (their classes may share private members within a module: a server and its connections).
+BROKER_ADAPTERS = ("remoting",)
+
+
 def _is_port_client(module: str) -> bool:
     parts = module.split(".")
     return len(parts) > 1 and parts[1] in PORT_CLIENTS
 
 
-def port_violations(root: Path) -> list[str]:
-    """Every place a port client reaches past the port (see the module notes)."""
+def _is_broker_adapter(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) > 1 and parts[1] in BROKER_ADAPTERS
+
+
+def port_violations(root: Path, *, adapters: bool = False) -> list[str]:
+    """Every place a port client reaches past the port (see the module notes); with `adapters`, every
+    place a broker adapter reaches into a broker's internals or imports a private name."""
     problems = []
     for path in modules(root):
         module = _module_name(path, root)
-        if not _is_port_client(module):
+        if not (_is_broker_adapter(module) if adapters else _is_port_client(module)):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         where = f"{module} line"
@@ -259,7 +273,11 @@ def port_violations(root: Path) -> list[str]:
             elif isinstance(node, ast.Attribute):
                 owner = ast.unparse(node.value)
                 name = node.attr
-                if name.startswith("_") and not name.startswith("__") and owner not in ("self", "cls") \
+                if adapters:
+                    if name in BROKER_INTERNALS:
+                        problems.append(f"{where} {node.lineno}: reads {owner}.{name}, a Broker internal; "
+                                        "use a public Broker method (mqlite/broker.py) or add one")
+                elif name.startswith("_") and not name.startswith("__") and owner not in ("self", "cls") \
                         and not owner.startswith("super("):
                     problems.append(f"{where} {node.lineno}: reads the private member {owner}.{name}")
                 elif name in BROKER_INTERNALS or (name in BROKER_ONLY_ATTRIBUTES and "broker" in owner.lower()):
@@ -319,3 +337,45 @@ def test_the_port_rule_leaves_the_broker_layer_alone(tmp_path: Path) -> None:
     root = _package(tmp_path, {"broker.py": "def f(self):\n    return self.store, self._store, x._y\n",
                                "cli/__init__.py": "def f(broker):\n    return broker.store\n"})
     assert port_violations(root) == []
+
+
+# -- the broker adapter rule (mqlite/remoting/) ------------------------------------------------------------
+def test_the_serving_adapter_uses_only_public_broker_methods() -> None:
+    problems = port_violations(PACKAGE_DIR, adapters=True)
+    assert not problems, "remoting/ must use a Broker's public methods (DESIGN.md, Layers):\n" + "\n".join(problems)
+
+
+def test_the_adapter_rule_covers_the_remoting_package() -> None:
+    checked = {name for name in (_module_name(p, PACKAGE_DIR) for p in modules(PACKAGE_DIR))
+               if _is_broker_adapter(name)}
+    assert {"mqlite.remoting.server", "mqlite.remoting.send", "mqlite.remoting.admin", "mqlite.remoting.clients",
+            "mqlite.remoting.offsets", "mqlite.remoting.pull", "mqlite.remoting.frames"} <= checked
+
+
+@pytest.mark.parametrize("source", [
+    "def f(request):\n    return request.broker.store.look_message_by_offset(0)",
+    "def f(self):\n    self._broker.consumer_groups.notify('g')",
+    "def f(broker):\n    return broker.topics.ensure_system('RMQ_SYS_TRACE_TOPIC', 1)",
+    "def f(broker):\n    return broker.offsets.snapshot()",
+    "def f(broker, w):\n    broker.arrivals.watch(w, [])",
+    "def f(broker):\n    return broker.queue_locks",
+    "from ..message import _local_ip",
+    "from .frames import _encode_json_header",
+])
+def test_the_adapter_rule_catches_a_handler_reaching_into_a_broker(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"remoting/__init__.py": "", "remoting/send.py": source, "remoting/frames.py": "",
+                               "message.py": ""})
+    problems = port_violations(root, adapters=True)
+    assert len(problems) == 1 and problems[0].startswith("mqlite.remoting.send line"), problems
+
+
+@pytest.mark.parametrize("source", [
+    "def f(broker):\n    return broker.config.max_message_size, broker.path, broker.clock.now_ms()",
+    "def f(request):\n    return request.broker.look_message_by_offset(0), request.broker.consumer_members('g')",
+    "def f(self):\n    return self.server._loop",  # a server and its connections share one module's privates
+    "from .._service import close_at_exit\nfrom .frames import FrameDecoder",
+])
+def test_the_adapter_rule_allows_public_broker_methods(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"remoting/__init__.py": "", "remoting/send.py": source, "remoting/frames.py": "",
+                               "_service.py": ""})
+    assert port_violations(root, adapters=True) == []

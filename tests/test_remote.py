@@ -19,10 +19,18 @@ import pytest
 import mqlite
 from _crashchild import Child
 from mqlite.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus
-from mqlite.errors import IllegalStateError, MessageNotFoundError, MQClientError, RemotingError, SendTimeoutError
+from mqlite.errors import (
+    DiskFullError,
+    IllegalStateError,
+    MessageNotFoundError,
+    MQClientError,
+    RemotingError,
+    SendTimeoutError,
+)
 from mqlite.message import EncodedProperties, encode_properties
 from mqlite.producer import LocalTransactionState
-from mqlite.remoting.protocol import decode_batch, encode_batch
+from mqlite.remoting.faults import ERROR_FIELD
+from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch, encode_batch
 from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
 from support import deadline
 
@@ -448,6 +456,24 @@ def test_refusals_arrive_as_the_local_brokers_errors(tmp_path: Path) -> None:
                 remote.put_message("E", 0, b"x" * (broker.config.max_message_size + 1))
             with pytest.raises(MQClientError, match="system topic"):
                 remote.delete_topic("SCHEDULE_TOPIC_XXXX")
+        server.close()
+
+
+def test_a_full_disk_on_the_server_is_a_disk_full_error_named_in_the_answer_not_read_from_its_text(
+        tmp_path: Path) -> None:
+    # A ratio below any real disk's usage: the server's store refuses every put with DiskFullError.
+    with mqlite.open(str(tmp_path / "mq"), disk_space_warning_level_ratio=0.01, **SMALL) as broker:
+        broker.create_topic("E", 1)
+        server = broker.serve("127.0.0.1:0")
+        with mqlite.connect(server.address) as remote:
+            with pytest.raises(DiskFullError, match="SERVICE_NOT_AVAILABLE"):
+                remote.put_message("E", 0, b"x")
+            answer = remote.remote.request(RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2,
+                {"a": "pg", "b": "E", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0", "i": "",
+                 "j": "0", "k": "false", "m": "false"}, b"x"))
+            assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
+            assert answer.ext_fields[ERROR_FIELD] == "DiskFullError"
         server.close()
 
 

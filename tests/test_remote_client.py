@@ -15,9 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqlite.errors import IllegalStateError, MQClientError, RemotingError
+from mqlite.errors import ConfigError, IllegalStateError, MQClientError, RemotingError
 from mqlite.remoting import client as client_module
-from mqlite.remoting.client import RemotingClient, parse_address
+from mqlite.remoting.address import parse_address
+from mqlite.remoting.client import RemotingClient
 from mqlite.remoting.protocol import (
     FrameDecoder,
     RemotingCommand,
@@ -244,10 +245,15 @@ def test_nothing_listening_is_a_remoting_error_and_bad_addresses_are_refused() -
     client.close()
     with pytest.raises(IllegalStateError):
         client.request(RemotingCommand.request(RequestCode.HEART_BEAT))
-    for bad in ("localhost", "host:0", "host:99999", ":9876", 9876):
+    for bad in ("localhost", "host:0", "host:99999", ":9876", 9876, "host:\u0661\u0662", "host:+1", "host: 1",
+                "::1:9876", "[::1:9876", "[]:1", "a b:1", "host:123456", "[host]:1", "host:"):
         with pytest.raises(MQClientError):
             parse_address(bad)  # type: ignore[arg-type]
     assert parse_address("[::1]:9876") == ("::1", 9876)
+    assert parse_address("example.com:65535") == ("example.com", 65535)
+    assert parse_address("0.0.0.0:0", allow_port_0=True) == ("0.0.0.0", 0)
+    with pytest.raises(ConfigError, match=r"0\.\.65535"):
+        parse_address("[::]:70000", allow_port_0=True)
     with pytest.raises(MQClientError, match="together"):
         RemotingClient("127.0.0.1:1", access_key="ak")
 

@@ -12,8 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqlite.errors import MQClientError, ProtocolError
+from mqlite.errors import (
+    DiskFullError,
+    IllegalStateError,
+    MQClientError,
+    MQLiteError,
+    ProtocolError,
+    SendTimeoutError,
+    StoreCorruptedError,
+)
 from mqlite.message import MessageQueue
+from mqlite.remoting.faults import ERROR_FIELD, EXCEPTION_CODES, PUT_EXCEPTION_CODES, exception_for, refusal
 from mqlite.remoting.protocol import (
     BatchEntry,
     FrameDecoder,
@@ -272,3 +281,36 @@ def test_frames_recorded_from_the_java_client() -> None:
                                                                         SerializeType.ROCKETMQ, b"CapBin-0-")
     assert send.ext_fields["b"] == "CapBin" and send.ext_fields["i"].startswith("p\x01v-0\x02KEYS\x01key-0")
     assert encode_frame(send) == JAVA_BINARY_SEND  # the binary layout, byte for byte
+
+
+# -- exceptions and response codes (faults) -------------------------------------------------------------------------
+@pytest.mark.parametrize("table", [EXCEPTION_CODES, PUT_EXCEPTION_CODES])
+def test_every_exception_a_server_answers_comes_back_as_itself_at_the_client(table: object) -> None:
+    for kind, code in table:  # type: ignore[attr-defined]
+        exc = kind("x")
+        answer = refusal(exc, table)  # type: ignore[arg-type]
+        assert answer is not None and answer[0] == code
+        assert exception_for(answer[0], answer[1]) is kind
+    assert refusal(StoreCorruptedError("x")) is None  # the store's own words: SYSTEM_ERROR, logged by the server
+
+
+def test_the_client_reads_the_code_and_the_named_exception_never_the_remarks_prose() -> None:
+    assert refusal(DiskFullError("full")) == (ResponseCode.SERVICE_NOT_AVAILABLE, {ERROR_FIELD: "DiskFullError"})
+    assert refusal(IllegalStateError("closed")) == (ResponseCode.SERVICE_NOT_AVAILABLE, {})
+    assert refusal(SendTimeoutError("slow"), PUT_EXCEPTION_CODES) == (ResponseCode.FLUSH_DISK_TIMEOUT, {})
+    assert refusal(MQClientError("big"), PUT_EXCEPTION_CODES) == (ResponseCode.MESSAGE_ILLEGAL, {})
+    # A real RocketMQ broker's answer (handlePutMessageResult's remark names the disk whatever the cause).
+    assert exception_for(ResponseCode.SERVICE_NOT_AVAILABLE, {}) is IllegalStateError
+    assert exception_for(ResponseCode.SYSTEM_ERROR, {}) is MQClientError
+    assert exception_for(ResponseCode.TOPIC_NOT_EXIST, {}) is MQClientError
+    assert exception_for(ResponseCode.SYSTEM_ERROR, {ERROR_FIELD: "NoSuchError"}) is MQClientError
+    assert issubclass(exception_for(ResponseCode.SERVICE_NOT_AVAILABLE, {ERROR_FIELD: "DiskFullError"}), MQLiteError)
+
+
+def test_protocol_re_exports_every_public_name_of_the_modules_it_was_split_into() -> None:
+    from mqlite.remoting import acl, batch, codes, frames, protocol, wirejson
+
+    for module in (acl, batch, codes, frames, wirejson):
+        for name in module.__all__:
+            assert getattr(protocol, name) is getattr(module, name), f"{module.__name__}.{name}"
+    assert set(protocol.__all__) == {n for m in (acl, batch, codes, frames, wirejson) for n in m.__all__}

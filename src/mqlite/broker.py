@@ -43,9 +43,9 @@ from .message import (
     MessageQueue,
     SysFlag,
     check_properties,
-    decode_offset_msg_id,
+    msg_id_offset,
 )
-from .offsets import ConsumerOffsets, OffsetPersistService
+from .offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, OffsetPersistService, groups_of
 from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
@@ -358,6 +358,16 @@ class Broker:
         """A topic's settings, or None."""
         return self.topics.get(topic) if isinstance(topic, str) else None
 
+    def ensure_system_topic(self, topic: str) -> TopicConfig:
+        """The config of system topic `topic` (`is_system_topic`), created on first use with its usual queue
+        count: what RocketMQ's broker creates at start, such as the trace topic when tracing is on. May write
+        the topic table (blocks on the disk); thread-safe. `MQClientError` for a topic that is not a system one.
+        """
+        self._writer()
+        if not is_system_topic(topic):
+            raise MQClientError(f"{topic!r} is not a system topic; create_topic() makes other topics")
+        return self.topics.ensure_system(topic)
+
     def fetch_publish_queues(self, topic: str, default_queue_nums: int | None = None) -> list[MessageQueue]:
         """The queues a producer may send `topic` to, creating the topic when auto-create is on."""
         self._writer()
@@ -557,6 +567,19 @@ class Broker:
         _check_queue(mq)
         return self._check().max_offset(mq.topic, mq.queue_id)
 
+    def earliest_store_time(self, mq: MessageQueue) -> int:
+        """Store time (epoch ms) of the oldest message still in the queue, -1 when it has none
+        (`GET_EARLIEST_MSG_STORETIME`). Reads one commit-log record's header."""
+        _check_queue(mq)
+        store = self._check()
+        return store.store_timestamp(mq.topic, mq.queue_id, store.min_offset(mq.topic, mq.queue_id))
+
+    def offset_snapshot(self) -> dict[str, dict[int, int]]:
+        """Every committed consumer offset, `topic@group` -> queue id -> offset, as `consumerOffset.json`
+        holds it (`GET_ALL_CONSUMER_OFFSET`); empty for a read-only broker. A copy; no I/O."""
+        self._check()
+        return self.offsets.snapshot() if self.offsets is not None else {}
+
     def search_offset(self, mq: MessageQueue, timestamp: int) -> int:
         """First offset whose message was stored at or after `timestamp` (epoch ms)."""
         _check_queue(mq)
@@ -567,12 +590,7 @@ class Broker:
     def view_message(self, msg_id: str) -> MessageExt:
         """A message by `offset_msg_id` or by `msg_id` (client unique id); `MessageNotFoundError` if none."""
         store = self._check()
-        if not isinstance(msg_id, str) or not msg_id:
-            raise MQClientError("msg_id must be a non-empty string")
-        try:
-            _, _, offset = decode_offset_msg_id(msg_id)
-        except MQClientError:
-            offset = -1
+        offset = msg_id_offset(msg_id)
         if offset >= 0:  # read from the commit log: no need to wait for the index
             try:
                 stored = store.look_message_by_offset(offset)
@@ -588,6 +606,16 @@ class Broker:
                 if msg.msg_id == msg_id:
                     return msg
         raise MessageNotFoundError(f"no message with id {msg_id!r} in {self.path}")
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt:
+        """The record at `commit_log_offset` in the commit log (`VIEW_MESSAGE_BY_ID`, a send-back's message);
+        `MessageNotFoundError` when no record starts there. Reads the record from disk (may page in)."""
+        return self._check().look_message_by_offset(commit_log_offset)
+
+    def commit_log_range(self) -> tuple[int, int]:
+        """(min, max) commit-log offset: the first byte still kept and the next byte to be written."""
+        commitlog = self._check().commitlog
+        return commitlog.min_offset, commitlog.max_offset
 
     def query_message(self, topic: str, key: str, max_num: int = 64, begin: int = 0,
                       end: int | None = None) -> list[MessageExt]:
@@ -718,6 +746,22 @@ class Broker:
     def unwatch_arrivals(self, waker: Waker, queues: Iterable[QueueKey] | None = None) -> None:
         """Stop waking `waker` for `queues` (for every queue when None)."""
         self.arrivals.unwatch(waker, queues)
+
+    def consumer_members(self, group: str) -> list[GroupMember]:
+        """The live members of consumer `group` (in-process consumers and a server's remote ones)."""
+        return self.consumer_groups.members(group)
+
+    def consuming_groups(self, topic: str) -> list[str]:
+        """The groups that consume `topic`, sorted: online ones subscribed to it and those with offsets on it
+        (`QUERY_TOPIC_CONSUME_BY_WHO`'s `GroupList`)."""
+        registry = self.consumer_groups
+        groups = {g for g in registry.groups() if any(topic in m.subscribed_topics() for m in registry.members(g))}
+        groups.update(groups_of(k for k in self.offset_snapshot() if k.startswith(topic + TOPIC_GROUP_SEPARATOR)))
+        return sorted(groups)
+
+    def request_rebalance(self, group: str) -> None:
+        """Ask every live member of `group` to rebalance (a member's subscription changed). Never blocks."""
+        self.consumer_groups.notify(group)
 
     def consumer_ids(self, group: str) -> list[str]:
         """The client ids of `group`'s live members, sorted (`GET_CONSUMER_LIST_BY_GROUP`)."""

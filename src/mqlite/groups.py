@@ -20,7 +20,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .errors import IllegalStateError
 from .message import MessageQueue
 
-__all__ = ["GroupMember", "ConsumerData", "ConsumerGroups", "QueueLocks", "LOCK_MAX_LIVE_MS"]
+__all__ = ["add_member", "GroupMember", "ConsumerData", "ConsumerGroups", "QueueLocks", "LOCK_MAX_LIVE_MS"]
 
 #: `RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`: a lock nobody renews expires after 60 s.
 LOCK_MAX_LIVE_MS = 60_000
@@ -76,6 +76,17 @@ class ConsumerData:
     """Topic -> (expression type, expression), the retry topic's included."""
 
 
+def add_member(table: dict[str, GroupMember], group: str, member: GroupMember) -> None:
+    """Put `member` into `table` (the members of `group` by client id; the caller holds its lock).
+    `IllegalStateError` when another member already has its client id: two members with one id would
+    compute the same share and consume everything twice."""
+    holder = table.get(member.client_id)
+    if holder is not None and holder is not member:
+        raise IllegalStateError(f"consumer group {group!r} already has a member with client_id "
+                                f"{member.client_id!r}; give each consumer its own client_id")
+    table[member.client_id] = member
+
+
 class ConsumerGroups:
     """Live members per consumer group; thread-safe."""
 
@@ -87,12 +98,7 @@ class ConsumerGroups:
         """Add `member` to `group` and ask every member (itself included) to rebalance."""
         with self._lock:
             table = self._members.setdefault(group, {})
-            holder = table.get(member.client_id)
-            if holder is not None and holder is not member:
-                # Two members with one id would compute the same share and consume everything twice.
-                raise IllegalStateError(f"consumer group {group!r} already has a member with client_id "
-                                        f"{member.client_id!r}; give each consumer its own client_id")
-            table[member.client_id] = member
+            add_member(table, group, member)
             members = list(table.values())
         for other in members:
             other.request_rebalance()

@@ -42,6 +42,7 @@ __all__ = [
     "create_offset_msg_id",
     "local_ip",
     "decode_offset_msg_id",
+    "msg_id_offset",
     "UniqIdGenerator",
     "RESERVED_PROPERTY_NAMES",
     "check_int32",
@@ -274,6 +275,21 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     ip = socket.inet_ntop(socket.AF_INET if ip_len == 4 else socket.AF_INET6, raw[:ip_len])
     port = int.from_bytes(raw[ip_len : ip_len + 4], "big", signed=True)
     return ip, port, int.from_bytes(raw[ip_len + 4 :], "big", signed=True)
+
+
+def msg_id_offset(msg_id: str) -> int:
+    """The commit-log offset `msg_id` names when it is an offset message id, else -1 (a client's unique id,
+    looked up in the key index instead). `MQClientError` when `msg_id` is not a non-empty string.
+
+    >>> msg_id_offset("7F00000100002A9F0000000000000010"), msg_id_offset("7F0000010001")
+    (16, -1)
+    """
+    if not isinstance(msg_id, str) or not msg_id:
+        raise MQClientError("msg_id must be a non-empty string")
+    try:
+        return decode_offset_msg_id(msg_id)[2]
+    except MQClientError:
+        return -1
 
 
 def local_ip() -> bytes:

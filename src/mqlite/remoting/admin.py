@@ -15,11 +15,12 @@ import time
 from ..commitlog import stored_record
 from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageExt, MessageQueue
-from ..offsets import TOPIC_GROUP_SEPARATOR, groups_of
 from ..topics import TopicConfig, is_system_topic
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
 from .nameserver import CLUSTER_NAME
-from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import to_wire_json
 
 __all__: list[str] = []
 
@@ -115,8 +116,7 @@ def consume_stats(request: Request) -> RemotingCommand | None:
 def all_consumer_offset(request: Request) -> RemotingCommand | None:
     """`ConsumerOffsetSerializeWrapper`: every committed offset, `topic@group` -> queue id -> offset (what a
     slave syncs, and what the CLI's statsAll, consumerProgress and message tracks read over `-n`)."""
-    offsets = request.broker.offsets
-    table = offsets.snapshot() if offsets is not None else {}
+    table = request.broker.offset_snapshot()
     version = {"counter": 0, "stateVersion": 0, "timestamp": _BOOT_MS}
     return request.reply(body=to_wire_json({"dataVersion": version, "offsetTable": table}))
 
@@ -125,13 +125,8 @@ def all_consumer_offset(request: Request) -> RemotingCommand | None:
 def topic_consumed_by(request: Request) -> RemotingCommand | None:
     """`GroupList`: the groups consuming a topic, the online ones subscribed to it and those with offsets on it
     (mqadmin's statsAll and message tracks ask it)."""
-    broker = request.broker
     topic = request.header.text("topic", max_length=NAME_MAX)
-    registry = broker.consumer_groups
-    groups = {g for g in registry.groups() if any(topic in m.subscribed_topics() for m in registry.members(g))}
-    if broker.offsets is not None:
-        groups.update(groups_of(k for k in broker.offsets.snapshot() if k.startswith(topic + TOPIC_GROUP_SEPARATOR)))
-    return request.reply(body=to_wire_json({"groupList": sorted(groups)}))
+    return request.reply(body=to_wire_json({"groupList": request.broker.consuming_groups(topic)}))
 
 
 @handles(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, mode=Mode.BLOCKING)
@@ -148,7 +143,7 @@ def reset_offset(request: Request) -> RemotingCommand | None:
     if broker.topic_config(topic) is None and topic not in broker.topic_list():
         raise RequestError(ResponseCode.SYSTEM_ERROR,
                            f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
-    if not broker.consumer_groups.members(group):
+    if not broker.consumer_members(group):
         raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, "
                                                              f"Group: {group} Topic: {topic} Timestamp: {timestamp}")
     try:
@@ -187,10 +182,11 @@ def broker_config(request: Request) -> RemotingCommand | None:
 def runtime_info(request: Request) -> RemotingCommand | None:
     """`KVTable` of a few runtime facts (mqadmin `brokerStatus`)."""
     broker = request.broker
+    min_offset, max_offset = broker.commit_log_range()
     table = {"brokerVersionDesc": "V5_0_0", "brokerVersion": "413", "bootTimestamp": str(_BOOT_MS),
              "runtime": f"[ {int(time.time() * 1000 - _BOOT_MS) // 1000} s ]",
-             "commitLogMaxOffset": str(broker.store.commitlog.max_offset),
-             "commitLogMinOffset": str(broker.store.commitlog.min_offset), "brokerName": broker.broker_name}
+             "commitLogMaxOffset": str(max_offset), "commitLogMinOffset": str(min_offset),
+             "brokerName": broker.broker_name}
     return request.reply(body=to_wire_json({"table": table}))
 
 
@@ -235,7 +231,7 @@ def view_message(request: Request) -> RemotingCommand | None:
     """The stored record at a commit-log offset."""
     offset = request.header.int64("offset", low=0)
     try:
-        msg = request.broker.store.look_message_by_offset(offset)
+        msg = request.broker.look_message_by_offset(offset)
     except MessageNotFoundError:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}") from None
     return request.reply(body=stored_record(msg))

@@ -43,7 +43,10 @@ from typing import Any, NoReturn
 from .._service import close_at_exit, forget_at_exit
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError, ProtocolError, RemotingError
-from .protocol import ACCESS_KEY, SIGNATURE, FrameDecoder, RemotingCommand, ResponseCode, encode_frame, sign
+from .acl import ACCESS_KEY, SIGNATURE, sign
+from .address import parse_address
+from .codes import ONEWAY_FLAG, ResponseCode
+from .frames import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, encode_frame
 
 __all__ = ["RemotingClient", "parse_address", "Handler", "AsyncCallback"]
 
@@ -54,8 +57,6 @@ Handler = Callable[[RemotingCommand], "RemotingCommand | None"]
 #: `request_async`'s callback: (response, None) or (None, the error).
 AsyncCallback = Callable[["RemotingCommand | None", "BaseException | None"], None]
 
-#: The largest frame accepted from the server (a pull of 32 messages of 4 MiB fits); RocketMQ's default.
-DEFAULT_MAX_FRAME_SIZE = 16 << 20
 #: How often the reader looks for async requests past their deadline (`scanResponseTable`: 1 s).
 _SCAN_INTERVAL = 1.0
 #: At most this much a recv. Not more: CPython allocates the whole size for each call (256 KiB took 13 us
@@ -65,20 +66,6 @@ _RECV_SIZE = 1 << 16
 _PARK = 0.005
 #: How late past its deadline a caller reading its own answer may notice the deadline passed.
 _RECV_SLACK = 0.01
-#: `RemotingCommand`'s flag bit for a request that expects no response (`RPC_ONEWAY`).
-ONEWAY_FLAG = 2
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`"host:port"` (or `"[v6]:port"`) -> (host, port); `MQClientError` for anything else."""
-    if not isinstance(address, str) or ":" not in address:
-        raise MQClientError(f"a server address is HOST:PORT (for example 127.0.0.1:9876), got {address!r}")
-    host, _, port_text = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise MQClientError(f"a server address is HOST:PORT with a port in 1..65535, got {address!r}")
-    return host, int(port_text)
 
 
 class _Pending:

@@ -32,7 +32,9 @@ from ..message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageExt, Messag
 from ..sendback import retry_topic
 from ..topics import check_group
 from .handlers import NAME_MAX, Peer, Request, RequestError, handles
-from .protocol import SERVER_VERSION, RemotingCommand, RequestCode, ResponseCode, message_queue_of, to_wire_json
+from .codes import SERVER_VERSION, RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import message_queue_of, to_wire_json
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -220,7 +222,7 @@ class ClientRegistry:
                     self._by_peer.get(peer, set()).discard(key)
                 raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         elif changed:
-            self._broker.consumer_groups.notify(group)  # a subscription changed: the group rebalances
+            self._broker.request_rebalance(group)  # a subscription changed: the group rebalances
 
     def unregister(self, peer: Peer, client_id: str, producer_group: str | None, consumer_group: str | None) -> None:
         """`UNREGISTER_CLIENT`: the client shut a producer or consumer down."""
@@ -382,7 +384,7 @@ def check_client_config(request: Request) -> RemotingCommand | None:
 def consumer_connections(request: Request) -> RemotingCommand | None:
     """`ConsumerConnection` of a group: its members' connections and subscriptions."""
     group = request.header.text("consumerGroup", max_length=NAME_MAX)
-    members = request.broker.consumer_groups.members(group)
+    members = request.broker.consumer_members(group)
     if not members:
         raise RequestError(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
     connections, table = [], {}

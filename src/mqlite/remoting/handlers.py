@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import MQClientError
 from ..message import MessageQueue
-from .protocol import RemotingCommand, ResponseCode, from_wire_json
+from .codes import ResponseCode
+from .frames import RemotingCommand
+from .wirejson import from_wire_json
 
 if TYPE_CHECKING:
     import asyncio
@@ -61,10 +63,11 @@ class Mode(enum.Enum):
 class RequestError(Exception):
     """A request refused with a RocketMQ response code and a remark (never leaves the server)."""
 
-    def __init__(self, code: int, remark: str) -> None:
+    def __init__(self, code: int, remark: str, fields: dict[str, str] | None = None) -> None:
         super().__init__(remark)
         self.code = code
         self.remark = remark
+        self.fields = fields  # ext fields of the answer (`faults.ERROR_FIELD`), if any
 
 
 def _missing(name: str) -> RequestError:

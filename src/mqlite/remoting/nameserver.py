@@ -18,13 +18,13 @@ from typing import Any
 
 from ..topics import PERM_READ, PERM_WRITE
 from .handlers import NAME_MAX, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode, to_wire_json
+from .codes import DEFAULT_TOPIC, RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import to_wire_json
 
 __all__ = ["CLUSTER_NAME", "DEFAULT_TOPIC", "route_data"]
 
 CLUSTER_NAME = "DefaultCluster"
-#: `TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`: the topic producers borrow a route from to create one.
-DEFAULT_TOPIC = "TBW102"
 _PERM_INHERIT = 1
 #: `MQVersion.Version.V4_9_4.ordinal()`: clients from there on get standard JSON routes.
 _STANDARD_JSON_VERSION = 401

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 from .handlers import NAME_MAX, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode
+from .codes import RequestCode, ResponseCode
+from .frames import RemotingCommand
 
 __all__: list[str] = []
 
@@ -65,5 +66,4 @@ def search_offset(request: Request) -> RemotingCommand | None:
 def earliest_store_time(request: Request) -> RemotingCommand | None:
     """The store time of the queue's oldest message (-1 when it has none)."""
     broker = request.broker
-    mq = request.header.queue(broker.broker_name)
-    return _answer(request, timestamp=broker.store.store_timestamp(mq.topic, mq.queue_id, broker.min_offset(mq)))
+    return _answer(request, timestamp=broker.earliest_store_time(request.header.queue(broker.broker_name)))

@@ -31,13 +31,11 @@ from ..filter import MessageSelector
 from ..longpoll import PullResult, PullStatus
 from ..message import MessageQueue
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode
+from .codes import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, RequestCode, ResponseCode
+from .frames import RemotingCommand
 
 __all__ = ["FLAG_COMMIT_OFFSET", "FLAG_SUSPEND", "FLAG_SUBSCRIPTION", "MAX_SUSPEND_MS", "MAX_TRANSFER_BYTES"]
 
-FLAG_COMMIT_OFFSET = 0x1  # PullSysFlag
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
 #: Longest suspension: a longer request is held this long (RocketMQ's clients ask 15 s for push, 20-30 s
 #: for lite pull), so a pull whose client went away does not linger.
 MAX_SUSPEND_MS = 60_000

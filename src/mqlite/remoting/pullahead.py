@@ -30,7 +30,7 @@ from ..errors import IllegalStateError, RemotingError
 from ..longpoll import ArrivalHub, PullResult, PullStatus, Waker
 from ..port import QueueKey, Subscription
 from .client import RemotingClient
-from .protocol import RemotingCommand
+from .frames import RemotingCommand
 
 __all__ = ["PullAhead", "PARKED_PULL_SUSPEND"]
 

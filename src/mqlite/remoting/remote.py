@@ -37,14 +37,15 @@ from .._service import Service, close_at_exit, forget_at_exit
 from ..clock import SYSTEM_CLOCK, Clock
 from ..commitlog import PREFIX, PutMessageStatus, PutResult, StoredMessage, record_length
 from ..config import check_seconds
-from ..errors import DiskFullError, IllegalStateError, MQClientError, RemotingError, SendTimeoutError
-from ..groups import GroupMember
+from ..errors import IllegalStateError, MQClientError, RemotingError, SendTimeoutError
+from ..groups import GroupMember, add_member
 from ..longpoll import PullResult, PullStatus, Waker
 from ..message import (
     PROPERTY_PRODUCER_GROUP,
     EncodedProperties,
     MessageExt,
     MessageQueue,
+    SysFlag,
     decode_offset_msg_id,
     encode_properties,
 )
@@ -53,32 +54,23 @@ from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
 from .pullahead import PullAhead
 from .remoteadmin import RemoteAdmin, TopicRoute, pairs
-from .protocol import (
-    RemotingCommand,
-    RequestCode,
-    ResponseCode,
-    encode_batch,
-    from_wire_json,
-    message_queue_of,
-    mq_wire,
-    to_wire_json,
-)
+from .batch import encode_batch
+from .codes import DEFAULT_TOPIC, FLAG_SUBSCRIPTION, FLAG_SUSPEND, RequestCode, ResponseCode
+from .faults import exception_for
+from .frames import RemotingCommand
+from .wirejson import from_wire_json, message_queue_of, mq_wire, to_wire_json
 
 __all__ = ["RemoteBroker", "connect", "DEFAULT_TOPIC", "HEARTBEAT_INTERVAL", "ROUTE_TTL"]
 
-#: RocketMQ's `TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`: sends to a new topic name it as their template.
 log = logging.getLogger("mqlite.remoting")
 
-DEFAULT_TOPIC = "TBW102"
+#: Queues of a topic created by a send that names `DEFAULT_TOPIC` as its template (its template's, at most 4).
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: `MQClientInstance`: heartbeat to every broker, and refresh the routes in use, every 30 s.
 HEARTBEAT_INTERVAL = 30.0
 ROUTE_TTL = 30.0
 #: The producer group a send names when the caller gives none (`MixAll.DEFAULT_PRODUCER_GROUP`).
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
-#: `PullSysFlag`.
-_FLAG_COMMIT_OFFSET, _FLAG_SUSPEND, _FLAG_SUBSCRIPTION = 1, 2, 4
-_TRANSACTION_COMMIT, _TRANSACTION_ROLLBACK = 0x8, 0xC
 
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
@@ -455,9 +447,10 @@ class RemoteBroker(RemoteAdmin):
     def end_transaction(self, half_commit_log_offset: int, commit: bool, producer_group: str, *,
                         from_check: bool = False, transaction_id: str | None = None) -> PutResult | None:
         """`END_TRANSACTION`: commit or roll back the half message at `half_commit_log_offset` (waits for the answer)."""
+        end = SysFlag.TRANSACTION_COMMIT_TYPE if commit else SysFlag.TRANSACTION_ROLLBACK_TYPE
         fields = {"producerGroup": producer_group, "tranStateTableOffset": 0,
                   "commitLogOffset": half_commit_log_offset,
-                  "commitOrRollback": _TRANSACTION_COMMIT if commit else _TRANSACTION_ROLLBACK,
+                  "commitOrRollback": end,
                   "fromTransactionCheck": from_check, "msgId": transaction_id or "",
                   "transactionId": transaction_id}
         self._call(RequestCode.END_TRANSACTION, fields)
@@ -534,7 +527,7 @@ class RemoteBroker(RemoteAdmin):
 
     def _pull_fields(self, group: str, mq: MessageQueue, offset: int, max_nums: int,
                      expression: tuple[str, str] | None, wait: float) -> dict[str, object]:
-        sys_flag = (_FLAG_SUSPEND if wait > 0 else 0) | _FLAG_SUBSCRIPTION
+        sys_flag = (FLAG_SUSPEND if wait > 0 else 0) | FLAG_SUBSCRIPTION
         expression_type, text = expression or ("TAG", "*")
         return {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
                 "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": 0,
@@ -579,12 +572,7 @@ class RemoteBroker(RemoteAdmin):
         if self._closing:
             raise IllegalStateError(f"the connection to {self.address} is closed; start consumers before close()")
         with self._lock:
-            table = self._members.setdefault(group, {})
-            holder = table.get(member.client_id)
-            if holder is not None and holder is not member:
-                raise IllegalStateError(f"consumer group {group!r} already has a member with client_id "
-                                        f"{member.client_id!r}; give each consumer its own client_id")
-            table[member.client_id] = member
+            add_member(self._members.setdefault(group, {}), group, member)
         try:
             self._heartbeat(member.client_id, consumers=[(group, member)])
         except BaseException:
@@ -841,16 +829,14 @@ def _local_host() -> str:
 def _error_of(response: RemotingCommand, code: int, address: str) -> Exception:
     """The exception for a refused request: what the local broker raises for the same cause.
 
-    The server answers a broker's `MQClientError` with `SYSTEM_ERROR` and its text, a closed or
-    full store with `SERVICE_NOT_AVAILABLE`, a busy one with `SYSTEM_BUSY`; the text travels as the remark.
+    The server answers a broker's exception as `faults.EXCEPTION_CODES` says (the exception's text as
+    the remark), a busy one with `SYSTEM_BUSY`; `faults.exception_for` reads the table backwards.
     """
     answer = _name(ResponseCode, response.code)
     text = f"{address} refused {_name(RequestCode, code)} ({answer}){': ' + response.remark if response.remark else ''}"
-    if response.code == ResponseCode.SYSTEM_BUSY:
+    if response.code == ResponseCode.SYSTEM_BUSY:  # flow control, not an error of the request
         return RemotingError(text + "; try again later")
-    if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:
-        return DiskFullError(text) if "disk" in (response.remark or "").lower() else IllegalStateError(text)
-    return MQClientError(text)
+    return exception_for(response.code, response.ext_fields)(text)
 
 
 def _name(codes: type[RequestCode] | type[ResponseCode], code: int) -> str:

@@ -14,12 +14,14 @@ from ..broker import QueueProgress, QueueStatus
 from ..trace import TRACE_TOPIC
 from ..traceview import MessageTrack, TraceView, trace_views, track_message
 from ..errors import MessageNotFoundError, MQClientError
-from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, decode_offset_msg_id
+from ..message import PROPERTY_RETRY_TOPIC, MessageExt, MessageQueue, msg_id_offset
 from ..longpoll import PullResult, PullStatus
 from ..port import Subscription
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig, check_topic, is_system_topic
 from ..sendback import is_dlq_topic, is_retry_topic
-from .protocol import RemotingCommand, RequestCode, ResponseCode, message_queue_of
+from .codes import DEFAULT_TOPIC, RequestCode, ResponseCode
+from .frames import RemotingCommand
+from .wirejson import message_queue_of
 
 __all__ = ["RemoteAdmin", "TOOLS_GROUP", "TopicRoute", "QueueData"]
 
@@ -103,7 +105,7 @@ class RemoteAdmin:
         write = queue_nums if write_queue_nums is None else write_queue_nums
         config = TopicConfig(topic, read, write, perm, order=order)
         self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read, "writeQueueNums": write,
+            "topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": read, "writeQueueNums": write,
             "perm": perm, "topicFilterType": config.topic_filter_type, "topicSysFlag": 0, "order": order})
         self._forget_routes()
         return config
@@ -132,7 +134,7 @@ class RemoteAdmin:
         body = self._json(self._call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)) or {}
         # The name server's list names the default topic (the auto-create template RocketMQ's clients
         # route new topics by); it is no topic of the store, and a local broker's list has no such entry.
-        return sorted(t for t in body.get("topicList") or [] if t != "TBW102")
+        return sorted(t for t in body.get("topicList") or [] if t != DEFAULT_TOPIC)
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
         """`GET_TOPIC_STATS_INFO`: per queue, min and max offsets and the newest store time."""
@@ -145,12 +147,7 @@ class RemoteAdmin:
     # -- messages -------------------------------------------------------------------------------------------
     def view_message(self, msg_id: str) -> MessageExt:
         """A message by `offset_msg_id` (`VIEW_MESSAGE_BY_ID`) or by `msg_id` (the key index, every topic)."""
-        if not isinstance(msg_id, str) or not msg_id:
-            raise MQClientError("msg_id must be a non-empty string")
-        try:
-            _, _, offset = decode_offset_msg_id(msg_id)
-        except MQClientError:
-            offset = -1
+        offset = msg_id_offset(msg_id)
         if offset >= 0:
             response = self._call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset},
                                   ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))

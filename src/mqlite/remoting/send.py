@@ -13,7 +13,7 @@ import random
 from collections.abc import Mapping
 
 from ..commitlog import PutMessageStatus, PutResult
-from ..errors import DiskFullError, IllegalStateError, MessageNotFoundError, MQClientError, SendTimeoutError
+from ..errors import MessageNotFoundError, MQClientError
 from ..message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -27,7 +27,10 @@ from ..message import (
 from ..sendback import DEFAULT_MAX_RECONSUME_TIMES, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, is_retry_topic
 from ..trace import TRACE_TOPIC
 from .handlers import NAME_MAX, Mode, Request, RequestError, handles
-from .protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch_texts
+from .batch import decode_batch_texts
+from .codes import RequestCode, ResponseCode
+from .faults import PUT_EXCEPTION_CODES, refusal
+from .frames import RemotingCommand
 
 __all__ = ["V2_FIELDS"]
 
@@ -72,7 +75,7 @@ def _target(request: Request) -> tuple[str, int]:
             elif topic == TRACE_TOPIC and config is None:
                 # A traced client's trace records (RocketMQ's broker creates the trace topic at start when
                 # tracing is on).
-                config = broker.topics.ensure_system(topic, 1)
+                config = broker.ensure_system_topic(topic)
             else:
                 broker.fetch_publish_queues(topic, default_nums)
                 config = broker.topic_config(topic)
@@ -168,13 +171,12 @@ def put_failure(exc: Exception) -> RequestError:
     """A put's exception as RocketMQ's `handlePutMessageResult` answers it."""
     if isinstance(exc, RequestError):
         return exc
-    if isinstance(exc, SendTimeoutError):
-        return RequestError(ResponseCode.FLUSH_DISK_TIMEOUT, str(exc))
-    if isinstance(exc, (DiskFullError, IllegalStateError)):
-        return RequestError(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}")
-    if isinstance(exc, MQClientError):
-        return RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-    raise exc
+    answer = refusal(exc, PUT_EXCEPTION_CODES)
+    if answer is None:
+        raise exc
+    code, fields = answer
+    remark = f"service not available now: {exc}" if code == ResponseCode.SERVICE_NOT_AVAILABLE else str(exc)
+    return RequestError(code, remark, fields)
 
 
 @handles(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, mode=Mode.PUT)
@@ -263,7 +265,7 @@ def consumer_send_back(request: Request) -> RemotingCommand | None:
     delay_level = h.int32("delayLevel")
     max_times = h.int32("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES, low=-1)
     try:
-        msg = broker.store.look_message_by_offset(offset)
+        msg = broker.look_message_by_offset(offset)
     except MessageNotFoundError:
         raise RequestError(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}") from None
     try:

@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     ConfigError,
-    DiskFullError,
     IllegalStateError,
-    MQClientError,
     MQLiteError,
     ProtocolError,
     RemotingError,
@@ -42,16 +40,11 @@ from ..errors import (
 from . import admin, clients, nameserver, offsets, pull, send  # noqa: F401 - importing registers their handlers
 from .clients import ClientRegistry
 from .handlers import HANDLERS, Mode, NeedsExecutor, Peer, Request, RequestError
-from .protocol import (
-    ACCESS_KEY,
-    DEFAULT_MAX_FRAME_SIZE,
-    SIGNATURE,
-    FrameDecoder,
-    RemotingCommand,
-    ResponseCode,
-    encode_frame,
-    sign,
-)
+from .address import parse_address
+from .acl import ACCESS_KEY, SIGNATURE, sign
+from .codes import ResponseCode
+from .faults import refusal
+from .frames import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, RemotingCommand, encode_frame
 from .registry import clear_address, record_address
 
 if TYPE_CHECKING:
@@ -77,17 +70,6 @@ MAX_EXECUTOR_QUEUE = 10_000
 _BUSY = "[OVERLOAD]system busy, start flow control for a while"
 _WRITE_HIGH_WATER = 4 * 1024 * 1024  # stop reading a client's requests while this much waits to be sent to it
 _CLOSE_GRACE = 10.0  # seconds close() waits for in-flight requests and for connections to flush
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """`host:port` (`[v6]:port` too) -> (host, port); `ConfigError` when it is not one."""
-    if not isinstance(address, str) or ":" not in address:
-        raise ConfigError(f"address must be 'host:port' (port 0 picks a free one), got {address!r}")
-    host, _, port_text = address.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ConfigError(f"address must be 'host:port' with a port in 0..65535, got {address!r}")
-    return host, int(port_text)
 
 
 def _is_loopback(host: str) -> bool:
@@ -301,7 +283,7 @@ class Server:
                  allow_anonymous: bool = False, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  channel_expired_timeout: float = CHANNEL_EXPIRED_TIMEOUT, executor_threads: int = 8,
                  executor_queue: int = MAX_EXECUTOR_QUEUE, max_parked: int = MAX_PARKED_TOTAL) -> None:
-        host, port = parse_address(address)
+        host, port = parse_address(address, allow_port_0=True)
         self._acl = _check_acl(acl)
         if not isinstance(allow_anonymous, bool):
             raise ConfigError(f"allow_anonymous must be a bool, got {allow_anonymous!r}")
@@ -380,13 +362,13 @@ class Server:
 
     def _recorded_address(self) -> str:
         """What other processes on this machine should connect to (loopback for a wildcard bind)."""
-        host, port = parse_address(self._address)
+        host, port = parse_address(self._address, allow_port_0=True)
         return f"127.0.0.1:{port}" if host in ("0.0.0.0", "::") else self._address
 
     def _advertised_ipv4(self) -> str | None:
         """`ip:port` to write into records as their store host (RocketMQ's `brokerIP1:listenPort`): the bound
         IPv4 address, this machine's for a wildcard bind; None for IPv6 (a record's host is 4 bytes here)."""
-        host, port = parse_address(self._address)
+        host, port = parse_address(self._address, allow_port_0=True)
         if host == "0.0.0.0":
             host = _primary_ipv4()
         try:
@@ -594,14 +576,15 @@ class Server:
         except NeedsExecutor:
             return False
         except RequestError as exc:
-            response = cmd.reply(exc.code, remark=exc.remark)
-        except (DiskFullError, IllegalStateError) as exc:
-            response = cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark=str(exc))
-        except MQClientError as exc:
-            response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=str(exc))
-        except MQLiteError as exc:  # the store's own words (a damaged record, a message not found): one line
-            log.warning("request %s from %s failed: %s: %s", cmd.code, conn.remote_address, type(exc).__name__, exc)
-            response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+            response = cmd.reply(exc.code, exc.fields, remark=exc.remark)
+        except MQLiteError as exc:
+            answer = refusal(exc)
+            if answer is not None:
+                response = cmd.reply(answer[0], answer[1], remark=str(exc))
+            else:  # the store's own words (a damaged record, a message not found): one line
+                log.warning("request %s from %s failed: %s: %s", cmd.code, conn.remote_address, type(exc).__name__,
+                            exc)
+                response = cmd.reply(ResponseCode.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
             return True
         except Exception as exc:  # a bug here: the client gets an answer, the log the stack
