@@ -785,6 +785,22 @@ def test_a_consumer_that_stops_heartbeating_is_dropped_while_its_connection_live
         server.close()
 
 
+def test_a_producer_that_stops_heartbeating_is_forgotten_while_its_connection_lives(broker: mqlite.Broker) -> None:
+    # ProducerManager.scanNotActiveChannel: check-backs must not go to a producer group nobody heartbeats.
+    server = broker.serve(channel_expired_timeout=1.0)
+    try:
+        c = Client(server.address)
+        heartbeat(c, "p1", group="g1", producer="gone")
+        assert len(broker.producers("gone")) == 1
+        with deadline(20):
+            while broker.producers("gone"):
+                heartbeat(c, "p1", group="g1", producer="kept")  # the connection and the other group live on
+        assert len(broker.producers("kept")) == 1
+        c.close()
+    finally:
+        server.close()
+
+
 def test_consumer_offsets_and_topic_consumers(broker: mqlite.Broker, server: mqlite.Server, client: Client) -> None:
     # GET_ALL_CONSUMER_OFFSET: ConsumerOffsetSerializeWrapper, `topic@group` -> queue id -> offset (int keys).
     broker.create_topic("t", 2)

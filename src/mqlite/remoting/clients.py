@@ -98,6 +98,8 @@ class RemoteProducer:
     def __init__(self, peer: Peer, group: str) -> None:
         self.peer = peer
         self.group = group
+        #: When its last heartbeat came (`time.monotonic()`): it expires after the server's channel expiry.
+        self.last_heartbeat = time.monotonic()
 
     def check_transaction(self, msg: MessageExt) -> bool:
         """`CHECK_TRANSACTION_STATE`, oneway; the producer answers with `END_TRANSACTION`. True: asked
@@ -184,8 +186,11 @@ class ClientRegistry:
                 raise RequestError(ResponseCode.SYSTEM_ERROR, "a heartbeat's producer data has no groupName")
             group = name
             with self._lock:
-                known = (peer, group) in self._producers
-                if not known:
+                known_producer = self._producers.get((peer, group))
+                known = known_producer is not None
+                if known_producer is not None:
+                    known_producer.last_heartbeat = time.monotonic()
+                else:
                     producer = self._producers[(peer, group)] = RemoteProducer(peer, group)
             if not known:
                 try:
@@ -258,6 +263,18 @@ class ClientRegistry:
         for (group, _), member in stale:
             self._broker.unregister_consumer(group, member)
         return [member for _, member in stale]
+
+    def expire_producers(self, limit: float) -> list[RemoteProducer]:
+        """Forget the producers whose last heartbeat came before `limit` (`time.monotonic()`), so check-backs
+        go to live ones: RocketMQ's `ProducerManager.scanNotActiveChannel`, for the same reason as
+        `expire_consumers`."""
+        with self._lock:
+            stale = [(key, p) for key, p in self._producers.items() if p.last_heartbeat < limit]
+            for key, _ in stale:
+                del self._producers[key]
+        for (_, group), producer in stale:
+            self._broker.unregister_producer(group, producer)
+        return [producer for _, producer in stale]
 
     def drop_peer(self, peer: Peer) -> None:
         """A connection closed: its consumers leave their groups now, its producers are forgotten."""

@@ -462,7 +462,8 @@ class Server:
 
     async def _expire_silent(self) -> None:
         """`ClientHousekeepingService`: close connections silent for longer than the channel expiry, and
-        drop consumers whose last heartbeat is older than that (their connection may carry other traffic)."""
+        drop consumers and producers whose last heartbeat is older than that (their connection may carry
+        other traffic)."""
         period = min(10.0, self.channel_expired_timeout / 4)
         while True:
             await asyncio.sleep(period)
@@ -470,6 +471,9 @@ class Server:
             for member in self.clients.expire_consumers(limit):
                 log.info("dropping consumer %s of group %s: no heartbeat for over %.0f s", member.client_id,
                          member.group, self.channel_expired_timeout)
+            for producer in self.clients.expire_producers(limit):
+                log.info("dropping a producer of group %s: no heartbeat for over %.0f s", producer.group,
+                         self.channel_expired_timeout)
             for conn in list(self._connections):
                 if conn.last_seen < limit:
                     log.info("closing the connection from %s: silent for over %.0f s", conn.remote_address,
