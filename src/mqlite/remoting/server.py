@@ -21,10 +21,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import fcntl
 import hmac
 import ipaddress
 import logging
 import socket
+import struct
+import termios
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -123,6 +126,7 @@ class _Connection(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._stopped = False  # close() stopped reading it
+        self._draining = False  # close() sent everything and its FIN: what arrives now is read and dropped
         self._batch: list[bytes] | None = None  # answers collected while requests are dispatched: one write
         self._batched = 0
 
@@ -139,6 +143,8 @@ class _Connection(asyncio.Protocol):
         self.server._connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._draining:
+            return  # requests sent after close() began: read only so the close is not a reset (see `drain`)
         self.last_seen = time.monotonic()
         try:
             commands = self.decoder.feed(data)
@@ -236,6 +242,42 @@ class _Connection(asyncio.Protocol):
         self._stopped = True
         self._update_reading()
 
+    def drain(self) -> None:
+        """`close()` answered everything: send the answers and a FIN, then read and drop what comes.
+
+        A socket closed with unread bytes in its receive buffer resets the connection, and the reset
+        discards what its send buffer still holds: answers to requests already stored, whose client would
+        then send them again. So the server half-closes first and closes once the client has acknowledged
+        every byte sent to it (`drained`; a reset then loses nothing it was sent), or when the client closes.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self._draining = True
+        transport.write_eof()  # after what is buffered
+        self._stopped = False
+        self._read_paused = False
+        transport.resume_reading()
+
+    def drained(self) -> bool:
+        """True when everything written to the client has reached it (the kernel holds nothing unacknowledged)."""
+        transport = self.transport
+        if transport is None:
+            return True
+        if transport.get_write_buffer_size():
+            return False
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return True
+        try:  # SIOCOUTQ: bytes sent but not yet acknowledged, and not yet sent
+            unacknowledged = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        except OSError:
+            return True  # the socket is gone
+        return unacknowledged == 0
+
     def started(self) -> None:
         """A request went to the executor (or became a coroutine on the loop)."""
         self.active += 1
@@ -263,7 +305,7 @@ class _Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        pause = self._stopped or self._write_paused or bool(self.queue)
+        pause = not self._draining and (self._stopped or self._write_paused or bool(self.queue))
         if pause != self._read_paused:
             self._read_paused = pause
             if pause:
@@ -451,10 +493,12 @@ class Server:
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=_CLOSE_GRACE)
         for conn in list(self._connections):
-            if conn.transport is not None:
-                conn.transport.close()  # flushes what is buffered, then connection_lost
+            conn.drain()  # the answers, then a FIN; what the client still sends is dropped
         deadline = time.monotonic() + _CLOSE_GRACE
         while self._connections and time.monotonic() < deadline:
+            for conn in list(self._connections):
+                if conn.drained():
+                    conn.abort()  # the client has every answer: closing now loses nothing
             await asyncio.sleep(0.01)
         for conn in list(self._connections):
             conn.abort()
