@@ -7,6 +7,7 @@ through the request RocketMQ's `DefaultMQAdminExt` sends for it.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
@@ -49,44 +50,57 @@ class TopicRoute(TypedDict, total=False):
     orderTopicConf: str
 
 
-class RemoteAdmin:
-    """Topics, offsets, messages and group progress of a served broker (see `Broker` for each contract)."""
+class RemoteAdmin(abc.ABC):
+    """Topics, offsets, messages and group progress of a served broker (see `Broker` for each contract).
 
-    # What RemoteBroker provides.
+    The admin half of `RemoteBroker`, which provides the connection and the port calls declared
+    abstract here.
+    """
+
     address: str
 
     @property
+    @abc.abstractmethod
     def broker_name(self) -> str:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def _call(self, code: int, fields: Mapping[str, object] | None = None, body: bytes | None = None, *,
               ok: Iterable[int] = (ResponseCode.SUCCESS,), timeout: float | None = None) -> RemotingCommand:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def pull(self, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
              message_filter: Subscription | None = None, wait: float = 0.0) -> PullResult:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def _json(self, response: RemotingCommand) -> Any:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def _forget_routes(self) -> None:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def _route(self, topic: str, *, fresh: bool = False) -> TopicRoute | None:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def _decode(self, body: bytes | None) -> list[MessageExt]:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def max_offset(self, mq: MessageQueue) -> int:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def search_offset(self, mq: MessageQueue, timestamp: int) -> int:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
+    @abc.abstractmethod
     def commit_offset(self, group: str, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
-        raise NotImplementedError
+        """Provided by `RemoteBroker`."""
 
     @property
     def path(self) -> str:
