@@ -30,7 +30,7 @@ from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path,
 from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError, StoreLockedError
 from .groups import ConsumerGroups, GroupMember, QueueLocks
-from .inbox import InboxService, import_inbox
+from .inbox import InboxService, already_committed, append_staged, import_inbox, mark_committed
 from .longpoll import ArrivalHub, PullResult, PullStatus, Waker, pull_result_of
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -52,7 +52,6 @@ from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_r
 from .store import MessageStore
 from .storebase import MAX_PULL_MSG_SIZE, MessageFilter, StoreFiles, config_for
 from .topics import (
-    NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
@@ -64,6 +63,7 @@ from .topics import (
 from .trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .traceview import MessageTrack, TraceView, trace_views, track_message
 from .txn import HALF_TOPIC, TransactionalMessageService, TransactionCheckService, parse_half_message
+from .validators import check_send_topic
 
 #: Topics `put_message` may redirect a client's message to.
 _ROUTED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC})
@@ -371,9 +371,7 @@ class Broker:
     def fetch_publish_queues(self, topic: str, default_queue_nums: int | None = None) -> list[MessageQueue]:
         """The queues a producer may send `topic` to, creating the topic when auto-create is on."""
         self._writer()
-        check_topic(topic)
-        if topic in NOT_ALLOWED_SEND_TOPICS or is_system_topic(topic):
-            raise MQClientError(f"sending to the system topic {topic!r} is not allowed")
+        check_send_topic(topic)
         config = self.topics.get(topic)
         if config is None:
             if not self.config.auto_create_topic:
@@ -484,6 +482,30 @@ class Broker:
         """
         self._writer()
         return import_inbox(self)
+
+    def append_staged(self, paths: Sequence[str], *, query_id: str | None = None,
+                      batch_id: int | None = None) -> int | None:
+        """Append one job of staged record files (`mqlite.inbox.write_chunk`) whole; returns the messages stored.
+
+        The ingest entry point of a bulk writer that encodes in other processes (the Spark
+        writer's commit). The inbox goes first (`import_inbox`: jobs handed over earlier are
+        stored before this one). Every file and queue is then checked before anything is
+        stored (`MQClientError` for a refused topic or queue, `StoreCorruptedError` for a
+        damaged file); a failure during the puts raises `MQLiteError` saying how many
+        messages were stored before it. With `query_id` and `batch_id` (a streaming
+        micro-batch) the job is stored at most once per query: None when that batch was
+        stored before (or waits in the inbox), else the batch is recorded as stored
+        (`<store>/spark-sink/<query_id>.json`, durably) after its puts. Writer only; blocks
+        for the puts (one `put_encoded_records` per 4 MiB of a queue's records).
+        """
+        self._writer()
+        self.import_inbox()
+        if query_id is not None and batch_id is not None and already_committed(self.path, query_id, batch_id):
+            return None
+        stored = append_staged(self, paths)
+        if query_id is not None and batch_id is not None:
+            mark_committed(self.path, query_id, batch_id, stored)
+        return stored
 
     # -- clients ------------------------------------------------------------------------------------------------
     def register_producer(self, group: str, producer: TransactionChecker) -> None:

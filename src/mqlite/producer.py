@@ -22,7 +22,6 @@ import logging
 import operator
 import os
 import random
-import re
 import threading
 import zlib
 from collections import deque
@@ -52,12 +51,11 @@ from .message import (
     MessageQueue,
     SysFlag,
     UniqIdGenerator,
-    check_int32,
     encode_properties,
     java_string_hash,
 )
 from .port import BrokerPort
-from .topics import check_group, check_topic
+from .validators import check_group, validate_message
 from .trace import ProducerTracer
 
 __all__ = [
@@ -80,7 +78,6 @@ log = logging.getLogger("mqlite")
 COMPRESS_MSG_BODY_OVER_HOWMUCH = 4096  # DefaultMQProducer.compressMsgBodyOverHowmuch
 _COMPRESS_LEVEL = 5  # compressLevel default
 _RETRY_PREFIX = "%RETRY%"
-_MAX_PROPERTIES_BYTES = 32767 - 64  # a signed short, less room for UNIQ_KEY and WAIT added on send
 _ID_GENERATOR = UniqIdGenerator()  # one per process, as MessageClientIDSetter
 _MAX_CACHED_HEADS = 256  # distinct property maps a producer keeps the encoding of
 #: Properties the broker routes to the schedule or timer topic (the plain send leaves them to the full path).
@@ -94,7 +91,6 @@ _TOPIC_OF = operator.attrgetter("topic")
 _FLAG_OF = operator.attrgetter("flag")
 _HEAD_OF = operator.itemgetter(0)
 _INT32_MIN, _INT32_MAX = -JAVA_INT_MAX - 1, JAVA_INT_MAX
-_INT_TEXT = re.compile(r"-?[0-9]{1,19}")
 _CHARS_OF = operator.itemgetter(1)
 
 
@@ -368,41 +364,11 @@ class Producer:
 
     # -- validation (Validators.checkMessage) -------------------------------------------------------------------------
     def _validate(self, msg: Message) -> None:
-        if not isinstance(msg, Message):
-            raise MQClientError(f"expected an mqlite.Message, got {type(msg).__name__}")
-        if msg.topic not in self._checked_topics:
-            check_topic(msg.topic)
-            if len(self._checked_topics) < 10_000:
-                self._checked_topics.add(msg.topic)
-        body = msg.body
-        if not isinstance(body, (bytes, bytearray)):
-            raise MQClientError(f"message body must be bytes, got {type(body).__name__}")
-        if not body:
-            raise MQClientError("the message body is empty; RocketMQ refuses empty bodies")
-        limit = self._max_message_size or self._running().max_message_size
-        if len(body) > limit:
-            raise MQClientError(
-                f"message body is {len(body)} bytes; max_message_size is {limit} "
-                f"(raise it with mqlite.open(..., max_message_size=...))")
-        check_int32("message flag", msg.flag)
-        chars = 0
-        for name, value in msg.properties.items():
-            if type(name) is not str or type(value) is not str or not name:
-                raise MQClientError(f"message properties must map non-empty str to str, got {name!r}: {value!r}")
-            if (NAME_VALUE_SEPARATOR in name or NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in name
-                    or PROPERTY_SEPARATOR in value):
-                raise MQClientError(f"property {name!r} contains a \\x01 or \\x02 separator character")
-            chars += len(name) + len(value) + 2
-        # UTF-8 takes at most 3 bytes per character here: count bytes only when it could matter.
-        encoded = chars if chars * 3 <= _MAX_PROPERTIES_BYTES else sum(
-            len(k.encode()) + len(v.encode()) + 2 for k, v in msg.properties.items())
-        if encoded > _MAX_PROPERTIES_BYTES:
-            raise MQClientError(
-                f"message properties are {encoded} bytes encoded; the limit is {_MAX_PROPERTIES_BYTES} "
-                f"(RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values into the body")
-        level = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level is not None and not (_INT_TEXT.fullmatch(level) and 0 <= int(level) <= _INT32_MAX):
-            raise MQClientError(f"delay_time_level must be an int from 0 to {_INT32_MAX}, got {level!r}")
+        """`validate_message` with this producer's limit; topics that passed are remembered (the plain send's cache)."""
+        validate_message(msg, self._max_message_size or self._running().max_message_size,
+                         known_topics=self._checked_topics)
+        if len(self._checked_topics) < 10_000:
+            self._checked_topics.add(msg.topic)
 
     # -- sending ------------------------------------------------------------------------------------------------
     def send(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,

@@ -7,7 +7,8 @@ written in the broker's JSON shape so a RocketMQ broker reads the table back:
       "writeQueueNums": 4, "perm": 6, "topicFilterType": "SINGLE_TAG",
       "topicSysFlag": 0, "order": false}}, "dataVersion": {...}}
 
-Also the topic-name rules of RocketMQ's client `Validators` and `TopicValidator`.
+The topic-name rules of RocketMQ's client `Validators` and `TopicValidator` are in `mqlite.validators`
+(re-exported here).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -23,6 +23,14 @@ from typing import Any
 from .clock import SYSTEM_CLOCK, Clock
 from .config import load_json_file, write_json_atomic
 from .errors import MQClientError
+from .validators import (  # the name rules live in L0; re-exported here, where callers found them first
+    MAX_TOPIC_LENGTH,
+    NOT_ALLOWED_SEND_TOPICS,
+    SYSTEM_TOPICS,
+    check_group,
+    check_topic,
+    is_system_topic,
+)
 
 __all__ = [
     "TopicConfig",
@@ -41,52 +49,9 @@ __all__ = [
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 log = logging.getLogger("mqlite")
 
-MAX_TOPIC_LENGTH = 127  # Validators.TOPIC_MAX_LENGTH
-_MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
-#: Java's `matches()` of `^[%|a-zA-Z0-9_-]+$`: always `fullmatch` (with `match`, `$` lets a trailing newline through).
-_NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-
-#: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create, delete or send to by name.
-SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-    "CHECKPOINT_TOPIC", "rmq_sys_wheel_timer",
-})
-#: `TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET`.
-NOT_ALLOWED_SEND_TOPICS = frozenset({
-    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
 #: Queue counts of the system topics mqlite creates on first use.
 _SYSTEM_QUEUES = {"RMQ_SYS_TRANS_HALF_TOPIC": 1, "RMQ_SYS_TRANS_OP_HALF_TOPIC": 1, "TRANS_CHECK_MAX_TIME_TOPIC": 1,
                   "rmq_sys_wheel_timer": 1, "RMQ_SYS_TRACE_TOPIC": 1}
-
-
-def is_system_topic(topic: str) -> bool:
-    """`TopicValidator.isSystemTopic`: a name of `SYSTEM_TOPICS` or one starting with `rmq_sys_`.
-
-    Retry (`%RETRY%<group>`) and dead-letter (`%DLQ%<group>`) topics are not system topics.
-
-    >>> is_system_topic("SCHEDULE_TOPIC_XXXX"), is_system_topic("rmq_sys_wheel_timer"), is_system_topic("%DLQ%cg")
-    (True, True, False)
-    """
-    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
-
-
-def check_topic(topic: object, *, max_length: int | None = MAX_TOPIC_LENGTH) -> str:
-    """`Validators.checkTopic`: a non-blank name of [%|a-zA-Z0-9_-], at most 127 characters.
-
-    Returns the topic; raises `MQClientError` saying what to change. Readers pass
-    `max_length=None`: a broker's store may hold longer topics (MAGIC_V2 records).
-    """
-    if not isinstance(topic, str) or not topic.strip():
-        raise MQClientError(f"topic must be a non-blank string, got {topic!r}")
-    if max_length is not None and len(topic) > max_length:
-        raise MQClientError(f"topic {topic[:40]!r}... is {len(topic)} characters; the limit is {max_length}")
-    if not _NAME_PATTERN.fullmatch(topic):
-        raise MQClientError(f"topic {topic!r} may only contain letters, digits and % | _ - (RocketMQ's rule)")
-    return topic
 
 
 def _check_stored_name(name: object) -> None:
@@ -97,30 +62,6 @@ def _check_stored_name(name: object) -> None:
     """
     if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\x00" in name:
         raise MQClientError(f"topic {name!r} cannot name a directory")
-
-
-def check_group(group: object, what: str = "consumer group") -> str:
-    """`Validators.checkGroup`: a non-blank name of [%|a-zA-Z0-9_-], at most 255 characters.
-
-    Returns the group; raises `MQClientError` saying what to change (`what` names the
-    kind of group in the message). Such a name never holds a path separator or `..`
-    alone, so it is safe as a directory name too (broadcasting offsets).
-
-    >>> check_group("cg-1")
-    'cg-1'
-    >>> check_group("")
-    Traceback (most recent call last):
-    mqlite.errors.MQClientError: consumer group must be a non-blank string, got ''
-    """
-    if not isinstance(group, str) or not group.strip():
-        raise MQClientError(f"{what} must be a non-blank string, got {group!r}")
-    if len(group) > _MAX_GROUP_LENGTH:
-        raise MQClientError(f"{what} {group[:40]!r}... is {len(group)} characters; the limit is "
-                            f"{_MAX_GROUP_LENGTH}")
-    if not _NAME_PATTERN.fullmatch(group):
-        raise MQClientError(f"{what} {group!r} may only contain letters, digits and % | _ - "
-                            "(RocketMQ's rule)")
-    return group
 
 
 def _check_topics_document(document: dict[str, Any]) -> None:
