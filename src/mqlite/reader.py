@@ -19,12 +19,72 @@ It reads stores written by a RocketMQ broker too: sizes come from
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
+from .config import StoreConfig
 from .errors import StoreCorruptedError
+from .mappedfile import offset_to_file_name
+from .recovery import load_set_aside
 from .storebase import StoreFiles, config_for
 
-__all__ = ["StoreReader"]
+__all__ = ["StoreReader", "StoreLayout", "store_config"]
+
+
+def store_config(root: str) -> StoreConfig:
+    """The settings of the store at `root` as a reader sees them, without opening it.
+
+    `config/store.json` when present, else sizes inferred from a RocketMQ broker's files, else
+    the defaults (a store not created yet). Reads one small JSON file (or lists the segment
+    directories); no lock. `ConfigError` or `StoreCorruptedError` when the file is unusable.
+    """
+    return config_for(root, {})
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Where a store's files lie and how big they are, for readers that map them themselves.
+
+    A Spark task maps the consume-queue files and commit-log segments of its range directly
+    (numpy over the maps, no `StoreReader` object per task): this is the part of the store's
+    format it needs besides the record and unit codecs. Segments are named by their first
+    byte's offset (`file_name`); a consume-queue file holds `consumequeue_file_size // 20`
+    units. Built with `StoreLayout.of(root)` (reads `store_config`).
+
+    >>> StoreLayout.file_name(1 << 30)
+    '00000000001073741824'
+    """
+
+    root: str
+    commitlog_file_size: int
+    consumequeue_file_size: int
+
+    @classmethod
+    def of(cls, root: str) -> StoreLayout:
+        """The layout of the store at `root` (`store_config`: one small JSON read)."""
+        config = store_config(root)
+        return cls(root, config.commitlog_file_size, config.consumequeue_file_size)
+
+    @property
+    def commitlog_dir(self) -> str:
+        """The directory of the commit-log segments."""
+        return os.path.join(self.root, "commitlog")
+
+    def consume_queue_dir(self, topic: str, queue_id: int) -> str:
+        """The directory of one consume queue's files."""
+        return os.path.join(self.root, "consumequeue", topic, str(queue_id))
+
+    @staticmethod
+    def file_name(start: int) -> str:
+        """The name of the segment file whose first byte is at offset `start` (20 digits, as RocketMQ's)."""
+        return offset_to_file_name(start)
+
+    def set_aside(self) -> dict[int, int]:
+        """`{commit_log_offset: size}` of the records recovery set aside (a wrong body CRC): never hand them out.
+
+        Reads one small JSON file (`recovery.set_aside_path`); empty when there is none or it is unreadable.
+        """
+        return load_set_aside(self.root)
 
 
 class StoreReader(StoreFiles):

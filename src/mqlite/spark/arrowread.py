@@ -43,8 +43,6 @@ from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, decode_message
 from ..consumequeue import BLANK_UNIT, CQ_DTYPE
 from ..errors import MQLiteError, StoreCorruptedError
 from ..filter import MessageSelector
-from ..mappedfile import offset_to_file_name
-from ..recovery import load_set_aside
 from ..message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -53,7 +51,7 @@ from ..message import (
     decode_properties,
     encode_properties,
 )
-from ..storebase import config_for
+from ..reader import StoreLayout
 from .options import ReadOptions
 from .plan import QueueRange, data_loss
 
@@ -95,7 +93,7 @@ class _Files:
             return self._maps[start]
         entry = None
         try:
-            fd = os.open(os.path.join(self.directory, offset_to_file_name(start)), os.O_RDONLY)
+            fd = os.open(os.path.join(self.directory, StoreLayout.file_name(start)), os.O_RDONLY)
             try:
                 mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
             finally:
@@ -510,17 +508,17 @@ class RangeReader:
 
     def read(self, part: QueueRange) -> Iterator[pa.RecordBatch]:
         """Yield the batches of `part`; raises the data-loss error when messages are gone (failOnDataLoss)."""
-        config = config_for(part.path, {})
-        cq_size = config.consumequeue_file_size - config.consumequeue_file_size % 20
-        self.cl_size = config.commitlog_file_size
+        layout = StoreLayout.of(part.path)
+        cq_size = layout.consumequeue_file_size - layout.consumequeue_file_size % 20
+        self.cl_size = layout.commitlog_file_size
         self.topic = part.topic
         self.topic_bytes = part.topic.encode("utf-8")
         self.queue_id = part.queue_id
-        cqs = _Files(os.path.join(part.path, "consumequeue", part.topic, str(part.queue_id)))
-        self.segments = _Files(os.path.join(part.path, "commitlog"))
+        cqs = _Files(layout.consume_queue_dir(part.topic, part.queue_id))
+        self.segments = _Files(layout.commitlog_dir)
         self.lost = 0
         # Records recovery set aside for a wrong body CRC: lost, never handed out.
-        self.set_aside = np.array(sorted(load_set_aside(part.path)), dtype=np.int64)
+        self.set_aside = np.array(sorted(layout.set_aside()), dtype=np.int64)
         try:
             qoff = part.start
             while qoff < part.end:
@@ -582,7 +580,7 @@ class RangeReader:
         entry = self.segments.get(seg_start)
         where = f"{self.topic}/{self.queue_id} offsets {int(qoff[0])}..{int(qoff[-1]) + 1}"
         if entry is None:
-            self._lose(len(qoff), f"{where} (commit-log segment {offset_to_file_name(seg_start)} is gone)")
+            self._lose(len(qoff), f"{where} (commit-log segment {StoreLayout.file_name(seg_start)} is gone)")
             return None
         mm, u8, buffer = entry
         local = phys - seg_start

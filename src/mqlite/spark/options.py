@@ -45,6 +45,7 @@ from typing import Any
 
 from ..errors import ConfigError, FilterError, MQClientError
 from ..filter import MessageSelector
+from ..validators import check_group, check_topic, is_system_topic
 
 __all__ = ["EARLIEST", "LATEST", "OffsetSpec", "ReadOptions", "parse_read_options", "parse_schema_options",
            "parse_bool", "queue_key", "split_queue_key", "SCHEMAS"]
@@ -144,8 +145,6 @@ class ReadOptions:
         if self.assign is not None:
             return any(topic == t for t, _ in self.assign)
         assert self.pattern is not None
-        from ..topics import is_system_topic
-
         return re.fullmatch(self.pattern, topic) is not None and not is_system_topic(topic)
 
     def assigned_queues(self, topic: str) -> tuple[int, ...] | None:
@@ -266,8 +265,6 @@ def _offsets(options: Mapping[str, str], key: str, *, streaming: bool, default: 
 def _topic_name(topic: str, option: str) -> str:
     """`topic`, checked as RocketMQ's `Validators.checkTopic` does (a bad name could only read nothing);
     longer names than a client may send are allowed, as a broker's store can hold them."""
-    from ..topics import check_topic
-
     try:
         return check_topic(topic, max_length=None)
     except MQClientError as exc:
@@ -277,8 +274,6 @@ def _topic_name(topic: str, option: str) -> str:
 def _group_name(group: str) -> str:
     """`group` as RocketMQ's `Validators.checkGroup` allows it (no `@` either): the stream's progress
     becomes the group's offsets, which `Broker.consumer_progress` and consumers look up by that rule."""
-    from ..topics import check_group
-
     try:
         return check_group(group, "option group")
     except MQClientError as exc:
