@@ -42,9 +42,11 @@ from typing import Any
 from ._service import Service
 from .clock import SYSTEM_CLOCK, Clock
 from .config import load_json_file, write_json_atomic
+from .store import try_lock_store
 
 __all__ = ["ConsumerOffsets", "OffsetPersistService", "TOPIC_GROUP_SEPARATOR", "consumer_offset_path",
-           "side_offset_path", "side_file_lock", "load_side_file", "groups_of", "group_table"]
+           "side_offset_path", "side_file_lock", "load_side_file", "groups_of", "group_table",
+           "commit_group_offsets", "read_group_offsets"]
 
 log = logging.getLogger("mqlite")
 
@@ -264,6 +266,62 @@ class OffsetPersistService(Service):
 
     def on_stop(self) -> None:
         self.run_once()
+
+
+# -- other processes: a group's offsets written beside (or without) the store's owner ----------------------------
+def commit_group_offsets(root: str, group: str, table: Mapping[str, Mapping[int, int]]) -> bool:
+    """Record `table` (`{topic: {queue_id: next offset}}`) as `group`'s offsets in the store at `root`,
+    from a process that does not hold the store; True when written to the store's own table.
+
+    `consumerOffset.json` belongs to the process holding the store open for writing (a live
+    broker rewrites it every few seconds), so it is written only when no writer holds the
+    store: the writer lock is taken without waiting (`store.try_lock_store`: mqlite's
+    `flock` and a Java broker's POSIX lock), the table written through `ConsumerOffsets`
+    (atomic rename, `.bak` kept), the group's side-file entries dropped, and the lock let go
+    a few milliseconds later (a writer opening the store in that window gets
+    `StoreLockedError` and can retry). When a writer holds the lock, the group's entries in
+    the side file (`side_offset_path`, under `side_file_lock`) are replaced instead and False
+    returned: the owner absorbs them on its next persist round, and `ConsumerOffsets` reads
+    them on top of the table meanwhile. Blocks for one or two small JSON writes with fsyncs;
+    never waits for a lock a writer holds. A Spark stream's `group` option calls this.
+    """
+    lock = try_lock_store(root)
+    if lock is None:
+        _replace_side_entries(root, group, table)
+        return False
+    try:
+        store_offsets = ConsumerOffsets(root)
+        for topic, queues in table.items():
+            for queue_id, offset in queues.items():
+                store_offsets.commit(group, topic, queue_id, offset)
+        store_offsets.persist()
+        _replace_side_entries(root, group, None)
+    finally:
+        lock.release()
+    return True
+
+
+def read_group_offsets(root: str, group: str) -> dict[str, dict[int, int]]:
+    """`group`'s committed offsets in the store at `root`, `{topic: {queue_id: offset}}`: the store's table
+    with the side file on top (what `commit_group_offsets` wrote last). Reads two small JSON files; no lock."""
+    return ConsumerOffsets(root).table_for(group)
+
+
+def _replace_side_entries(root: str, group: str, table: Mapping[str, Mapping[int, int]] | None) -> None:
+    """Replace `group`'s entries in the side file (`table` None removes them)."""
+    suffix = TOPIC_GROUP_SEPARATOR + group
+    with side_file_lock(root) as path:
+        document = load_side_file(path)
+        entries = document.get("offsetTable", {}) if document is not None else {}
+        kept = {k: v for k, v in entries.items() if not k.endswith(suffix)}
+        if table:
+            kept.update({topic + suffix: {str(q): o for q, o in sorted(queues.items())}
+                         for topic, queues in table.items()})
+        if kept == entries:
+            return
+        if not kept and not os.path.exists(path):
+            return
+        write_json_atomic(path, {"offsetTable": kept})
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
