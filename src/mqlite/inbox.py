@@ -89,6 +89,7 @@ __all__ = [
     "FAILED_DIR",
     "SINK_DIR",
     "MANIFEST",
+    "ROUND_ROBIN",
     "InboxService",
     "append_staged",
     "check_staged",
@@ -113,6 +114,7 @@ CHUNK = struct.Struct(">4sBBHIQII")
 _MAGIC = b"MQSB"
 _VERSION = 2
 HAS_ROUTES = 1
+#: A row's route when it has no queue id and no sharding key: round robin over the topic's queues.
 ROUND_ROBIN = -1
 
 #: One put: about this many bytes (at least one record), further bounded by the segment size.

@@ -36,15 +36,15 @@ another process, so the steps share nothing but files:
 1. On the driver (`MqliteBatchWriter(...)`): schema and options are checked; a bad one raises
    `MQClientError` naming the column or option before any task runs.
 2. In each task (`write()`): every row is checked with mqlite's own rules (the producer's
-   `Validators`: topic, body size, property names, separators and sizes; the first bad row
+   `mqlite.validators.validate_message`: topic, body size, property names, separators and sizes; the first bad row
    fails the task with its column, row and partition) and the rows are *staged*: each row's
    whole commit-log record (with its new `UNIQ_KEY`, its body CRC and its index key hashes:
    `mqlite.inbox.write_chunk`) goes to one file per task in `<store>/spark-staging/<job>/`.
    The store is not touched. The per-message work is here, where Spark runs it in parallel.
-3. In `commit()`: the staged files are appended through `Broker.put_encoded_records` under
-   the store's writer lock (`mqlite.open`): rows routed to queues, queue offsets, physical
-   offsets and the store time filled in and the records copied with numpy, no Python work
-   per message. Every topic and queue is resolved first (topics auto-created as a producer
+3. In `commit()`: the staged files are appended by `Broker.append_staged` (the broker's
+   ingest entry point) under the store's writer lock (`mqlite.broker.open`): rows routed to
+   queues, queue offsets, physical offsets and the store time filled in and the records
+   copied with numpy, no Python work per message. Every topic and queue is resolved first (topics auto-created as a producer
    would, `queueId`s checked), so a bad queue fails the job before anything is stored. Then
    the staging is removed.
 4. `abort()` (a task failed, or commit raised) removes the staging and leaves a tombstone, so a
@@ -80,7 +80,9 @@ key per row: about 3 us checking and 4 encoding its own properties); the commit 
 message plus the copy into the commit log, with the key index built from the tasks' hashes.
 
 The staged file format, the inbox and the append are in `mqlite.inbox` (no pyspark there:
-the broker imports the inbox with it).
+the broker imports the inbox with it). This module uses only the public ingest surface:
+`write_chunk` in tasks, `check_staged` and `hand_off` for the inbox, `already_committed`,
+and `Broker.append_staged` in the commit (tests/test_layers.py holds it to that).
 """
 
 from __future__ import annotations
@@ -114,19 +116,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
-import mqlite
 from mqlite.broker import Broker
+from mqlite.broker import open as open_broker
 from mqlite.errors import ConfigError, MQClientError, MQLiteError, StoreLockedError
-from mqlite.inbox import (
-    ROUND_ROBIN,
-    STAGING_DIR,
-    already_committed,
-    append_staged,
-    check_staged,
-    hand_off,
-    mark_committed,
-    write_chunk,
-)
+from mqlite.inbox import ROUND_ROBIN, STAGING_DIR, already_committed, check_staged, hand_off, write_chunk
 from mqlite.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -135,10 +128,9 @@ from mqlite.message import (
     Message,
     java_string_hash_array,
 )
-from mqlite.producer import Producer
+from mqlite.reader import store_config
 from mqlite.spark.options import parse_bool
-from mqlite.storebase import config_for
-from mqlite.topics import NOT_ALLOWED_SEND_TOPICS, check_topic, is_system_topic
+from mqlite.validators import check_send_topic, validate_message
 
 __all__ = ["MqliteBatchWriter", "MqliteStreamWriter", "StagedFiles"]
 
@@ -282,12 +274,9 @@ def _columns(schema: StructType, topic_option: str | None) -> _Columns:
 def _check_send_topic(topic: str, where: str) -> str:
     """`Validators.checkTopic` plus the broker's refusal of system topics; the error names `where`."""
     try:
-        check_topic(topic)
+        return check_send_topic(topic)
     except MQClientError as err:
         raise MQClientError(f"{where}: {err}") from None
-    if topic in NOT_ALLOWED_SEND_TOPICS or is_system_topic(topic):
-        raise MQClientError(f"{where}: sending to the system topic {topic!r} is not allowed")
-    return topic
 
 
 def _settings(path: str, options: dict[str, str], schema: StructType, overwrite: bool, *,
@@ -325,7 +314,7 @@ def _settings(path: str, options: dict[str, str], schema: StructType, overwrite:
         raise ConfigError(f"option 'lockTimeout' is {opts['locktimeout']!r}; give seconds as a number >= 0")
     producer_properties = parse_bool(opts, "producerproperties", True, spelling="'producerProperties'")
     try:  # the limit the committing broker will apply: the store's own setting (or the default)
-        max_size = config_for(os.fspath(path), {}).max_message_size
+        max_size = store_config(os.fspath(path)).max_message_size
     except MQLiteError as err:
         raise ConfigError(f"cannot read the settings of the store at {path}: {err}") from None
     return _Settings(os.path.abspath(path), topic, when_locked, lock_timeout, max_size, producer_properties,
@@ -374,8 +363,6 @@ class _Stager:
         self.name = f"part-{partition_id:05d}-{attempt}-{uuid.uuid4().hex[:12]}.mqsb"
         self.rows = 0
         self._file: Any = None
-        # Validators run through an unstarted producer: it needs no broker when given the size limit.
-        self._validator = Producer(settings.path, "mqlite-spark", max_message_size=settings.max_message_size)
         self._heads: dict[tuple[Any, ...], tuple[dict[str, str], dict[str, str], dict[str, str]]] = {}  # per task
         self._topics: set[str] = set()
 
@@ -416,7 +403,7 @@ class _Stager:
         if len(bad):
             row = int(bad[0])
             try:  # the producer's own message for an empty or oversized body
-                self._validator._validate(Message(_VALIDATION_TOPIC, array[row].as_py()))
+                validate_message(Message(_VALIDATION_TOPIC, array[row].as_py()), self.settings.max_message_size)
             except MQClientError as err:
                 raise MQClientError(f"{self._where(name, row)}: {err}") from None
             raise MQClientError(f"{self._where(name, row)}: a body of {lengths[row]} bytes is refused")
@@ -476,7 +463,7 @@ class _Stager:
                     head = {**before, PROPERTY_KEYS: k, **after}  # Message's order: TAGS, KEYS, the rest
                     probe.properties = head
                     try:
-                        self._validator._validate(probe)
+                        validate_message(probe, self.settings.max_message_size)
                     except MQClientError as err:
                         raise MQClientError(f"{self._where(cols.keys_name, row)}: {err}") from None
                 heads.append(head)
@@ -562,7 +549,7 @@ class _Stager:
                     raise MQClientError(f"{err} (rows read from mqlite carry the system properties too: keep "
                                         f"the user ones with {keep}; tags and keys have their columns)") from None
             column = "tags" if not props else f"tags or {self.columns.properties_name}"
-            self._validator._validate(msg)
+            validate_message(msg, self.settings.max_message_size)
         except MQClientError as err:
             raise MQClientError(f"{self._where(column, row)}: {err}") from None
         head = msg.properties
@@ -695,7 +682,7 @@ def _open_writer(settings: _Settings) -> Broker | StoreLockedError:
     pause = 0.02
     while True:
         try:
-            return mqlite.broker.open(settings.path)  # this process must hold the lock: never a connection
+            return open_broker(settings.path)  # this process must hold the lock: never a connection
         except StoreLockedError as err:
             now = time.monotonic()
             committer = err.pid is not None and os.path.exists(_committer_path(settings.path, err.pid))
@@ -745,14 +732,11 @@ def _commit_registered(settings: _Settings, job_dir: str, files: list[str], rows
             f"(with .option('lockTimeout', seconds)) if it closes soon", pid=opened.pid)
     with opened as broker:
         _sweep(settings.path)
-        broker.import_inbox()  # jobs accepted earlier go first (after any its inbox service is importing)
-        if sink is not None and already_committed(settings.path, sink["query_id"], sink["batch_id"]):
-            log.info("Spark batch %s of query %s was stored before: not appended again",
-                     sink["batch_id"], sink["query_id"])
-            return
-        append_staged(broker, [os.path.join(job_dir, name) for name in files])
-        if sink is not None:
-            mark_committed(settings.path, sink["query_id"], sink["batch_id"], rows)
+        # The inbox goes first (jobs accepted earlier), then this job whole, at most once per streaming batch.
+        query_id, batch_id = (sink["query_id"], sink["batch_id"]) if sink is not None else (None, None)
+        if broker.append_staged([os.path.join(job_dir, name) for name in files], query_id=query_id,
+                                batch_id=batch_id) is None:
+            log.info("Spark batch %s of query %s was stored before: not appended again", batch_id, query_id)
 
 
 def _holder(locked: StoreLockedError) -> str:
