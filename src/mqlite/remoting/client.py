@@ -308,7 +308,7 @@ class _Connection:
                 return waiter.callback is None
             # else: a response after its request timed out (RocketMQ logs and drops it too)
             return False
-        self.client._handle_request(self, cmd)
+        self.client.handle_request(self, cmd)
         return False
 
     def _expire(self, now: float) -> None:
@@ -456,7 +456,8 @@ class RemotingClient:
             conn.fail(f"the connection to {self.address} was dropped")
 
     # -- the server's requests -----------------------------------------------------------------------------
-    def _handle_request(self, conn: _Connection, cmd: RemotingCommand) -> None:
+    def handle_request(self, conn: _Connection, cmd: RemotingCommand) -> None:
+        """Answer a request the server sent on `conn` (a check-back, a notification) on the callback executor."""
         try:
             self._callbacks.submit(self._answer, conn, cmd)
         except RuntimeError:  # closing: the executor refuses work

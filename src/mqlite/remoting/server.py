@@ -140,7 +140,7 @@ class _Connection(asyncio.Protocol):
             self.remote_address = f"{peer[0]}:{peer[1]}" if ":" not in peer[0] else f"[{peer[0]}]:{peer[1]}"
         if local and local[0] not in ("0.0.0.0", "::"):
             self.local_address = f"{local[0]}:{local[1]}" if ":" not in local[0] else f"[{local[0]}]:{local[1]}"
-        self.server._connections.add(self)
+        self.server.connection_opened(self)
 
     def data_received(self, data: bytes) -> None:
         if self._draining:
@@ -157,7 +157,7 @@ class _Connection(asyncio.Protocol):
         self._pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server._connections.discard(self)
+        self.server.connection_closed(self)
         self.transport = None
         self.queue.clear()
         for task in list(self.tasks):
@@ -185,7 +185,7 @@ class _Connection(asyncio.Protocol):
             self._batch, self._batched = batch, 0
             try:
                 while self.queue and self._may_dispatch():
-                    self.server._dispatch(self, self.queue.popleft())
+                    self.server.dispatch(self, self.queue.popleft())
             finally:
                 self._batch, self._batched = None, 0
                 if batch:
@@ -224,13 +224,7 @@ class _Connection(asyncio.Protocol):
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
         """Send a broker-to-client request from any thread (the broker calls members back from its own threads)."""
-        if threading.get_ident() == self.server._loop_thread_id:
-            self._send_request(cmd)
-        else:
-            try:
-                self.server._loop.call_soon_threadsafe(self._send_request, cmd)
-            except RuntimeError:
-                pass  # the loop is gone: so is the connection
+        self.server.call_on_loop(self._send_request, cmd)
 
     def abort(self) -> None:
         """Close at once, dropping unsent bytes."""
@@ -554,6 +548,28 @@ class Server:
             peer.unpark()
 
     # -- dispatch (loop thread) --------------------------------------------------------------------------------------
+    # -- for the connections (loop thread unless said otherwise) ---------------------------------------------------
+    def connection_opened(self, conn: _Connection) -> None:
+        """Count `conn` among the live connections (`close()` drains them)."""
+        self._connections.add(conn)
+
+    def connection_closed(self, conn: _Connection) -> None:
+        """Forget `conn`: its transport is gone."""
+        self._connections.discard(conn)
+
+    def call_on_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run `fn(*args)` on the loop thread, from any thread: at once when called there, else scheduled.
+
+        Nothing happens when the loop is already gone (closed): so are its connections.
+        """
+        if threading.get_ident() == self._loop_thread_id:
+            fn(*args)
+            return
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is gone: so is the connection
+
     def _refused(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """The answer to a request the ACL refuses, or None when it passes."""
         acl = self._acl
@@ -570,7 +586,9 @@ class Server:
             return cmd.reply(ResponseCode.NO_PERMISSION, remark=f"Check signature failed for accessKey={access_key}")
         return None
 
-    def _dispatch(self, conn: _Connection, cmd: RemotingCommand) -> None:
+    def dispatch(self, conn: _Connection, cmd: RemotingCommand) -> None:
+        """Handle one decoded request of `conn` (loop thread): refused while closing or unsigned under ACL, else
+        its handler runs on the loop or on the executor and its answer goes back on `conn`."""
         if self._closing:  # a request read before close() stopped reading: its answer might never be sent
             if not cmd.is_oneway:
                 conn.send(cmd.reply(ResponseCode.SERVICE_NOT_AVAILABLE, remark="the server is closing"))
