@@ -13,6 +13,13 @@ import no private name from another mqlite module, and touch private members onl
 The serving adapter (`BROKER_ADAPTERS`: mqlite/remoting/) drives a `Broker` itself, not the port, but
 through the broker's public methods all the same (its `config`, `path` and `clock` are public): no
 internal of a broker, and no private name imported from another module.
+
+Every L4 adapter (`ADAPTERS`: spark/, cli/, testing, the pytest plugin, aio, remoting/) imports no
+private name of another mqlite module and reads private members only of `self`/`cls`: what it needs
+is a public, documented name of the module it comes from. Spark, which runs in other processes
+than the broker, imports only the names of `SPARK_MAY_IMPORT` (L0 basics, storage's public read
+surface, the filter compiler, the group-offsets API), and its writer also `SPARK_WRITER_MAY_IMPORT`
+(the public ingest entry points): no broker internals.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ PACKAGE_DIR = Path(mqlite.__file__).resolve().parent
 #: Top-level module or subpackage of mqlite -> layer (DESIGN.md, "Layers").
 LAYERS: dict[str, int] = {
     # L0 basics
-    "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0, "compression": 0,
+    "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0, "compression": 0, "validators": 0,
     # L1 storage
     "mappedfile": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1,
@@ -236,7 +243,7 @@ BROKER_ONLY_ATTRIBUTES = frozenset({"config", "path"})
 
 
 #: Adapters that drive a `Broker` through its public methods: no `BROKER_INTERNALS`, no private imports
-#: (their classes may share private members within a module: a server and its connections).
+#: (and, as every adapter, no private member of another object: `private_reach`).
 BROKER_ADAPTERS = ("remoting",)
 
 
@@ -248,6 +255,26 @@ def _is_port_client(module: str) -> bool:
 def _is_broker_adapter(module: str) -> bool:
     parts = module.split(".")
     return len(parts) > 1 and parts[1] in BROKER_ADAPTERS
+
+
+def _import_base(node: ast.ImportFrom, module: str, path: Path) -> str:
+    return _resolve_relative(module, _is_package(path), node.level, node.module) if node.level else node.module or ""
+
+
+def _private_imports(node: ast.ImportFrom, module: str, path: Path, root: Path) -> list[tuple[str, str]]:
+    """(module, name) of each private name `node` imports from another mqlite module (not a private module)."""
+    base = _import_base(node, module, path)
+    if base == module or (base != root.name and not base.startswith(root.name + ".")):
+        return []
+    return [(base, a.name) for a in node.names
+            if a.name.startswith("_") and not _module_exists(f"{base}.{a.name}", root)]
+
+
+def _is_private_member(node: ast.Attribute) -> bool:
+    """A `_name` (not a dunder) read from anything but `self`, `cls` or `super()`."""
+    owner = ast.unparse(node.value)
+    return (node.attr.startswith("_") and not node.attr.startswith("__") and owner not in ("self", "cls")
+            and not owner.startswith("super("))
 
 
 def port_violations(root: Path, *, adapters: bool = False) -> list[str]:
@@ -262,14 +289,8 @@ def port_violations(root: Path, *, adapters: bool = False) -> list[str]:
         where = f"{module} line"
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                base = (_resolve_relative(module, _is_package(path), node.level, node.module) if node.level
-                        else node.module or "")
-                if base != root.name and not base.startswith(root.name + "."):
-                    continue
-                for alias in node.names:
-                    private = alias.name.startswith("_") and not _module_exists(f"{base}.{alias.name}", root)
-                    if private and base != module:
-                        problems.append(f"{where} {node.lineno}: imports the private name {alias.name} from {base}")
+                problems += [f"{where} {node.lineno}: imports the private name {name} from {base}"
+                             for base, name in _private_imports(node, module, path, root)]
             elif isinstance(node, ast.Attribute):
                 owner = ast.unparse(node.value)
                 name = node.attr
@@ -277,8 +298,7 @@ def port_violations(root: Path, *, adapters: bool = False) -> list[str]:
                     if name in BROKER_INTERNALS:
                         problems.append(f"{where} {node.lineno}: reads {owner}.{name}, a Broker internal; "
                                         "use a public Broker method (mqlite/broker.py) or add one")
-                elif name.startswith("_") and not name.startswith("__") and owner not in ("self", "cls") \
-                        and not owner.startswith("super("):
+                elif _is_private_member(node):
                     problems.append(f"{where} {node.lineno}: reads the private member {owner}.{name}")
                 elif name in BROKER_INTERNALS or (name in BROKER_ONLY_ATTRIBUTES and "broker" in owner.lower()):
                     problems.append(f"{where} {node.lineno}: reads {owner}.{name}, a Broker internal; "
@@ -372,10 +392,243 @@ def test_the_adapter_rule_catches_a_handler_reaching_into_a_broker(tmp_path: Pat
 @pytest.mark.parametrize("source", [
     "def f(broker):\n    return broker.config.max_message_size, broker.path, broker.clock.now_ms()",
     "def f(request):\n    return request.broker.look_message_by_offset(0), request.broker.consumer_members('g')",
-    "def f(self):\n    return self.server._loop",  # a server and its connections share one module's privates
     "from .._service import close_at_exit\nfrom .frames import FrameDecoder",
 ])
 def test_the_adapter_rule_allows_public_broker_methods(tmp_path: Path, source: str) -> None:
     root = _package(tmp_path, {"remoting/__init__.py": "", "remoting/send.py": source, "remoting/frames.py": "",
                                "_service.py": ""})
     assert port_violations(root, adapters=True) == []
+
+
+# -- the adapter rule: no private names of other modules or objects (every L4 adapter) -------------------------------
+#: The L4 adapters (top-level names under the package; a package stands for all its modules).
+ADAPTERS = ("spark", "cli", "testing", "_pytest_plugin", "aio", "remoting", "__main__")
+
+
+def _is_adapter(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) > 1 and parts[1] in ADAPTERS
+
+
+def private_reach(root: Path) -> list[str]:
+    """Every place an adapter imports a private name of another mqlite module or reads a private member
+    of an object other than `self`/`cls` (`super()`'s too: that is `self`)."""
+    problems = []
+    for path in modules(root):
+        module = _module_name(path, root)
+        if not _is_adapter(module):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                problems += [f"{module} line {node.lineno}: imports the private name {name} from {base}; give "
+                             f"{base} a public, documented name for what is needed"
+                             for base, name in _private_imports(node, module, path, root)]
+            elif isinstance(node, ast.Attribute) and _is_private_member(node):
+                problems.append(f"{module} line {node.lineno}: reads the private member {ast.unparse(node)}; "
+                                f"give that class a public method or attribute for it")
+    return problems
+
+
+def test_adapters_use_only_public_names() -> None:
+    problems = private_reach(PACKAGE_DIR)
+    assert not problems, "adapters use public names only (DESIGN.md, Layers):\n" + "\n".join(problems)
+
+
+def test_the_adapter_rule_covers_every_adapter() -> None:
+    checked = {name for name in (_module_name(p, PACKAGE_DIR) for p in modules(PACKAGE_DIR)) if _is_adapter(name)}
+    assert {"mqlite.spark.writer", "mqlite.spark.arrowread", "mqlite.cli.commands", "mqlite.testing",
+            "mqlite._pytest_plugin", "mqlite.aio", "mqlite.remoting.server", "mqlite.remoting.client"} <= checked
+
+
+@pytest.mark.parametrize(("where", "source"), [
+    ("spark/writer.py", "def f(self):\n    return self._validator._validate(None)"),
+    ("spark/arrowread.py", "from ..store import _locked"),
+    ("cli/commands.py", "def f(broker):\n    return broker._writer()"),
+    ("testing.py", "from .message import _local_ip"),
+    ("aio.py", "def f(consumer):\n    return consumer._take(1.0)"),
+    ("remoting/server.py", "def f(self):\n    return self.server._loop"),
+    ("remoting/client.py", "def f(self, cmd):\n    self.client._handle_request(self, cmd)"),
+    ("_pytest_plugin.py", "from mqlite.broker import _SHARED"),
+])
+def test_the_adapter_rule_catches_private_reach(tmp_path: Path, where: str, source: str) -> None:
+    root = _package(tmp_path, {where: source, "store.py": "", "message.py": "", "broker.py": "",
+                               "spark/__init__.py": "", "cli/__init__.py": "", "remoting/__init__.py": ""})
+    problems = private_reach(root)
+    module = "mqlite." + where.removesuffix(".py").replace("/", ".")
+    assert len(problems) == 1 and problems[0].startswith(f"{module} line"), problems
+
+
+@pytest.mark.parametrize("source", [
+    "from .._service import Service\nfrom ..store import MessageStore",
+    "def f(self):\n    return self._x, super()._y, self.__class__",
+    "class C:\n    @classmethod\n    def m(cls):\n        return cls._made",
+    "from ._helpers import _private_of_my_own_package_module",  # its own module's names: see below
+])
+def test_the_adapter_rule_allows_public_names_and_own_members(tmp_path: Path, source: str) -> None:
+    root = _package(tmp_path, {"cli/__init__.py": "", "cli/commands.py": source, "_service.py": "", "store.py": "",
+                               "cli/_helpers/__init__.py": "", "cli/_helpers/_private_of_my_own_package_module.py": ""})
+    assert private_reach(root) == []
+
+
+def test_the_adapter_rule_leaves_lower_layers_alone(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"broker.py": "def f(self, x):\n    return x._store\nfrom .store import _locked\n",
+                               "store.py": ""})
+    assert private_reach(root) == []
+
+
+# -- the Spark rule: an explicit allow-list ---------------------------------------------------------------------------
+#: Every public name of the module may be imported (L0 basics, the codecs, the filter compiler).
+ANY_PUBLIC = None
+#: What `mqlite.spark` may import from the rest of mqlite (module -> names; `ANY_PUBLIC`: every public name).
+#: Spark runs in executor and driver processes beside (not inside) the broker, so it reads files through
+#: storage's public read surface and writes through the broker's public ingest entry points, nothing else.
+SPARK_MAY_IMPORT: dict[str, frozenset[str] | None] = {
+    # L0 basics
+    "mqlite.errors": ANY_PUBLIC, "mqlite.config": ANY_PUBLIC, "mqlite.message": ANY_PUBLIC,
+    "mqlite.clock": ANY_PUBLIC, "mqlite.compression": ANY_PUBLIC,
+    "mqlite.validators": ANY_PUBLIC,  # validate_message, check_topic, check_send_topic, ... (RocketMQ's Validators)
+    # storage's public read surface: the reader, where the files lie, the record and unit codecs
+    "mqlite.reader": frozenset({"StoreReader", "StoreLayout", "store_config"}),
+    "mqlite.record": ANY_PUBLIC,
+    "mqlite.commitlog": frozenset({"HEADER", "MAGIC_V1", "MAGIC_V2", "decode_message"}),
+    "mqlite.consumequeue": frozenset({"CQ_DTYPE", "BLANK_UNIT"}),
+    # the filter compiler
+    "mqlite.filter": ANY_PUBLIC,
+    # the storage-level group offsets API (a stream's `group` progress)
+    "mqlite.offsets": frozenset({"commit_group_offsets", "read_group_offsets", "side_offset_path"}),
+}
+#: The writer's ingest entry points besides: the broker's `append_staged` (through `Broker` and `open`),
+#: and what tasks and the driver do without a broker (encode a chunk, check and hand off a job).
+SPARK_WRITER_MAY_IMPORT: dict[str, frozenset[str] | None] = {
+    "mqlite.broker": frozenset({"Broker", "open"}),
+    "mqlite.inbox": frozenset({"write_chunk", "check_staged", "hand_off", "already_committed", "STAGING_DIR",
+                               "ROUND_ROBIN"}),
+}
+SPARK_WRITER = "mqlite.spark.writer"
+_SPARK_FIX = ("Spark may use only storage's public read surface, the filter compiler and the public ingest, "
+              "validation and group-offset entry points (SPARK_MAY_IMPORT in tests/test_layers.py, DESIGN.md "
+              "Layers). If what you need is not there, give the owning module a public, documented function "
+              "(e.g. on mqlite.reader, mqlite.validators, mqlite.offsets or Broker) and add that name here")
+
+
+def _spark_imports(path: Path, root: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name or None for the module itself) of every mqlite import in a spark module."""
+    module = _module_name(path, root)
+    top = root.name
+    found: list[tuple[int, str, str | None]] = []
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names if a.name == top or a.name.startswith(top + ".")]
+        elif isinstance(node, ast.ImportFrom):
+            base = _import_base(node, module, path)
+            if base != top and not base.startswith(top + "."):
+                continue
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if alias.name != "*" and _module_exists(candidate, root):
+                    found.append((node.lineno, candidate, None))
+                else:
+                    found.append((node.lineno, base, alias.name))
+    return found + [(i.line, i.target, None) for i in find_imports(path, root)
+                    if i.target not in {f for _, f, _ in found}]  # importlib.import_module("mqlite....")
+
+
+def spark_violations(root: Path) -> list[str]:
+    """Every import of `mqlite.spark` outside its allow-list, and every read of a broker internal there."""
+    problems = []
+    spark = f"{root.name}.spark"
+    for path in modules(root):
+        module = _module_name(path, root)
+        if module != spark and not module.startswith(spark + "."):
+            continue
+        allowed = {**SPARK_MAY_IMPORT, **(SPARK_WRITER_MAY_IMPORT if module == SPARK_WRITER else {})}
+        for line, target, name in _spark_imports(path, root):
+            if target == spark or target.startswith(spark + "."):
+                continue
+            what = f"{name} from {target}" if name else f"the module {target}"
+            if target not in allowed:
+                problems.append(f"{module} line {line}: imports {what}, which is not on Spark's allow-list. {_SPARK_FIX}")
+                continue
+            names = allowed[target]
+            if name is None and names is not ANY_PUBLIC:
+                problems.append(f"{module} line {line}: imports {what} whole; import the allowed names "
+                                f"({', '.join(sorted(names))}). {_SPARK_FIX}")
+            elif name is not None and (name.startswith("_") or (names is not ANY_PUBLIC and name not in names)):
+                problems.append(f"{module} line {line}: imports {what}, which is not on Spark's allow-list. {_SPARK_FIX}")
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in BROKER_INTERNALS \
+                    and "broker" in ast.unparse(node.value).lower():
+                problems.append(f"{module} line {node.lineno}: reads {ast.unparse(node)}, a Broker internal; "
+                                f"use a public Broker method ({_SPARK_FIX})")
+    return problems
+
+
+def test_spark_imports_only_its_allow_list() -> None:
+    problems = spark_violations(PACKAGE_DIR)
+    assert not problems, "mqlite.spark reaches past its allow-list:\n" + "\n".join(problems)
+
+
+def test_the_spark_rule_covers_spark() -> None:
+    # Guard against a rule that silently checks nothing, and against allow-list entries that name nothing.
+    checked = {name for name in (_module_name(p, PACKAGE_DIR) for p in modules(PACKAGE_DIR))
+               if name.startswith("mqlite.spark")}
+    assert {"mqlite.spark.writer", "mqlite.spark.arrowread", "mqlite.spark.options", "mqlite.spark.plan",
+            "mqlite.spark.stream", "mqlite.spark.groupoffsets"} <= checked
+    import importlib
+
+    for target, names in {**SPARK_MAY_IMPORT, **SPARK_WRITER_MAY_IMPORT}.items():
+        if not _module_exists(target, PACKAGE_DIR):
+            continue  # a module another branch adds (the codec)
+        exported = set(getattr(importlib.import_module(target), "__all__", ()))
+        assert names is ANY_PUBLIC or names <= exported, f"{target}: {sorted(names - exported)} are not public"
+
+
+@pytest.mark.parametrize(("where", "source"), [
+    ("spark/arrowread.py", "from ..mappedfile import offset_to_file_name"),
+    ("spark/arrowread.py", "from ..recovery import load_set_aside"),
+    ("spark/arrowread.py", "from ..storebase import config_for"),
+    ("spark/options.py", "def f():\n    from ..topics import check_topic"),
+    ("spark/groupoffsets.py", "from ..store import try_lock_store"),
+    ("spark/groupoffsets.py", "from ..offsets import load_side_file"),
+    ("spark/writer.py", "from mqlite.producer import Producer"),
+    ("spark/writer.py", "from mqlite.inbox import append_staged"),
+    ("spark/writer.py", "from mqlite.inbox import mark_committed"),
+    ("spark/writer.py", "import mqlite"),
+    ("spark/writer.py", "import mqlite.inbox"),
+    ("spark/writer.py", "from mqlite import inbox"),
+    ("spark/writer.py", "from mqlite.reader import _something"),
+    ("spark/writer.py", "def f(broker):\n    return broker.store.put(1)"),
+    ("spark/stream.py", "from ..inbox import write_chunk"),  # the ingest names are the writer's only
+    ("spark/stream.py", "from ..broker import Broker"),
+    ("spark/plan.py", "import importlib\nm = importlib.import_module('mqlite.storebase')"),
+])
+def test_the_spark_rule_catches_a_reach_in(tmp_path: Path, where: str, source: str) -> None:
+    files = {name: "" for name in ("mappedfile.py", "recovery.py", "storebase.py", "topics.py", "store.py",
+                                   "offsets.py", "producer.py", "inbox.py", "reader.py", "broker.py",
+                                   "spark/__init__.py")}
+    root = _package(tmp_path, {**files, where: source})
+    problems = spark_violations(root)
+    module = "mqlite." + where.removesuffix(".py").replace("/", ".")
+    assert len(problems) == 1 and problems[0].startswith(f"{module} line"), problems
+    assert "SPARK_MAY_IMPORT" in problems[0]  # the message says what to do
+
+
+@pytest.mark.parametrize(("where", "source"), [
+    ("spark/arrowread.py", "from ..reader import StoreLayout\nfrom ..consumequeue import CQ_DTYPE\n"
+                           "from ..filter import MessageSelector\nfrom ..message import SysFlag"),
+    ("spark/options.py", "from ..validators import check_topic\nfrom ..errors import ConfigError"),
+    ("spark/groupoffsets.py", "from ..offsets import commit_group_offsets, read_group_offsets"),
+    ("spark/writer.py", "from mqlite.broker import Broker, open as open_broker\n"
+                        "from mqlite.inbox import write_chunk, hand_off\nfrom mqlite.validators import validate_message"),
+    ("spark/source.py", "from .plan import plan_batch\nfrom . import writer\nfrom mqlite.spark.options import x"),
+    ("spark/writer.py", "def f(broker):\n    return broker.append_staged([]), broker.path"),
+])
+def test_the_spark_rule_allows_the_public_surface(tmp_path: Path, where: str, source: str) -> None:
+    files = {name: "" for name in ("reader.py", "consumequeue.py", "message.py", "validators.py", "errors.py",
+                                   "offsets.py", "broker.py", "inbox.py", "spark/__init__.py", "spark/plan.py",
+                                   "spark/writer.py", "spark/options.py", "filter/__init__.py")}
+    root = _package(tmp_path, {**files, where: source})
+    assert spark_violations(root) == []
