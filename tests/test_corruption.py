@@ -31,6 +31,7 @@ import pytest
 
 import mqlite
 from _crashchild import check_message, make_body, make_properties, read_queue
+from mqlite.reader import StoreLayout
 
 SEGMENT = 64 * 1024
 CQ_FILE = 20 * 100
@@ -203,6 +204,20 @@ def _mqlite_threads() -> list[str]:
 
 
 # -- a torn tail, zeroed bytes, a flipped byte -----------------------------------------------------
+def test_the_public_layout_finds_every_segment_and_queue_file(template: tuple[Path, list[Rec]]) -> None:
+    root, recs = template
+    layout = StoreLayout.of(str(root))
+    assert (layout.commitlog_file_size, layout.consumequeue_file_size) == (SEGMENT, CQ_FILE)
+    for rec in recs:  # the segment holding each record, by the name the layout gives it
+        start = rec.offset // SEGMENT * SEGMENT
+        assert os.path.getsize(os.path.join(layout.commitlog_dir, layout.file_name(start))) == SEGMENT
+    for qid in range(QUEUES):
+        units = len([r for r in recs if r.qid == qid])
+        last = (units - 1) * 20 // CQ_FILE * CQ_FILE
+        assert os.path.isfile(os.path.join(layout.consume_queue_dir(TOPIC, qid), layout.file_name(last)))
+    assert layout.set_aside() == {}
+
+
 @ABNORMAL
 def test_torn_tail(store: tuple[Path, list[Rec]], abnormal: bool) -> None:
     root, recs = store
@@ -255,6 +270,8 @@ def test_flipped_body_byte_sets_that_record_aside(store: tuple[Path, list[Rec]],
         _append_and_read(store, [len([r for r in recs if r.qid == q]) for q in range(QUEUES)])
     with mqlite.StoreReader(str(root)) as reader:  # a reader skips it too, never hands out the corrupt body
         assert (victim.qid, victim.qoff) not in _tolerant_read(reader)
+    # Readers that map the files themselves (Spark tasks) learn it from the public layout.
+    assert StoreLayout.of(str(root)).set_aside() == {victim.offset: victim.size}
 
 
 @ABNORMAL

@@ -388,6 +388,25 @@ def test_close_imports_a_job_handed_over_just_before(tmp_path: Path) -> None:
         assert queue_bodies(reader, "L", 1) == [b"late-0", b"late-1"]
 
 
+def test_broker_append_staged_stores_the_inbox_first_and_each_stream_batch_once(tmp_path: Path) -> None:
+    root = str(tmp_path / "mq")
+    with mqlite.open(root, **SMALL) as broker:
+        broker.create_topic("T", 2)
+    hand_over(root, "job-early", "T", [b"early-0", b"early-1"], routes=[0, 0])  # accepted before this commit
+    with mqlite.open(root, **SMALL) as broker:
+        job_dir, files = stage(root, "stream-q-1", "T", [b"own-0", b"own-1", b"own-2"], routes=[0, 0, 0])
+        paths = [os.path.join(job_dir, f) for f in files]
+        assert broker.append_staged(paths, query_id="q", batch_id=1) == 3
+        assert queue_bodies(broker, "T", 0) == [b"early-0", b"early-1", b"own-0", b"own-1", b"own-2"]
+        assert committed_batch(root, "q") == 1 and inbox_entries(root) == []
+        assert broker.append_staged(paths, query_id="q", batch_id=1) is None  # a replayed batch: not again
+        assert broker.append_staged(paths, query_id="q", batch_id=0) is None  # nor an older one
+        assert len(queue_bodies(broker, "T", 0)) == 5
+        assert broker.append_staged(paths) == 3  # a batch job: no marker, stored each time it is given
+        assert len(queue_bodies(broker, "T", 0)) == 8 and committed_batch(root, "q") == 1
+    assert verify_store(root).ok
+
+
 def test_stream_batch_from_the_inbox_is_marked_stored(tmp_path: Path) -> None:
     root = str(tmp_path / "mq")
     with mqlite.open(root, **SMALL) as broker:

@@ -237,3 +237,29 @@ def test_the_persist_service_absorbs_the_side_file_each_round(tmp_path: Path) ->
     service.run_once()
     assert offsets.query("etl", "orders", 3) == 4
     assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"3": 4}}
+
+
+# -- the group offsets API for processes that do not hold the store (a Spark stream's `group`) -------------------------
+def test_group_offsets_go_to_the_table_when_the_store_is_free_and_beside_a_writer_otherwise(tmp_path: Path) -> None:
+    from mqlite.offsets import commit_group_offsets, read_group_offsets, side_offset_path
+    from mqlite.store import try_lock_store
+
+    root = str(tmp_path)
+    assert commit_group_offsets(root, "etl", {"orders": {0: 2, 1: 1}}) is True  # free: the store's own table
+    assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"0": 2, "1": 1}}
+    assert not os.path.exists(side_offset_path(root))
+
+    writer = try_lock_store(root)  # a live writer holds the store
+    assert writer is not None
+    try:
+        assert commit_group_offsets(root, "etl", {"orders": {0: 5, 1: 3}}) is False
+        assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"0": 2, "1": 1}}  # the owner's file untouched
+        assert read_group_offsets(root, "etl") == {"orders": {0: 5, 1: 3}}  # the side file on top
+    finally:
+        writer.release()
+
+    assert commit_group_offsets(root, "etl", {"orders": {0: 6, 1: 3}}) is True  # free again: the group leaves the side file
+    assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"0": 6, "1": 3}}
+    with open(side_offset_path(root)) as f:
+        assert json.load(f)["offsetTable"] == {}
+    assert read_group_offsets(root, "etl") == {"orders": {0: 6, 1: 3}}

@@ -16,6 +16,7 @@ import mqlite
 from remote_support import kind_of, local, over_the_wire, reached
 from mqlite.message import SysFlag, UniqIdGenerator, create_offset_msg_id, decode_offset_msg_id
 from mqlite.producer import SelectMessageQueueByHash, SendMessageContext
+from mqlite.validators import validate_message
 
 SMALL = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 1000, max_hash_slot_num=1000, max_index_num=4000)
 
@@ -224,6 +225,42 @@ def test_bad_input_is_refused_before_storing(tmp_path: Path, make: Any, fragment
                     send(make())
             assert local(broker).store.commitlog.max_offset == end
             assert not isinstance(mqlite.MQClientError("x"), mqlite.IllegalStateError)
+
+
+_BAD_MESSAGES = [
+    lambda: mqlite.Message("", b"x"),
+    lambda: mqlite.Message("bad topic", b"x"),
+    lambda: mqlite.Message("t", b""),
+    lambda: mqlite.Message("t", "text"),  # type: ignore[arg-type]
+    lambda: mqlite.Message("t", b"x" * (64 * 1024 + 1)),
+    lambda: mqlite.Message("t", b"x", flag=1 << 31),
+    lambda: mqlite.Message("t", b"x", delay_time_level=-1),
+    lambda: mqlite.Message("t", b"x", properties={"a\x01b": "v"}),
+    lambda: mqlite.Message("t", b"x", properties={"big": "v" * 40_000}),
+    lambda: "not a message",
+]
+
+
+@pytest.mark.parametrize("make", _BAD_MESSAGES)
+def test_validate_message_is_the_producers_check(tmp_path: Path, make: Any) -> None:
+    # The public function (the Spark writer's tasks call it without a broker) says what the producer says.
+    with mqlite.open(str(tmp_path), max_message_size=64 * 1024, **SMALL) as broker, mqlite.Producer(broker) as producer:
+        with pytest.raises(mqlite.MQClientError) as sent:
+            producer.send(make())
+    with pytest.raises(mqlite.MQClientError) as validated:
+        validate_message(make(), 64 * 1024)
+    assert str(validated.value) == str(sent.value)
+
+
+def test_validate_message_skips_known_topics_only() -> None:
+    validate_message(mqlite.Message("t", b"x" * 10), 10)
+    with pytest.raises(mqlite.MQClientError, match="max_message_size is 9"):
+        validate_message(mqlite.Message("t", b"x" * 10), 9)
+    with pytest.raises(mqlite.MQClientError, match="letters, digits"):
+        validate_message(mqlite.Message("a b", b"x"), 10)
+    validate_message(mqlite.Message("a b", b"x"), 10, known_topics={"a b"})  # a caller's cache of checked names
+    with pytest.raises(mqlite.MQClientError, match="empty"):
+        validate_message(mqlite.Message("a b", b""), 10, known_topics={"a b"})
 
 
 def test_reserved_property_names_are_refused() -> None:
