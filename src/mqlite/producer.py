@@ -365,10 +365,10 @@ class Producer:
     # -- validation (Validators.checkMessage) -------------------------------------------------------------------------
     def _validate(self, msg: Message) -> None:
         """`validate_message` with this producer's limit; topics that passed are remembered (the plain send's cache)."""
-        validate_message(msg, self._max_message_size or self._running().max_message_size,
-                         known_topics=self._checked_topics)
-        if len(self._checked_topics) < 10_000:
-            self._checked_topics.add(msg.topic)
+        topics = self._checked_topics
+        validate_message(msg, self._max_message_size or self._running().max_message_size, topics)
+        if len(topics) < 10_000:
+            topics.add(msg.topic)
 
     # -- sending ------------------------------------------------------------------------------------------------
     def send(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,

@@ -42,6 +42,7 @@ SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 #: Encoded properties a message may carry: a signed short, less room for UNIQ_KEY and WAIT added on send.
 MAX_PROPERTIES_BYTES = 32767 - 64
 _INT_TEXT = re.compile(r"-?[0-9]{1,19}")
+_INT32_MIN = -JAVA_INT_MAX - 1
 
 #: `TopicValidator.SYSTEM_TOPIC_SET`: topics a user may not create, delete or send to by name.
 SYSTEM_TOPICS = frozenset({
@@ -121,7 +122,7 @@ def check_group(group: object, what: str = "consumer group") -> str:
     return group
 
 
-def validate_message(msg: Message, max_message_size: int, *, known_topics: Container[str] = ()) -> None:
+def validate_message(msg: Message, max_message_size: int, known_topics: Container[str] = ()) -> None:
     """`Validators.checkMessage`: what `Producer` checks before a send; raises `MQClientError` saying what to change.
 
     The topic (`check_topic`; skipped for a topic in `known_topics`, names already checked:
@@ -144,13 +145,15 @@ def validate_message(msg: Message, max_message_size: int, *, known_topics: Conta
         raise MQClientError(
             f"message body is {len(body)} bytes; max_message_size is {max_message_size} "
             f"(raise it with mqlite.open(..., max_message_size=...))")
-    check_int32("message flag", msg.flag)
+    flag = msg.flag
+    if type(flag) is not int or not _INT32_MIN <= flag <= JAVA_INT_MAX:  # the usual flag costs no call
+        check_int32("message flag", flag)
     chars = 0
+    separator, end = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR  # locals: looked up once, not four times a property
     for name, value in msg.properties.items():
         if type(name) is not str or type(value) is not str or not name:
             raise MQClientError(f"message properties must map non-empty str to str, got {name!r}: {value!r}")
-        if (NAME_VALUE_SEPARATOR in name or NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in name
-                or PROPERTY_SEPARATOR in value):
+        if separator in name or separator in value or end in name or end in value:
             raise MQClientError(f"property {name!r} contains a \\x01 or \\x02 separator character")
         chars += len(name) + len(value) + 2
     # UTF-8 takes at most 3 bytes per character here: count bytes only when it could matter.
