@@ -44,9 +44,9 @@ another process, so the steps share nothing but files:
 3. In `commit()`: the staged files are appended by `Broker.append_staged` (the broker's
    ingest entry point) under the store's writer lock (`mqlite.broker.open`): rows routed to
    queues, queue offsets, physical offsets and the store time filled in and the records
-   copied with numpy, no Python work per message. Every topic and queue is resolved first (topics auto-created as a producer
-   would, `queueId`s checked), so a bad queue fails the job before anything is stored. Then
-   the staging is removed.
+   copied with numpy, no Python work per message. Every topic and queue is resolved first
+   (topics auto-created as a producer would, `queueId`s checked), so a bad queue fails the
+   job before anything is stored. Then the staging is removed.
 4. `abort()` (a task failed, or commit raised) removes the staging and leaves a tombstone, so a
    task Spark did not stop in time drops its file when it ends; what a killed worker left is
    swept by the next commit.
