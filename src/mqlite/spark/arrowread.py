@@ -119,8 +119,9 @@ class _Files:
 class _Rows:
     """Rows of one batch: fixed fields as numpy arrays, variable ones built on demand."""
 
-    def __init__(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray, header: np.ndarray | None) -> None:
-        self.qoff, self.phys, self.size = qoff, phys, size
+    def __init__(self, qoff: np.ndarray, commit_log_offset: np.ndarray, size: np.ndarray,
+                 header: np.ndarray | None) -> None:
+        self.qoff, self.commit_log_offset, self.size = qoff, commit_log_offset, size
         self.header = header  # HEADER_DTYPE records (fast path)
         self.n = len(qoff)
         self.flag: np.ndarray = np.empty(0)
@@ -133,7 +134,7 @@ class _Rows:
         self._parsed: _Properties | None = None
 
     def select(self, mask: np.ndarray) -> _Rows:
-        rows = _Rows(self.qoff[mask], self.phys[mask], self.size[mask],
+        rows = _Rows(self.qoff[mask], self.commit_log_offset[mask], self.size[mask],
                      self.header[mask] if self.header is not None else None)
         rows.flag, rows.born, rows.stored, rows.reconsume = (
             self.flag[mask], self.born[mask], self.stored[mask], self.reconsume[mask])
@@ -547,15 +548,15 @@ class RangeReader:
         self.lost += count
 
     def _units(self, first: int, units: np.ndarray) -> Iterator[pa.RecordBatch]:
-        phys = units["offset"].astype(np.int64)
+        commit_log_offset = units["offset"].astype(np.int64)
         size = units["size"].astype(np.int64)
-        qoff = np.arange(first, first + len(phys), dtype=np.int64)
-        blank = (phys == 0) & (size == _BLANK_SIZE)  # fillPreBlank units before a queue's first message
-        bad = ((phys < 0) | (size <= 0)) & ~blank
+        qoff = np.arange(first, first + len(commit_log_offset), dtype=np.int64)
+        blank = (commit_log_offset == 0) & (size == _BLANK_SIZE)  # fillPreBlank units before a queue's first message
+        bad = ((commit_log_offset < 0) | (size <= 0)) & ~blank
         if bad.any():
             self._lose(int(bad.sum()), f"{self.topic}/{self.queue_id} units from offset {first}")
         if len(self.set_aside):
-            aside = np.isin(phys, self.set_aside)
+            aside = np.isin(commit_log_offset, self.set_aside)
             if aside.any():
                 self._lose(int(aside.sum()), f"{self.topic}/{self.queue_id} units from offset {first} "
                                              f"(records set aside by recovery for a wrong body CRC)")
@@ -564,20 +565,21 @@ class RangeReader:
         if self.tag_codes is not None:
             keep &= np.isin(units["tags_code"].astype(np.int64) & 0xFFFFFFFF, self.tag_codes)
         if not keep.all():
-            phys, size, qoff = phys[keep], size[keep], qoff[keep]
-        if not len(phys):
+            commit_log_offset, size, qoff = commit_log_offset[keep], size[keep], qoff[keep]
+        if not len(commit_log_offset):
             return
-        segment = phys // self.cl_size
+        segment = commit_log_offset // self.cl_size
         cuts = np.flatnonzero(segment[1:] != segment[:-1]) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(phys)]):
-            rows = self._records(int(segment[lo]) * self.cl_size, qoff[lo:hi], phys[lo:hi], size[lo:hi])
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(commit_log_offset)]):
+            rows = self._records(int(segment[lo]) * self.cl_size, qoff[lo:hi], commit_log_offset[lo:hi], size[lo:hi])
             if rows is not None and rows.n:
                 rows = self._filter(rows)
                 if rows.n:
                     yield self._batch(rows)
 
     # -- records ---------------------------------------------------------------------------------------
-    def _records(self, seg_start: int, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray) -> _Rows | None:
+    def _records(self, seg_start: int, qoff: np.ndarray, commit_log_offset: np.ndarray,
+                 size: np.ndarray) -> _Rows | None:
         """Check and decode the fixed fields of the records the units point at in one segment."""
         entry = self.segments.get(seg_start)
         where = f"{self.topic}/{self.queue_id} offsets {int(qoff[0])}..{int(qoff[-1]) + 1}"
@@ -585,11 +587,11 @@ class RangeReader:
             self._lose(len(qoff), f"{where} (commit-log segment {offset_to_file_name(seg_start)} is gone)")
             return None
         mm, u8, buffer = entry
-        local = phys - seg_start
+        local = commit_log_offset - seg_start
         ok = (size >= _MIN_RECORD) & (local + size <= len(u8))
         if not ok.all():
             self._lose(int((~ok).sum()), f"{where} (units point outside the commit log)")
-            qoff, phys, size, local = qoff[ok], phys[ok], size[ok], local[ok]
+            qoff, commit_log_offset, size, local = qoff[ok], commit_log_offset[ok], size[ok], local[ok]
             if not len(qoff):
                 return None
         # One 88-byte item per byte position of the segment: fancy indexing copies each header whole.
@@ -599,12 +601,12 @@ class RangeReader:
         good = (header["total"].astype(np.int64) == size) & ((magic == MAGIC_V1) | (magic == MAGIC_V2))
         if not good.all():
             self._lose(int((~good).sum()), f"{where} (records overwritten or removed)")
-            qoff, phys, size, local, header, magic = (
-                qoff[good], phys[good], size[good], local[good], header[good], magic[good])
+            qoff, commit_log_offset, size, local, header, magic = (
+                qoff[good], commit_log_offset[good], size[good], local[good], header[good], magic[good])
             if not len(qoff):
                 return None
         if (header["sys_flag"] & _SLOW_FLAGS).any():
-            return self._records_slowly(mm, local, qoff, phys, size)
+            return self._records_slowly(mm, local, qoff, commit_log_offset, size)
         # The record says it is this queue's message at this offset, and its lengths add up to its size.
         body_length = header["body_length"].astype(np.int64)
         body_start = local + _HDR
@@ -617,8 +619,8 @@ class RangeReader:
         props_end = props_start + _be16(u8, props_len_pos if sane.all() else np.where(sane, props_len_pos, 0))
         if not (sane & (props_end == record_end)).all() or not (body_start[1:] >= record_end[:-1]).all():
             # Another queue's record (a light message queue's), or something odd: decode one by one.
-            return self._records_slowly(mm, local, qoff, phys, size)
-        rows = _Rows(qoff, phys, size, header)
+            return self._records_slowly(mm, local, qoff, commit_log_offset, size)
+        rows = _Rows(qoff, commit_log_offset, size, header)
         rows.flag = header["flag"].astype(np.int32)
         rows.born = header["born_timestamp"].astype(np.int64)
         rows.stored = header["store_timestamp"].astype(np.int64)
@@ -630,7 +632,7 @@ class RangeReader:
             rows.props = _gather(buffer, props_start, props_end, pa.string())
         return rows
 
-    def _records_slowly(self, mm: mmap.mmap, local: np.ndarray, qoff: np.ndarray, phys: np.ndarray,
+    def _records_slowly(self, mm: mmap.mmap, local: np.ndarray, qoff: np.ndarray, commit_log_offset: np.ndarray,
                         size: np.ndarray) -> _Rows | None:
         """The per-record decoder: IPv6 hosts, compressed bodies, anything odd."""
         keep = np.ones(len(qoff), dtype=bool)
@@ -655,7 +657,7 @@ class RangeReader:
             ids.append(msg.offset_msg_id)
         if not keep.all():
             self._lose(int((~keep).sum()), f"{self.topic}/{self.queue_id} (records that do not decode)")
-        rows = _Rows(qoff[keep], phys[keep], size[keep], None)
+        rows = _Rows(qoff[keep], commit_log_offset[keep], size[keep], None)
         rows.flag = np.array(flag, dtype=np.int32)
         rows.born = np.array(born, dtype=np.int64)
         rows.stored = np.array(stored, dtype=np.int64)
@@ -714,7 +716,7 @@ class RangeReader:
         if name == "reconsumeTimes":
             return pa.array(rows.reconsume)
         if name == "commitLogOffset":
-            return pa.array(rows.phys)
+            return pa.array(rows.commit_log_offset)
         if name == "storeSize":
             return pa.array(rows.size.astype(np.int32))
         parsed = rows.parsed
@@ -740,7 +742,8 @@ class RangeReader:
             return rows.offset_ids
         assert rows.header is not None
         raw = np.empty(rows.n, dtype=[("ip", "S4"), ("port", ">i4"), ("offset", ">i8")])
-        raw["ip"], raw["port"], raw["offset"] = rows.header["store_host"], rows.header["store_port"], rows.phys
+        header = rows.header
+        raw["ip"], raw["port"], raw["offset"] = header["store_host"], header["store_port"], rows.commit_log_offset
         digits = raw.view(np.uint8).reshape(rows.n, 16)
         text = np.empty((rows.n, 32), dtype=np.uint8)
         text[:, 0::2], text[:, 1::2] = _HEX[digits >> 4], _HEX[digits & 15]
