@@ -152,18 +152,19 @@ class _Rows:
         return self._parsed
 
 
-class _Template:
+class PropertyLayout:
     """One layout shared by every properties string of a batch (one producer's messages, say).
 
     Applies when every row has the same length and its separators at the same
     places as the first row, whose entries are all well-formed: then entries
     are found by arithmetic, and a value or name "column" is a strided view of
-    the rows (`column`), copied with one memcpy per row.
+    the rows (`column`), copied with one memcpy per row. `buffer` is any object
+    with the buffer protocol (a mapped file, an Arrow buffer).
     """
 
     __slots__ = ("buffer", "base", "n", "width", "starts", "splits", "ends", "names", "same_names", "_values")
 
-    def __init__(self, buffer: pa.Buffer, base: int, n: int, width: int, starts: list[int], splits: list[int],
+    def __init__(self, buffer: Any, base: int, n: int, width: int, starts: list[int], splits: list[int],
                  ends: list[int], names: list[bytes]) -> None:
         self.buffer, self.base, self.n, self.width = buffer, base, n, width
         self.starts, self.splits, self.ends, self.names = starts, splits, ends, names
@@ -171,7 +172,8 @@ class _Template:
         self._values: np.ndarray | None = None
 
     @classmethod
-    def of(cls, buffer: pa.Buffer, data: np.ndarray, offsets: np.ndarray) -> _Template | None:
+    def of(cls, buffer: Any, data: np.ndarray, offsets: np.ndarray) -> PropertyLayout | None:
+        """The layout of the rows [offsets[i], offsets[i + 1]) of `buffer` (`data`: their bytes), or None."""
         n = len(offsets) - 1
         width = int(offsets[1] - offsets[0]) if n else 0
         if width < 8 or len(data) != width * n or not (np.diff(offsets) == width).all():
@@ -212,7 +214,7 @@ class _Template:
         """Whether every row holds `key` at `start` (compared 8 bytes at a time, as integers)."""
         n, width = self.n, self.width
         last = self.base + (n - 1) * width + start
-        if self.buffer[last : last + len(key)].to_pybytes() != key:
+        if bytes(memoryview(self.buffer)[last : last + len(key)]) != key:
             return False
         for c in range(0, len(key), 8):  # the rows before the last: 8 bytes from there stay in the buffer
             chunk = key[c : c + 8]
@@ -243,25 +245,7 @@ def _has_byte_below_3(data: np.ndarray) -> bool:
     return bool(((words - low) & ~words & high).any()) or bool((data[whole:] < 3).any())
 
 
-def _tiled(data: bytes | np.ndarray, lengths: list[int], n: int) -> pa.Array:
-    """A string array of `n` repetitions of items of these `lengths`, whose bytes are `data`.
-
-    `data` is the items of one repetition (repeated here) or of all of them.
-    """
-    if isinstance(data, bytes):
-        data = data * n
-    k, step = len(lengths), sum(lengths)
-    rows = np.arange(0, n * step, step, dtype=np.int32)
-    offsets = np.empty(n * k + 1, dtype=np.int32)
-    inner = 0
-    for j, length in enumerate(lengths):  # one strided pass per item of a repetition
-        offsets[j : n * k : k] = rows + inner
-        inner += length
-    offsets[-1] = n * step
-    return pa.Array.from_buffers(pa.string(), n * k, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-class _Properties:
+class PropertyEntries:
     """Properties strings (`name 0x01 value 0x02`...) split with numpy over their bytes.
 
     An entry runs from a row start or a 0x02 to the next 0x02 or the row end;
@@ -271,25 +255,26 @@ class _Properties:
     every gather is of ascending, disjoint ranges. Java writes a 0x02 after
     every entry and names hold no 0x01: that common case takes no sort and no
     search. Shortcuts, each checked before it is taken: one layout for the
-    whole batch (`_Template`), and the same names in the same order in every
+    whole batch (`PropertyLayout`), and the same names in the same order in every
     row (`slot_names`: names are then repeated, not copied, and a property's
-    values are every k-th entry).
+    values are every k-th entry). The Spark reader builds Arrow columns on it
+    (`mqlite.spark.arrowread`); measured in bench/bench_spark.py.
+
+    `buffer` holds the rows (any object with the buffer protocol); row i is
+    bytes [offsets[i], offsets[i + 1]), `offsets` int64 and ascending.
     """
 
-    def __init__(self, props: pa.Array) -> None:
-        self.n = n = len(props)
-        _, offsets_buffer, buffer = props.buffers()
-        offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=props.offset * 4).astype(np.int64)
+    def __init__(self, buffer: Any, offsets: np.ndarray) -> None:
+        self.n = n = len(offsets) - 1
         self.row_offsets = offsets
         self.buffer = buffer
+        self.size = memoryview(buffer).nbytes
         base, stop = int(offsets[0]), int(offsets[-1])
         data = np.frombuffer(buffer, dtype=np.uint8)[base:stop] if stop > base else np.empty(0, np.uint8)
         self._prefix: np.ndarray | None = None
-        self._names: pa.Array | None = None
-        self._values: pa.Array | None = None
         self._positions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._slots: list[bytes] | None | bool = False  # False: not looked at yet
-        self.template = _Template.of(buffer, data, offsets)
+        self.template = PropertyLayout.of(buffer, data, offsets)
         if self.template is not None:
             t = self.template
             self.per_row = len(t.names)
@@ -358,8 +343,9 @@ class _Properties:
             return None
         if self.template is not None:
             return self.template.names if self.template.same_names else None
-        starts, splits, size = self.starts, self.splits, self.buffer.size
-        first = [self.buffer[a:b].to_pybytes() for a, b in zip(starts[:k].tolist(), splits[:k].tolist())]
+        starts, splits, size = self.starts, self.splits, self.size
+        view = memoryview(self.buffer)
+        first = [bytes(view[a:b]) for a, b in zip(starts[:k].tolist(), splits[:k].tolist())]
         for j, name in enumerate(first):
             at = starts[j::k]
             if not (splits[j::k] - at == len(name)).all():
@@ -384,6 +370,61 @@ class _Properties:
             rows = np.searchsorted(self.row_offsets, self.starts, side="right") - 1
             self._counts = np.bincount(rows, minlength=self.n)
         return self._counts
+
+    def matching(self, key: bytes) -> np.ndarray:
+        """Entries whose name is `key`: their first 8 bytes as an integer, compared once for all."""
+        size = self.size
+        if size < 8:
+            view = memoryview(self.buffer)
+            return np.flatnonzero([bytes(view[s:p]) == key
+                                   for s, p in zip(self.starts.tolist(), self.splits.tolist())])
+        if self._prefix is None:
+            # One little-endian 8-byte word per byte position; entries in the last 7 bytes are shifted down.
+            words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
+            at = np.minimum(self.starts, size - 8)
+            self._prefix = words[at] >> ((self.starts - at) * 8).astype(np.uint64)
+        head = key[:8]
+        mask = np.uint64((1 << 8 * len(head)) - 1)
+        hits = np.flatnonzero((self._prefix & mask == np.uint64(int.from_bytes(head, "little")))
+                              & (self.splits - self.starts == len(key)))
+        if len(key) > 8 and len(hits):
+            names = np.ndarray((size - len(key) + 1,), dtype=f"S{len(key)}", buffer=self.buffer, strides=(1,))
+            hits = hits[names[self.starts[hits]] == key]
+        return hits
+
+
+def _tiled(data: bytes | np.ndarray, lengths: list[int], n: int) -> pa.Array:
+    """A string array of `n` repetitions of items of these `lengths`, whose bytes are `data`.
+
+    `data` is the items of one repetition (repeated here) or of all of them.
+    """
+    if isinstance(data, bytes):
+        data = data * n
+    k, step = len(lengths), sum(lengths)
+    rows = np.arange(0, n * step, step, dtype=np.int32)
+    offsets = np.empty(n * k + 1, dtype=np.int32)
+    inner = 0
+    for j, length in enumerate(lengths):  # one strided pass per item of a repetition
+        offsets[j : n * k : k] = rows + inner
+        inner += length
+    offsets[-1] = n * step
+    return pa.Array.from_buffers(pa.string(), n * k, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+class _Properties(PropertyEntries):
+    """A batch's properties strings as Arrow columns: names, values, per-row offsets, one property.
+
+    The entries are found by the codec's vectorised parser (`PropertyEntries`); this adds
+    only the Arrow arrays built from their positions.
+    """
+
+    def __init__(self, props: pa.Array) -> None:
+        n = len(props)
+        _, offsets_buffer, buffer = props.buffers()
+        offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=props.offset * 4).astype(np.int64)
+        super().__init__(buffer, offsets)
+        self._names: pa.Array | None = None
+        self._values: pa.Array | None = None
 
     @property
     def names(self) -> pa.Array:
@@ -411,26 +452,6 @@ class _Properties:
         np.cumsum(self.counts(), out=offsets[1:])
         return pa.array(offsets)
 
-    def _matching(self, key: bytes) -> np.ndarray:
-        """Entries whose name is `key`: their first 8 bytes as an integer, compared once for all."""
-        size = self.buffer.size
-        if size < 8:
-            return np.flatnonzero([self.buffer[s:p].to_pybytes() == key
-                                   for s, p in zip(self.starts.tolist(), self.splits.tolist())])
-        if self._prefix is None:
-            # One little-endian 8-byte word per byte position; entries in the last 7 bytes are shifted down.
-            words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
-            at = np.minimum(self.starts, size - 8)
-            self._prefix = words[at] >> ((self.starts - at) * 8).astype(np.uint64)
-        head = key[:8]
-        mask = np.uint64((1 << 8 * len(head)) - 1)
-        hits = np.flatnonzero((self._prefix & mask == np.uint64(int.from_bytes(head, "little")))
-                              & (self.splits - self.starts == len(key)))
-        if len(key) > 8 and len(hits):
-            names = np.ndarray((size - len(key) + 1,), dtype=f"S{len(key)}", buffer=self.buffer, strides=(1,))
-            hits = hits[names[self.starts[hits]] == key]
-        return hits
-
     def get(self, name: str) -> pa.Array:
         """The value of property `name` per row (null where absent; the last one where repeated)."""
         t = self.template
@@ -446,7 +467,7 @@ class _Properties:
                 p, e = t.splits[j], t.ends[j]
                 return _tiled(np.array(t.column(p + 1, e - p - 1)), [e - p - 1], n)
             return _gather(self.buffer, self.splits[j::k] + 1, self.ends[j::k], pa.string())
-        hits = self._matching(key)
+        hits = self.matching(key)
         if not len(hits):
             return pa.nulls(n, type=pa.string())
         rows = np.searchsorted(self.row_offsets, self.starts[hits], side="right") - 1
