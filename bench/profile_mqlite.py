@@ -30,6 +30,7 @@ import benchlib as bl  # noqa: E402
 import mqlite  # noqa: E402
 from mqlite import MessageStore, StoreConfig  # noqa: E402
 from mqlite import commitlog as _cl  # noqa: E402
+from mqlite import record as _rec  # noqa: E402
 from mqlite import storebase as _sb  # noqa: E402
 from mqlite import store as _st  # noqa: E402
 from mqlite import storeservices as _ss  # noqa: E402
@@ -39,7 +40,7 @@ from mqlite import recovery as _rc  # noqa: E402
 TOPIC = "bench"
 # Source as imported (the tree may change while we run; line_profiler would read the new text).
 _SRC = {}
-for _m in (_cl, _sb, _st, _ss, _mf, _rc, mqlite):
+for _m in (_cl, _rec, _sb, _st, _ss, _mf, _rc, mqlite):
     try:
         _SRC[os.path.abspath(_m.__file__)] = open(_m.__file__).read().splitlines()
     except OSError:
@@ -202,8 +203,8 @@ def main():
                             m.body
                         off = r.next_begin_offset
                 cprofile(loop, args.top)
-                lprofile(loop, [_sb.StoreFiles.get_messages, _sb.StoreFiles._get_unfiltered, _cl._body_of,
-                                _cl.StoredMessage.of, _cl.StoredMessage.body.fget])
+                lprofile(loop, [_sb.StoreFiles.get_messages, _sb.StoreFiles._get_unfiltered, _rec.record_body,
+                                _rec.StoredMessage.of, _rec.StoredMessage.body.fget])
             st.close()
 
         if "sync" in only:
@@ -277,7 +278,7 @@ def main():
                 open(os.path.join(path, "abort"), "w").close()
                 box = []
                 lprofile(lambda: box.append(MessageStore(path, StoreConfig())),
-                         [_cl.check_record, _cl._decode_into, _rc._scan, MessageStore._dispatch_one])
+                         [_rec.check_record, _rec._decode_into, _rc._scan, MessageStore._dispatch_one])
                 box[0].close()
     finally:
         shutil.rmtree(d, ignore_errors=True)

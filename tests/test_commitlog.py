@@ -21,15 +21,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqlite.clock import ManualClock
-from mqlite.commitlog import (
+from mqlite.commitlog import BatchDispatch, CommitLog
+from mqlite.record import (
     BLANK,
     BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER,
     MAGIC_V1,
     MAGIC_V2,
-    BatchDispatch,
-    CommitLog,
     StoredMessage,
     check_record,
     decode_message,

@@ -252,7 +252,7 @@ def test_kill9_keeps_every_acknowledged_message(tmp_path: Path, flush: str, thre
 
 def _segment_first_store_time(path: Path) -> int:
     """STORETIMESTAMP of a commit-log segment's first record (0 while it has none)."""
-    from mqlite.commitlog import HEADER
+    from mqlite.record import HEADER
 
     with open(path, "rb") as f:
         head = f.read(HEADER.size)

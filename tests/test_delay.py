@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from mqlite.clock import ManualClock
-from mqlite.commitlog import PutResult, default_tags_code
+from mqlite.commitlog import PutResult
+from mqlite.record import default_tags_code
 from mqlite.config import StoreConfig
 from mqlite.delay import (
     DEFAULT_TIMER_MAX_DELAY_MS,

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import mqlite
-from mqlite.commitlog import decode_message
+from mqlite.record import decode_message
 from mqlite.errors import MessageNotFoundError, StoreCorruptedError
 from mqlite.indexfile import index_key_hash, index_key_names
 from mqlite.inbox import (

@@ -32,7 +32,7 @@ LAYERS: dict[str, int] = {
     # L0 basics
     "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0, "compression": 0,
     # L1 storage
-    "mappedfile": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
+    "mappedfile": 1, "record": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1,
     # L2 broker
     "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "sendback": 2, "groups": 2, "longpoll": 2, "broker": 2,

@@ -22,7 +22,8 @@ import mqlite
 import mqlite.recovery
 import mqlite.verify
 from mqlite.clock import ManualClock
-from mqlite.commitlog import BLANK_MAGIC, PutResult, find_frame, framed_at
+from mqlite.commitlog import PutResult
+from mqlite.record import BLANK_MAGIC, find_frame, framed_at
 from mqlite.errors import StoreCorruptedError
 from mqlite.mappedfile import offset_to_file_name
 from mqlite.store import MessageStore
@@ -338,7 +339,7 @@ def test_verify_reports_a_damaged_range_once_with_its_lost_units(tmp_path: Path)
 def test_placeholders_for_a_damaged_range_over_2_gib_fit_a_unit(tmp_path: Path) -> None:
     # A unit's size is a Java int: placeholders spanning a range of several GiB (two whole 1 GiB
     # segments destroyed) must still be units, not a struct.error that stops the open.
-    from mqlite.commitlog import DispatchRequest
+    from mqlite.record import DispatchRequest
     from mqlite.consumequeue import ConsumeQueue
 
     cq = ConsumeQueue(str(tmp_path / "consumequeue"), TOPIC, 0, 20 * 64)

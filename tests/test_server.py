@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqlite
-from mqlite.commitlog import decode_message
+from mqlite.record import decode_message
 from mqlite.errors import ConfigError
 from mqlite.message import MessageQueue, SysFlag, decode_offset_msg_id, decode_properties, encode_properties
 from mqlite.remoting.protocol import (

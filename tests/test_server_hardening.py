@@ -220,7 +220,7 @@ def test_an_undefined_compression_type_or_a_broker_only_bit_is_refused(broker: m
 
 def test_a_look_up_by_offset_needs_a_record_that_starts_there(broker: mqlite.Broker, client: Client) -> None:
     """Finding 7: an offset inside a body that happens to show a magic number is not a record."""
-    from mqlite.commitlog import MAGIC_V2
+    from mqlite.record import MAGIC_V2
     fake = struct.pack(">ii", 200, MAGIC_V2) + b"\xee" * 192
     assert send_v1(client, "T", b"<" + fake + b">").code == ResponseCode.SUCCESS
     broker.wait_dispatched()

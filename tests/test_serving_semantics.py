@@ -8,7 +8,7 @@ import zlib
 from pathlib import Path
 
 import mqlite
-from mqlite.commitlog import decode_message, encode_record, stored_record
+from mqlite.record import decode_message, encode_record, stored_record
 from mqlite.message import SysFlag, encode_properties
 from mqlite.remoting.protocol import (
     ACCESS_KEY,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 from .broker import Broker, QueueProgress, QueueStatus
-from .commitlog import stored_body
+from .record import stored_body
 from .errors import MessageNotFoundError, MQClientError
 from .longpoll import PullStatus
 from .message import (

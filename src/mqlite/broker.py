@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import STORE_HOST, PutResult, stored_body
+from .commitlog import PutResult
+from .record import STORE_HOST, stored_body
 from .delay import SCHEDULE_TOPIC, TIMER_TOPIC, DelayService, delay_offset_path, delay_tags_code, rewrite_for_delay
 from .config import JAVA_INT_MAX, check_int, check_seconds, check_store_path
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError, StoreLockedError
@@ -465,7 +466,7 @@ class Broker:
 
     def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                             key_hashes: Any = None, key_rows: Any = None) -> PutResult:
-        """Store records built by `commitlog.encode_records` as one batch of one queue
+        """Store records built by `record.encode_records` as one batch of one queue
         (`MessageStore.put_encoded_records`; the Spark commit's put)."""
         return self._writer().put_encoded_records(topic, queue_id, records, sizes, codes, key_hashes, key_rows)
 

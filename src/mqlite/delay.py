@@ -46,7 +46,8 @@ from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from ._service import Service
 from .clock import Clock, on_advance
-from .commitlog import PutResult, TagsCodeFn, default_tags_code, stored_body
+from .commitlog import PutResult
+from .record import TagsCodeFn, default_tags_code, stored_body
 from .config import load_json_file, write_json_atomic
 from .errors import ConfigError, MessageNotFoundError, MQClientError
 from .message import (

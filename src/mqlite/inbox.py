@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from ._service import Service
-from .commitlog import HEADER, encode_records
+from .record import HEADER, encode_records
 from .config import read_json, write_json_atomic
 from .errors import MQClientError, MQLiteError, StoreCorruptedError
 from .indexfile import index_key_hash_array, index_key_hashes

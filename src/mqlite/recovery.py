@@ -66,7 +66,8 @@ import os
 import struct
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 
-from .commitlog import BLANK, CommitLog, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
+from .commitlog import CommitLog
+from .record import BLANK, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
 from .config import CQ_UNIT, read_json, write_json_atomic
 from .consumequeue import BLANK_UNIT, ConsumeQueue
 from .indexfile import IndexFile

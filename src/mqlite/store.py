@@ -28,7 +28,8 @@ import numpy as np
 
 from .clock import SYSTEM_CLOCK, Clock
 from .consumequeue import ConsumeQueue
-from .commitlog import BatchDispatch, DispatchRequest, PutMessageStatus, PutResult, TagsCodeFn
+from .commitlog import BatchDispatch, PutMessageStatus, PutResult
+from .record import DispatchRequest, TagsCodeFn
 from .config import StoreConfig, check_store_path, read_json, store_config_path, write_json_atomic
 from .errors import DiskFullError, IllegalStateError, StoreCorruptedError, StoreLockedError, disk_full_error
 from .indexfile import index_key_hash_array, index_key_names
@@ -335,7 +336,7 @@ class MessageStore(StoreFiles):
 
     def put_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                             key_hashes: Any = None, key_rows: Any = None) -> PutResult:
-        """Append records built by `commitlog.encode_records` (`CommitLog.append_encoded_records`):
+        """Append records built by `record.encode_records` (`CommitLog.append_encoded_records`):
         the Spark commit's put, with no Python work per message."""
         self._check_writable()
         return self._batch_stored(topic, queue_id, self.commitlog.append_encoded_records(

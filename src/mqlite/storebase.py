@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from .checkpoint import StoreCheckpoint
 from .clock import SYSTEM_CLOCK, Clock
-from .commitlog import BLANK, HEADER, MAGIC_V1, MAGIC_V2, CommitLog, DispatchRequest, StoredMessage, TagsCodeFn
+from .commitlog import CommitLog
+from .record import BLANK, HEADER, MAGIC_V1, MAGIC_V2, DispatchRequest, StoredMessage, TagsCodeFn
 from .config import CQ_UNIT, StoreConfig, resolve_config
 from .consumequeue import CQ_UNIT_STRUCT, LOWER, ConsumeQueue
 from .errors import IllegalStateError, MessageNotFoundError

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ._service import Service
-from .commitlog import STORE_HOST, PutResult
+from .commitlog import PutResult
+from .record import STORE_HOST
 from .errors import MQClientError
 from .message import (
     PROPERTY_DELAY_TIME_LEVEL,

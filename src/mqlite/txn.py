@@ -52,7 +52,8 @@ from typing import Literal, NamedTuple
 
 from ._service import Service
 from .clock import Clock, moves_by_hand, on_advance
-from .commitlog import PutMessageStatus, PutResult, stored_body
+from .commitlog import PutMessageStatus, PutResult
+from .record import stored_body
 from .errors import IllegalStateError, MessageNotFoundError, MQClientError
 from .message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,

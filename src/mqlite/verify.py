@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .commitlog import check_record, default_tags_code
+from .record import check_record, default_tags_code
 from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, LMQ_PREFIX, file_problems, queue_files
 from .indexfile import IndexFile, index_key_hash_array, index_key_names
 from .mappedfile import offset_to_file_name

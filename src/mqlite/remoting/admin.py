@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from ..commitlog import stored_record
+from ..record import stored_record
 from ..errors import MessageNotFoundError, MQClientError
 from ..message import MessageExt, MessageQueue
 from ..topics import TopicConfig, is_system_topic

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..commitlog import encode_record
+from ..record import encode_record
 from ..errors import FilterError, IllegalStateError, MQClientError
 from ..filter import MessageSelector
 from ..groups import ConsumerData

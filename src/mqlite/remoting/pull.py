@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..commitlog import stored_record
+from ..record import stored_record
 from ..errors import FilterError, MQClientError
 from ..filter import MessageSelector
 from ..longpoll import PullResult, PullStatus

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._service import Service, close_at_exit, forget_at_exit
 from ..clock import SYSTEM_CLOCK, Clock
-from ..commitlog import PREFIX, PutMessageStatus, PutResult, StoredMessage, record_length
+from ..commitlog import PutMessageStatus, PutResult
+from ..record import PREFIX, StoredMessage, record_length
 from ..config import check_seconds
 from ..errors import IllegalStateError, MQClientError, RemotingError, SendTimeoutError
 from ..groups import GroupMember, add_member

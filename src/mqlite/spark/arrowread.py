@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from ..commitlog import HEADER, MAGIC_V1, MAGIC_V2, decode_message
+from ..record import HEADER, MAGIC_V1, MAGIC_V2, decode_message
 from ..consumequeue import BLANK_UNIT, CQ_DTYPE
 from ..errors import MQLiteError, StoreCorruptedError
 from ..filter import MessageSelector
