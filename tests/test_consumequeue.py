@@ -77,7 +77,7 @@ def test_units_on_disk(cq: ConsumeQueue, tmp_path: Path) -> None:
     assert raw[:20] == struct.pack(">qiq", 1234, 105, -99)
     assert raw[20:40] == struct.pack(">qiq", 1339, 200, 2598919)
     assert raw[40:] == bytes(SMALL - 40)
-    assert cq.max_physic_offset == 1539
+    assert cq.max_commit_log_offset == 1539
     assert (cq.min_offset, cq.max_offset) == (0, 2)
 
 
@@ -125,7 +125,7 @@ def test_putting_the_same_unit_again_is_idempotent(cq: ConsumeQueue) -> None:
         assert cq.put(100 * i, 100, 7 * i, i)
     assert cq.max_offset == 10
     assert cq.read_units(0, 10) == before
-    assert cq.max_physic_offset == 1000
+    assert cq.max_commit_log_offset == 1000
 
 
 def test_a_unit_that_skips_ahead_is_refused(cq: ConsumeQueue) -> None:
@@ -144,7 +144,7 @@ def test_first_put_at_a_later_offset_fills_blank_units(cq: ConsumeQueue, tmp_pat
     assert struct.unpack_from(">qiq", raw, 100) == (4242, 100, 9)
     assert cq.min_offset == 5
     assert cq.max_offset == 6
-    assert cq.max_physic_offset == 4342
+    assert cq.max_commit_log_offset == 4342
     assert cq.unit_at(5) == (4242, 100, 9)
     assert cq.put(4342, 100, 9, 6)
     assert cq.max_offset == 7
@@ -167,7 +167,7 @@ def test_prefilled_queue_survives_reopen(cq: ConsumeQueue, tmp_path: Path) -> No
     again = _reopen(tmp_path)
     try:
         assert again.max_offset == 7
-        assert again.max_physic_offset == 1200
+        assert again.max_commit_log_offset == 1200
         # The blank units are read back as units; the store corrects the minimum from the log.
         again.correct_min_offset(1000)
         assert again.min_offset == 5
@@ -218,7 +218,7 @@ def test_recover_keeps_everything_valid(cq: ConsumeQueue, tmp_path: Path) -> Non
     again = _reopen(tmp_path)
     try:
         assert again.max_offset == 21
-        assert again.max_physic_offset == 2100
+        assert again.max_commit_log_offset == 2100
         assert again.min_offset == 0
         assert [u[0] for u in again.iter_units(0, 21)] == list(range(21))
     finally:
@@ -245,7 +245,7 @@ def test_recover_after_a_torn_last_unit_keeps_the_valid_prefix(cq: ConsumeQueue,
     again = _reopen(tmp_path)
     try:
         assert again.max_offset == 20
-        assert again.max_physic_offset == 2000
+        assert again.max_commit_log_offset == 2000
         assert again.unit_at(19) == (1900, 100, 133)
         assert again.unit_at(20) is None
         assert again.put(2000, 100, 0, 20)  # the queue takes the unit again
@@ -264,7 +264,7 @@ def test_recover_stops_at_damage_in_the_middle_of_the_last_file(cq: ConsumeQueue
     again = _reopen(tmp_path)
     try:
         assert again.max_offset == 17
-        assert again.max_physic_offset == 1700
+        assert again.max_commit_log_offset == 1700
     finally:
         again.close()
 
@@ -329,10 +329,10 @@ def test_truncate_dirty_drops_units_at_or_beyond_the_offset(cq: ConsumeQueue, tm
     _fill(cq, 20)
     cq.truncate_dirty(1750)  # inside unit 17: 17 points at 1700 < 1750, so it stays
     assert cq.max_offset == 18
-    assert cq.max_physic_offset == 1800
+    assert cq.max_commit_log_offset == 1800
     cq.truncate_dirty(1700)  # unit 17 starts at 1700: dropped
     assert cq.max_offset == 17
-    assert cq.max_physic_offset == 1700
+    assert cq.max_commit_log_offset == 1700
     # What was cut is zeroed, so no reader (or later recovery) takes it for units.
     raw = _queue_file(tmp_path, 2 * SMALL).read_bytes()
     assert raw[20:] == bytes(SMALL - 20)
@@ -345,7 +345,7 @@ def test_truncate_dirty_beyond_everything_changes_nothing(cq: ConsumeQueue) -> N
     _fill(cq, 10)
     cq.truncate_dirty(10_000)
     assert cq.max_offset == 10
-    assert cq.max_physic_offset == 1000
+    assert cq.max_commit_log_offset == 1000
 
 
 def test_truncate_dirty_inside_an_earlier_file(cq: ConsumeQueue) -> None:
@@ -353,7 +353,7 @@ def test_truncate_dirty_inside_an_earlier_file(cq: ConsumeQueue) -> None:
     with _deadline(5):  # this once looped forever
         cq.truncate_dirty(1000)  # unit 10, in the second file; the third file goes
     assert cq.max_offset == 10
-    assert cq.max_physic_offset == 1000
+    assert cq.max_commit_log_offset == 1000
     assert [mf.file_from_offset for mf in cq.mapped_files.files] == [0, SMALL]
 
 
@@ -362,14 +362,14 @@ def test_truncate_dirty_that_empties_the_last_file(cq: ConsumeQueue) -> None:
     with _deadline(5):  # this once looped forever
         cq.truncate_dirty(800)
     assert cq.max_offset == 8
-    assert cq.max_physic_offset == 800
+    assert cq.max_commit_log_offset == 800
 
 
-def test_truncate_dirty_of_every_unit_resets_max_physic_offset(cq: ConsumeQueue) -> None:
+def test_truncate_dirty_of_every_unit_resets_max_commit_log_offset(cq: ConsumeQueue) -> None:
     assert cq.put(1000, 100, 0, 0)
     cq.truncate_dirty(1000)
     assert cq.max_offset == 0
-    assert cq.max_physic_offset <= 1000
+    assert cq.max_commit_log_offset <= 1000
     assert cq.put(1000, 90, 0, 0)  # a new record where the dropped one was
     assert cq.max_offset == 1
 

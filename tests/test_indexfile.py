@@ -91,21 +91,21 @@ def test_put_key_until_full(tmp_path: Path) -> None:
     f.close()  # idempotent
 
 
-def test_select_phy_offset_like_rocketmq(tmp_path: Path) -> None:
+def test_select_commit_log_offsets_like_rocketmq(tmp_path: Path) -> None:
     # IndexFileTest.testSelectPhyOffset: keys "0".."398" in 100 slots; "60" is found once
     # although its slot chain holds other keys.
     f = IndexFile(str(tmp_path / "idx"), 100, 400)
     for i in range(399):
         assert f.put_key(str(i), i * 100, T0)
-    assert f.select_phy_offsets("60", 10, 0, FOREVER) == [6000]
+    assert f.select_commit_log_offsets("60", 10, 0, FOREVER) == [6000]
     f.close()
 
 
 def test_entry_and_header_bytes(tmp_path: Path) -> None:
     path = tmp_path / "idx"
     # A rolled file inherits the previous file's end as begin and end.
-    f = IndexFile(str(path), 10, 8, end_phy_offset=500, end_timestamp=T0)
-    assert (f.begin_phy_offset, f.end_phy_offset, f.begin_timestamp, f.end_timestamp) == (
+    f = IndexFile(str(path), 10, 8, end_commit_log_offset=500, end_timestamp=T0)
+    assert (f.begin_commit_log_offset, f.end_commit_log_offset, f.begin_timestamp, f.end_timestamp) == (
         500, 500, T0, T0)
     assert f.put_key("k", 600, T0 + 5_999)
     assert f.put_key("k", 700, T0 + 9_000)
@@ -138,12 +138,12 @@ def test_chain_with_collisions_newest_first_and_time_range(tmp_path: Path) -> No
     for key, offset, ts in puts:
         assert f.put_key(key, offset, ts)
     # Only hashes are compared, so "BB" rides along with "Aa".
-    assert f.select_phy_offsets("Aa", 10, 0, FOREVER) == [60, 40, 30, 10]
-    assert f.select_phy_offsets("Aa", 2, 0, FOREVER) == [60, 40]
-    assert f.select_phy_offsets("Aa", 10, T0 + 2000, T0 + 3000) == [40, 30]
-    assert f.select_phy_offsets("x", 10, 0, FOREVER) == [20]
-    assert f.select_phy_offsets("nothing", 10, 0, FOREVER) == []
-    assert f.select_phy_offsets("Aa", 0, 0, FOREVER) == []
+    assert f.select_commit_log_offsets("Aa", 10, 0, FOREVER) == [60, 40, 30, 10]
+    assert f.select_commit_log_offsets("Aa", 2, 0, FOREVER) == [60, 40]
+    assert f.select_commit_log_offsets("Aa", 10, T0 + 2000, T0 + 3000) == [40, 30]
+    assert f.select_commit_log_offsets("x", 10, 0, FOREVER) == [20]
+    assert f.select_commit_log_offsets("nothing", 10, 0, FOREVER) == []
+    assert f.select_commit_log_offsets("Aa", 0, 0, FOREVER) == []
     assert f.verify() == []
     f.close()
 
@@ -166,12 +166,12 @@ def test_reopen_loads_header_and_zero_count_reads_as_one(tmp_path: Path) -> None
     f.put_key("a", 7, T0)
     f.close()
     g = IndexFile(str(path), 4, 8)
-    assert (g.index_count, g.select_phy_offsets("a", 5, 0, FOREVER)) == (2, [7])
+    assert (g.index_count, g.select_commit_log_offsets("a", 5, 0, FOREVER)) == (2, [7])
     g.close()
     _poke(path, 36, ">i", 0)  # a Java-created file before its first flush
     h = IndexFile(str(path), 4, 8, read_only=True)
     assert h.index_count == 1
-    assert h.select_phy_offsets("a", 5, 0, FOREVER) == []
+    assert h.select_commit_log_offsets("a", 5, 0, FOREVER) == []
     h.close()
 
 
@@ -212,7 +212,7 @@ def test_verify_finds_a_looping_prev_link(tmp_path: Path) -> None:
     problems = f.verify()
     assert any("entry 5: prevIndex 7" in p for p in problems), problems
     for key in ("k0", "k1", "k2", "k3", "k4", "k5"):
-        f.select_phy_offsets(key, 100, 0, FOREVER)  # terminates
+        f.select_commit_log_offsets(key, 100, 0, FOREVER)  # terminates
     f.close()
 
 
@@ -242,7 +242,7 @@ def test_garbage_file_never_crashes_a_reader(tmp_path: Path, data: bytes, keys: 
     path.write_bytes(data)
     f = IndexFile(str(path), 4, 12, read_only=True)
     for key in keys:
-        assert len(f.select_phy_offsets(key, 5, -FOREVER, FOREVER)) <= 5
+        assert len(f.select_commit_log_offsets(key, 5, -FOREVER, FOREVER)) <= 5
     assert isinstance(f.verify(), list)
     f.is_time_matched(0, FOREVER)
     f.close()
@@ -263,7 +263,7 @@ def test_select_matches_a_model(tmp_path: Path, puts: list[tuple[str, int]]) -> 
     assert len(stored) == min(len(puts), 19)
     for key in {k for k, _ in puts}:
         expected = [o for k, o in reversed(stored) if index_key_hash(k) == index_key_hash(key)]
-        assert f.select_phy_offsets(key, 100, 0, FOREVER) == expected
+        assert f.select_commit_log_offsets(key, 100, 0, FOREVER) == expected
     assert f.verify() == []
     f.close()
 
@@ -310,7 +310,7 @@ def test_service_rolls_and_queries_newest_first(tmp_path: Path) -> None:
     assert names == sorted(names) and all(len(n) == 17 and n.isdigit() for n in names)
     assert len(set(names)) == 3  # the frozen clock was bumped by 1 ms
     assert full == [T0 + 2000, T0 + 5000]
-    assert files[1].begin_phy_offset == 300  # begin moved to its first entry
+    assert files[1].begin_commit_log_offset == 300  # begin moved to its first entry
     assert svc.query_offsets("T", "K", 100, 0, FOREVER) == [700, 600, 500, 400, 300, 200, 100, 0]
     assert svc.query_offsets("T", "K", 3, 0, FOREVER) == [700, 600, 500]
     assert svc.query_offsets("T", "K", 100, T0 + 2500, T0 + 4500) == [400, 300]
@@ -338,7 +338,7 @@ def test_build_index_keys_uniq_rollback_and_duplicates(tmp_path: Path) -> None:
     assert svc.files[0].index_count == 5  # four entries, the empty pieces were skipped
     svc.build_index("T", 200, T0, None, "rb", is_rollback=True)
     assert svc.query_offsets("T", "rb", 10, 0, FOREVER) == []
-    svc.build_index("T", 50, T0, None, "old")  # below end_phy_offset: already indexed
+    svc.build_index("T", 50, T0, None, "old")  # below end_commit_log_offset: already indexed
     assert svc.query_offsets("T", "old", 10, 0, FOREVER) == []
     # RocketMQ skips only offsets strictly below the end, so the last record is indexed again;
     # query_offsets returns each offset once.
@@ -515,7 +515,7 @@ def test_truncate_dirty_undoes_the_entries_past_a_cut(tmp_path: Path) -> None:
     assert len(svc.files) == 3
     svc.truncate_dirty(400)
     # The third file goes; the second keeps its first entry (the second key of the record at 300).
-    assert [f.end_phy_offset for f in svc.files] == [300, 300]
+    assert [f.end_commit_log_offset for f in svc.files] == [300, 300]
     assert svc.files[1].index_count == 2
     assert svc.verify() == []
     for i in range(4, 10):  # what a recovery cut is appended again, at the same offsets
@@ -609,7 +609,7 @@ def test_put_keys_writes_what_put_key_writes(tmp_path: Path, slots: int, index_n
 
     for name in ("one", "many"):
         (tmp_path / name).unlink(missing_ok=True)
-    begin = dict(end_phy_offset=5, end_timestamp=T0) if inherited else {}
+    begin = dict(end_commit_log_offset=5, end_timestamp=T0) if inherited else {}
     one = IndexFile(str(tmp_path / "one"), slots, index_num, **begin)  # type: ignore[arg-type]
     many = IndexFile(str(tmp_path / "many"), slots, index_num, **begin)  # type: ignore[arg-type]
     hashes = [h for h, _ in entries]
@@ -665,7 +665,7 @@ def _found(root: Path) -> list[int]:
         return [i for i in range(40) if [m.body for m in broker.store.query_message("T", f"k{i}")] == [b"body %d" % i]]
 
 
-@pytest.mark.parametrize("field", ["key_hash", "phy_offset"])
+@pytest.mark.parametrize("field", ["key_hash", "commit_log_offset"])
 def test_verify_finds_entries_that_do_not_match_the_log_and_deleting_the_file_repairs_them(
         tmp_path: Path, field: str) -> None:
     # A changed keyHash that stays in its bucket (a multiple of hash_slot_num) or a changed

@@ -70,8 +70,8 @@ class ConsumeQueue:
 
     Appends come from one thread (reput); reads from any thread, or from
     other processes through a read-only instance. `min_offset`/`max_offset` are
-    in units (queue offsets); `max_physic_offset` is the commit-log offset just
-    after the last indexed record.
+    in units (queue offsets); `max_commit_log_offset` is the commit-log offset just
+    past the last record a unit points to (-1 without one).
     """
 
     def __init__(self, root: str, topic: str, queue_id: int, file_size: int, *, read_only: bool = False) -> None:
@@ -83,7 +83,7 @@ class ConsumeQueue:
         self.mapped_files = MappedFileQueue(self.directory, file_size, read_only=read_only,
                                             reserve_chunk=CQ_RESERVE_CHUNK)
         self.min_logic_offset = 0
-        self.max_physic_offset = -1
+        self.max_commit_log_offset = -1
         self.last_store_timestamp = 0  # store time of the newest unit appended in this process
         #: Queue offsets below this can be written without allocating (`make_room`). A hint for
         #: the put path: reset to 0 whenever files are cut or reloaded, and `put` checks `reserved` anyway.
@@ -166,7 +166,7 @@ class ConsumeQueue:
             if count:
                 offset, size, _ = CQ_UNIT_STRUCT.unpack_from(mf.mm, (count - 1) * _UNIT)
                 if size != BLANK_UNIT[1] or offset != 0:
-                    self.max_physic_offset = offset + size
+                    self.max_commit_log_offset = offset + size
                 break
         if not self.read_only:
             self.mapped_files.truncate_dirty_files(end, self.file_size)
@@ -240,13 +240,13 @@ class ConsumeQueue:
                 pass
         self.damage = []
         self.min_logic_offset = 0
-        self.max_physic_offset = -1
+        self.max_commit_log_offset = -1
 
     def cut(self, queue_offset: int) -> None:
         """Writer, at recovery: drop the units from `queue_offset` on (zeroed in their file, later files deleted)."""
         self.mapped_files.truncate_dirty_files(queue_offset * _UNIT, self.file_size)
         unit = self.unit_at(queue_offset - 1) if queue_offset > self.min_offset else None
-        self.max_physic_offset = unit[0] + unit[1] if unit and unit[1] != BLANK_UNIT[1] else -1
+        self.max_commit_log_offset = unit[0] + unit[1] if unit and unit[1] != BLANK_UNIT[1] else -1
 
     def start_at(self, queue_offset: int) -> None:
         """Make an empty queue continue at `queue_offset` (blank units before it, as `fillPreBlank`)."""
@@ -286,7 +286,7 @@ class ConsumeQueue:
         Runs under the commit log's put lock for every message: the common case
         (next unit, room in the last file) is one `pack_into` and no calls.
         """
-        if offset + size <= self.max_physic_offset:
+        if offset + size <= self.max_commit_log_offset:
             return True
         files = self.mapped_files.files
         if files:
@@ -296,7 +296,7 @@ class ConsumeQueue:
             if mf.file_from_offset + pos == queue_offset * _UNIT and pos + _UNIT <= mf.reserved:
                 _PACK_UNIT(mf.mm, pos, offset, size, tags_code)
                 mf.wrote_position = pos + _UNIT
-                self.max_physic_offset = offset + size
+                self.max_commit_log_offset = offset + size
                 return True
         expect = queue_offset * _UNIT
         target = self._file_for(expect)
@@ -312,7 +312,7 @@ class ConsumeQueue:
         mf.reserve(pos + _UNIT)  # DiskFullError before anything is written
         CQ_UNIT_STRUCT.pack_into(mf.mm, pos, offset, size, tags_code)
         mf.wrote_position = pos + _UNIT
-        self.max_physic_offset = offset + size
+        self.max_commit_log_offset = offset + size
         return True
 
     def put_batch(self, first_offset: int, sizes: Sequence[int] | np.ndarray,
@@ -321,7 +321,7 @@ class ConsumeQueue:
 
         `sizes` and `tags_codes` may be lists or int64 arrays (the Spark commit's batches).
         """
-        if first_offset + sizes[-1] <= self.max_physic_offset or len(sizes) == 1:
+        if first_offset + sizes[-1] <= self.max_commit_log_offset or len(sizes) == 1:
             offset = first_offset
             codes = [0] * len(sizes) if tags_codes is None else [int(c) for c in tags_codes]
             ok = True
@@ -352,7 +352,7 @@ class ConsumeQueue:
             mf.mm[pos : pos + take * _UNIT] = data[done * _UNIT : (done + take) * _UNIT]
             mf.wrote_position = pos + take * _UNIT
             done += take
-        self.max_physic_offset = int(offsets[-1]) + int(sizes[-1])
+        self.max_commit_log_offset = int(offsets[-1]) + int(sizes[-1])
         return True
 
     def rewrite_unit(self, queue_offset: int, offset: int, size: int, tags_code: int) -> bool:
@@ -523,8 +523,8 @@ class ConsumeQueue:
                 high = mid
         self.min_logic_offset = max(self.min_logic_offset, low * _UNIT)
 
-    def truncate_dirty(self, phy_offset: int) -> None:
-        """`truncateDirtyLogicFiles`: drop units pointing at or beyond `phy_offset`.
+    def truncate_dirty(self, commit_log_offset: int) -> None:
+        """`truncateDirtyLogicFiles`: drop units pointing at or beyond `commit_log_offset`.
 
         Walks back from the last file: a file whose first real unit is at or
         beyond the cut goes whole; in the first file that keeps a unit, the cut
@@ -535,22 +535,22 @@ class ConsumeQueue:
         while True:
             last = queue.last
             if last is None:
-                self.max_physic_offset = -1
+                self.max_commit_log_offset = -1
                 return
             count = last.wrote_position // _UNIT
             units = np.frombuffer(last.mm[: count * _UNIT], dtype=CQ_DTYPE)  # a copy: no map export
             real = units["size"] != BLANK_UNIT[1]
             # Units are in commit-log order, so the ones to keep are a prefix.
-            keep = int(np.count_nonzero((units["offset"] < phy_offset) | ~real))
+            keep = int(np.count_nonzero((units["offset"] < commit_log_offset) | ~real))
             if keep == 0 and len(queue.files) > 1:
                 queue.delete_last_file()
                 continue
             kept_real = np.flatnonzero(real[:keep])
             if kept_real.size:
                 i = int(kept_real[-1])
-                self.max_physic_offset = int(units["offset"][i]) + int(units["size"][i])
+                self.max_commit_log_offset = int(units["offset"][i]) + int(units["size"][i])
             elif len(queue.files) == 1:
-                self.max_physic_offset = -1
+                self.max_commit_log_offset = -1
             if keep < count:
                 queue.truncate_dirty_files(last.file_from_offset + keep * _UNIT, (count - keep) * _UNIT)
             return

@@ -31,7 +31,7 @@ lookup can return offsets of other keys and the caller must check the message's 
 >>> f = IndexFile(os.path.join(tempfile.mkdtemp(), "20240101000000000"), 8, 16)
 >>> f.put_key("TopicTest#KEY1", 100, 1_700_000_000_000)
 True
->>> f.select_phy_offsets("TopicTest#KEY1", 10, 0, 2**62)
+>>> f.select_commit_log_offsets("TopicTest#KEY1", 10, 0, 2**62)
 [100]
 >>> f.close()
 """
@@ -75,7 +75,7 @@ INDEX_ENTRY = struct.Struct(">iqii")
 # numpy views of the same layouts, used by verify() to scan millions of slots at once.
 _SLOT_DTYPE = np.dtype(">i4")
 _ENTRY_DTYPE = np.dtype(
-    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+    [("key_hash", ">i4"), ("commit_log_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
 )
 assert _SLOT_DTYPE.itemsize == INDEX_SLOT.size and _ENTRY_DTYPE.itemsize == INDEX_ENTRY.size
 
@@ -90,7 +90,7 @@ _UNUSABLE = {True: "skipping", False: "damaged"}  # how load() logs an unusable 
 _MAX_PROBLEMS_PER_KIND = 10  # verify() reports this many examples of each problem, then a count
 
 # Header field positions in the unpacked INDEX_HEADER tuple.
-_BEGIN_TS, _END_TS, _BEGIN_PHY, _END_PHY, _SLOT_COUNT, _INDEX_COUNT = range(6)
+_BEGIN_TS, _END_TS, _BEGIN_OFFSET, _END_OFFSET, _SLOT_COUNT, _INDEX_COUNT = range(6)
 
 
 def index_key_hash(key: str) -> int:
@@ -124,7 +124,7 @@ class IndexFile:
     """One index file, mapped into memory.
 
     Writable mode creates the file (sparse, via ``ftruncate``) when it is missing or empty,
-    with ``begin = end = (end_phy_offset, end_timestamp)`` inherited from the previous file
+    with ``begin = end = (end_commit_log_offset, end_timestamp)`` inherited from the previous file
     as RocketMQ does; an existing file's header is loaded. Header fields are cached and
     written through to the map on every ``put_key``.
 
@@ -143,7 +143,7 @@ class IndexFile:
         hash_slot_num: int,
         index_num: int,
         *,
-        end_phy_offset: int = 0,
+        end_commit_log_offset: int = 0,
         end_timestamp: int = 0,
         read_only: bool = False,
     ) -> None:
@@ -194,8 +194,8 @@ class IndexFile:
         finally:
             os.close(fd)  # the map keeps its own descriptor
         if created:
-            if end_phy_offset > 0:
-                self._hdr[_BEGIN_PHY] = self._hdr[_END_PHY] = end_phy_offset
+            if end_commit_log_offset > 0:
+                self._hdr[_BEGIN_OFFSET] = self._hdr[_END_OFFSET] = end_commit_log_offset
             if end_timestamp > 0:
                 self._hdr[_BEGIN_TS] = self._hdr[_END_TS] = end_timestamp
             INDEX_HEADER.pack_into(self._map, 0, *self._hdr)
@@ -228,14 +228,14 @@ class IndexFile:
         return self._header()[_END_TS]
 
     @property
-    def begin_phy_offset(self) -> int:
+    def begin_commit_log_offset(self) -> int:
         """Commit-log offset of the first entry (or inherited, see ``begin_timestamp``)."""
-        return self._header()[_BEGIN_PHY]
+        return self._header()[_BEGIN_OFFSET]
 
     @property
-    def end_phy_offset(self) -> int:
+    def end_commit_log_offset(self) -> int:
         """Commit-log offset of the newest entry."""
-        return self._header()[_END_PHY]
+        return self._header()[_END_OFFSET]
 
     @property
     def hash_slot_count(self) -> int:
@@ -270,7 +270,7 @@ class IndexFile:
         """True when no entry is left (``indexCount >= indexNum``). O(1)."""
         return self._header()[_INDEX_COUNT] >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
+    def put_key(self, key: str, commit_log_offset: int, store_timestamp: int, key_hash: int | None = None) -> bool:
         """Append an entry for *key*; False when the file is full (RocketMQ ``putKey``).
 
         Cost: one hash, four small writes into the map, no I/O wait (the OS writes the pages
@@ -300,22 +300,22 @@ class IndexFile:
             time_diff = min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
         # Entry, then slot, then header: a concurrent reader that sees the new slot value
         # finds a complete entry behind it.
-        INDEX_ENTRY.pack_into(m, entry_at, key_hash, phy_offset, time_diff, slot_value)
+        INDEX_ENTRY.pack_into(m, entry_at, key_hash, commit_log_offset, time_diff, slot_value)
         INDEX_SLOT.pack_into(m, slot_at, count)
         if count <= 1:
             # After timeDiff was computed: a new file's first entry is timed against the
             # previous file's end, then begin moves to this message (RocketMQ quirk).
-            hdr[_BEGIN_PHY] = phy_offset
+            hdr[_BEGIN_OFFSET] = commit_log_offset
             hdr[_BEGIN_TS] = store_timestamp
         if slot_value == 0:
             hdr[_SLOT_COUNT] += 1
         hdr[_INDEX_COUNT] = count + 1
-        hdr[_END_PHY] = phy_offset
+        hdr[_END_OFFSET] = commit_log_offset
         hdr[_END_TS] = store_timestamp
         INDEX_HEADER.pack_into(m, 0, *hdr)
         return True
 
-    def put_keys(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
+    def put_keys(self, key_hashes: np.ndarray, commit_log_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
         """``put_key`` for many entries in order (int64 arrays; hashes as ``index_key_hash`` gives them).
 
         Returns how many fit (fewer than given when the file fills). Writes the same bytes
@@ -332,7 +332,7 @@ class IndexFile:
         done = 0
         # A file's first entry moves begin_* after its own timeDiff (put_key's rule): alone.
         while done < total and hdr[_INDEX_COUNT] <= 1:
-            if not self.put_key("", int(phy_offsets[done]), int(store_timestamps[done]), int(key_hashes[done])):
+            if not self.put_key("", int(commit_log_offsets[done]), int(store_timestamps[done]), int(key_hashes[done])):
                 return done
             done += 1
         count = hdr[_INDEX_COUNT]
@@ -343,7 +343,7 @@ class IndexFile:
         if end > self._reserved:
             self._reserve(end)  # DiskFullError before this batch writes anything
         hashes = key_hashes[done : done + n]
-        offsets = phy_offsets[done : done + n]
+        offsets = commit_log_offsets[done : done + n]
         stamps = store_timestamps[done : done + n]
         numbers = np.arange(count, count + n, dtype=np.int64)
         buckets = hashes % self.hash_slot_num
@@ -364,7 +364,7 @@ class IndexFile:
                 diffs = np.clip((stamps - begin_ts) // 1000, 0, _INT_MAX)
             entries = np.empty(n, dtype=_ENTRY_DTYPE)
             entries["key_hash"] = hashes
-            entries["phy_offset"] = offsets
+            entries["commit_log_offset"] = offsets
             entries["time_diff"] = diffs
             entries["prev_index"] = prev
             at = self._entries_at + count * INDEX_ENTRY.size
@@ -374,7 +374,7 @@ class IndexFile:
             del slots  # the map cannot close while a view of it lives
         hdr[_SLOT_COUNT] += int(np.count_nonzero(prev == 0))
         hdr[_INDEX_COUNT] = count + n
-        hdr[_END_PHY] = int(offsets[-1])
+        hdr[_END_OFFSET] = int(offsets[-1])
         hdr[_END_TS] = int(stamps[-1])
         INDEX_HEADER.pack_into(m, 0, *hdr)
         return done + n
@@ -385,7 +385,7 @@ class IndexFile:
         lo, hi = hdr[_BEGIN_TS], hdr[_END_TS]
         return (begin < lo and end > hi) or (lo <= begin <= hi) or (lo <= end <= hi)
 
-    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+    def select_commit_log_offsets(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commit-log offsets of entries whose hash equals *key*'s, stored in ``[begin, end]``.
 
         Newest first, at most *max_num*. Only hashes are compared, so other keys can appear.
@@ -409,14 +409,14 @@ class IndexFile:
         for _ in range(last):  # a chain of distinct entries is at most this long
             if entry_no <= 0 or entry_no > last:
                 break
-            key_hash_read, phy_offset, time_diff, prev = INDEX_ENTRY.unpack_from(
+            key_hash_read, commit_log_offset, time_diff, prev = INDEX_ENTRY.unpack_from(
                 m, entries_at + entry_no * entry_size
             )
             if time_diff < 0:
                 break
             time_read = begin_ts + time_diff * 1000
             if key_hash_read == key_hash and begin <= time_read <= end:
-                result.append(phy_offset)
+                result.append(commit_log_offset)
                 if len(result) >= max_num:
                     break
             if prev == entry_no or time_read < begin:
@@ -470,7 +470,7 @@ class IndexFile:
         if count <= 1:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         entries = np.frombuffer(self._require_map(), _ENTRY_DTYPE, count - 1, self._entries_at + INDEX_ENTRY.size)
-        return entries["key_hash"].astype(np.int64), entries["phy_offset"].astype(np.int64)
+        return entries["key_hash"].astype(np.int64), entries["commit_log_offset"].astype(np.int64)
 
     def _read_arrays(
         self, count: int
@@ -480,8 +480,8 @@ class IndexFile:
         m = self._require_map()
         slots = np.frombuffer(m, _SLOT_DTYPE, self.hash_slot_num, INDEX_HEADER.size)
         entries = np.frombuffer(m, _ENTRY_DTYPE, count, self._entries_at)
-        phy = entries["phy_offset"]
-        ends = (int(phy[1]), int(phy[-1])) if count > 1 else (0, 0)
+        offsets = entries["commit_log_offset"]
+        ends = (int(offsets[1]), int(offsets[-1])) if count > 1 else (0, 0)
         return (
             slots.astype(np.int32),
             entries["key_hash"].astype(np.int32),
@@ -492,10 +492,10 @@ class IndexFile:
 
     def _check_ends(self, ends: tuple[int, int]) -> list[str]:
         hdr, problems = self._hdr, []
-        if hdr[_BEGIN_PHY] != ends[0]:
-            problems.append(f"beginPhyOffset {hdr[_BEGIN_PHY]} != first entry's offset {ends[0]}")
-        if hdr[_END_PHY] < ends[1]:  # above it: keyless records after the last entry (`mark_indexed_to`)
-            problems.append(f"endPhyOffset {hdr[_END_PHY]} < last entry's offset {ends[1]}")
+        if hdr[_BEGIN_OFFSET] != ends[0]:
+            problems.append(f"beginPhyOffset {hdr[_BEGIN_OFFSET]} != first entry's offset {ends[0]}")
+        if hdr[_END_OFFSET] < ends[1]:  # above it: keyless records after the last entry (`mark_indexed_to`)
+            problems.append(f"endPhyOffset {hdr[_END_OFFSET]} < last entry's offset {ends[1]}")
         return problems
 
     def flush(self) -> None:
@@ -518,8 +518,8 @@ class IndexFile:
                 self._map.close()
                 self._map = None
 
-    def truncate_from(self, phy_offset: int) -> int:
-        """Drop the entries of records at or after `phy_offset`; returns how many entries remain.
+    def truncate_from(self, commit_log_offset: int) -> int:
+        """Drop the entries of records at or after `commit_log_offset`; returns how many entries remain.
 
         Entries are written in commit-log order, so the dropped ones are the newest: each
         is undone as ``put_key`` did it, newest first (its bucket's slot goes back to the
@@ -537,7 +537,7 @@ class IndexFile:
         count = min(hdr[_INDEX_COUNT], self.index_num)
         entries_at, entry_size = self._entries_at, INDEX_ENTRY.size
         keep = count
-        while keep > 1 and INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1] >= phy_offset:
+        while keep > 1 and INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1] >= commit_log_offset:
             keep -= 1
         for number in range(count - 1, keep - 1, -1):
             key_hash, _, _, prev = INDEX_ENTRY.unpack_from(m, entries_at + number * entry_size)
@@ -545,16 +545,16 @@ class IndexFile:
             INDEX_SLOT.pack_into(m, slot_at, prev if 0 < prev < number else 0)
             if prev == 0:
                 hdr[_SLOT_COUNT] = max(0, hdr[_SLOT_COUNT] - 1)
-        if keep < count or hdr[_END_PHY] > phy_offset:  # also an end `mark_indexed_to` moved past the cut
+        if keep < count or hdr[_END_OFFSET] > commit_log_offset:  # also an end `mark_indexed_to` moved past the cut
             m[entries_at + keep * entry_size : entries_at + count * entry_size] = bytes((count - keep) * entry_size)
             hdr[_INDEX_COUNT] = keep
             if keep > 1:
-                hdr[_END_PHY] = INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1]
+                hdr[_END_OFFSET] = INDEX_ENTRY.unpack_from(m, entries_at + (keep - 1) * entry_size)[1]
             INDEX_HEADER.pack_into(m, 0, *hdr)
         return keep - 1
 
-    def mark_indexed_to(self, phy_offset: int) -> None:
-        """Move ``endPhyOffset`` up to `phy_offset`: every record below it is indexed or has no keys.
+    def mark_indexed_to(self, commit_log_offset: int) -> None:
+        """Move ``endPhyOffset`` up to `commit_log_offset`: every record below it is indexed or has no keys.
 
         RocketMQ's ``endPhyOffset`` is the newest entry's offset and serves to skip records
         below it (``buildIndex``) and to expire the file; moving it past keyless records keeps
@@ -563,11 +563,11 @@ class IndexFile:
         inherits, see the class docstring). Writable mode; a header write.
         """
         hdr = self._hdr
-        if self.read_only or phy_offset <= hdr[_END_PHY]:
+        if self.read_only or commit_log_offset <= hdr[_END_OFFSET]:
             return
         if hdr[_INDEX_COUNT] <= 1:
-            hdr[_BEGIN_PHY] = phy_offset
-        hdr[_END_PHY] = phy_offset
+            hdr[_BEGIN_OFFSET] = commit_log_offset
+        hdr[_END_OFFSET] = commit_log_offset
         INDEX_HEADER.pack_into(self._require_map(), 0, *hdr)
 
     def destroy(self) -> None:
@@ -582,7 +582,7 @@ class IndexFile:
         hdr = self._hdr
         return (
             f"IndexFile({self.file_name!r}, entries={hdr[_INDEX_COUNT] - 1}/{self.index_num - 1}, "
-            f"phy=[{hdr[_BEGIN_PHY]}, {hdr[_END_PHY]}], time=[{hdr[_BEGIN_TS]}, {hdr[_END_TS]}])"
+            f"commit_log_offsets=[{hdr[_BEGIN_OFFSET]}, {hdr[_END_OFFSET]}], time=[{hdr[_BEGIN_TS]}, {hdr[_END_TS]}])"
         )
 
 
@@ -840,7 +840,7 @@ class IndexService:
                          "commit log", self.index_dir, why, len(doomed))
             for f in doomed:
                 f.destroy()
-            self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
+            self.rebuild_from = self._files[-1].end_commit_log_offset if self._files else 0
 
     def _drop_damaged(self, paths: list[str]) -> None:
         """Delete a damaged index file (``paths[0]``) and the newer ones; the index is rebuilt
@@ -850,7 +850,7 @@ class IndexService:
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-        self.rebuild_from = self._files[-1].end_phy_offset if self._files else 0
+        self.rebuild_from = self._files[-1].end_commit_log_offset if self._files else 0
 
     def _open_existing(self, path: str) -> IndexFile | None:
         """The file at `path`, or None when it is damaged (wrong size, impossible header)."""
@@ -868,8 +868,8 @@ class IndexService:
             return None
         return f
 
-    def truncate_dirty(self, phy_offset: int) -> None:
-        """Drop entries of records at or after `phy_offset` (recovery cut the log there).
+    def truncate_dirty(self, commit_log_offset: int) -> None:
+        """Drop entries of records at or after `commit_log_offset` (recovery cut the log there).
 
         Files whose entries all lie past the cut are deleted; the newest file that keeps
         one is truncated (``IndexFile.truncate_from``). Without this, a file's
@@ -881,32 +881,33 @@ class IndexService:
             self._check_open(writing=True)
             while self._files:
                 f = self._files[-1]
-                if f.end_phy_offset < phy_offset or (f.index_count <= 1 and f.end_phy_offset == phy_offset):
+                begin, end = f.begin_commit_log_offset, f.end_commit_log_offset
+                if end < commit_log_offset or (f.index_count <= 1 and end == commit_log_offset):
                     return  # nothing past the cut (an empty file may say "indexed up to" the cut itself)
-                if f.index_count > 1 and f.begin_phy_offset < phy_offset and f.truncate_from(phy_offset) > 0:
+                if f.index_count > 1 and begin < commit_log_offset and f.truncate_from(commit_log_offset) > 0:
                     return
-                _log.info("recovery cut the log at %d: dropping index file %s", phy_offset, f.path)
+                _log.info("recovery cut the log at %d: dropping index file %s", commit_log_offset, f.path)
                 f.destroy()
                 self._files.pop()
 
-    def mark_indexed_to(self, phy_offset: int, timestamp: int) -> None:
-        """Record `phy_offset` as indexed up to: in the newest file (`IndexFile.mark_indexed_to`),
+    def mark_indexed_to(self, commit_log_offset: int, timestamp: int) -> None:
+        """Record `commit_log_offset` as indexed up to: in the newest file (`IndexFile.mark_indexed_to`),
         or, without index files, in a new empty one.
 
         RocketMQ's own rule (a new file inherits the previous file's end): records below a
         file's ``endPhyOffset`` count as indexed. The store calls this once records below
-        `phy_offset` were indexed (or had no keys), so that an empty ``index/`` directory
+        `commit_log_offset` were indexed (or had no keys), so that an empty ``index/`` directory
         afterwards means the index was lost, and the next open's coverage check starts at
-        `phy_offset` rather than walking the keyless records after the last entry. Writable mode.
+        `commit_log_offset` rather than walking the keyless records after the last entry. Writable mode.
         """
         with self._lock:
             self._check_open(writing=True)
             if self._files:
-                self._files[-1].mark_indexed_to(phy_offset)
+                self._files[-1].mark_indexed_to(commit_log_offset)
                 return
             os.makedirs(self.index_dir, exist_ok=True)
             self._files.append(IndexFile(self._new_file_path(), self.hash_slot_num, self.index_num,
-                                         end_phy_offset=phy_offset, end_timestamp=timestamp))
+                                         end_commit_log_offset=commit_log_offset, end_timestamp=timestamp))
 
     def build_index(
         self,
@@ -920,7 +921,7 @@ class IndexService:
         """Index one dispatched record under ``topic#uniq_key`` and ``topic#k`` for each
         non-empty space-separated ``k`` in *keys* (RocketMQ ``buildIndex``).
 
-        Skips records below the newest file's ``end_phy_offset`` (already indexed) and
+        Skips records below the newest file's ``end_commit_log_offset`` (already indexed) and
         rollback records. Rolls to a new file when one fills: the full file is flushed
         (msync) and ``on_file_full(end_timestamp)`` called, both after the lock is released.
         Writable mode; call from one thread (the reput service).
@@ -944,7 +945,7 @@ class IndexService:
     def build_index_hashes(self, key_hashes: np.ndarray, offsets: np.ndarray, stamps: np.ndarray) -> None:
         """Index entries whose keys are hashed already (``index_key_hash``; int64 arrays, log order).
 
-        Entries below the newest file's ``end_phy_offset`` are skipped (indexed before).
+        Entries below the newest file's ``end_commit_log_offset`` are skipped (indexed before).
         Small inputs go entry by entry, large ones through `IndexFile.put_keys`; a full file
         is flushed and reported as in `build_index`. Writable mode; one thread (the reput
         service). Cost: about 0.1 us an entry (numpy), no Python work per entry.
@@ -975,7 +976,7 @@ class IndexService:
         # RocketMQ's rule: only offsets below the end are known to be indexed. A record
         # at exactly the end may have had some of its keys cut off by a crash at a file
         # boundary, so it is indexed again; query_offsets removes the duplicates.
-        skip_below = f.end_phy_offset
+        skip_below = f.end_commit_log_offset
         if len(key_hashes) < _VECTOR_MIN:
             for key_hash, offset, timestamp in zip(key_hashes.tolist(), offsets.tolist(), stamps.tolist()):
                 if offset < skip_below:
@@ -1005,7 +1006,7 @@ class IndexService:
             self._new_file_path(),
             self.hash_slot_num,
             self.index_num,
-            end_phy_offset=last.end_phy_offset if last else 0,
+            end_commit_log_offset=last.end_commit_log_offset if last else 0,
             end_timestamp=last.end_timestamp if last else 0,
         )
         self._files.append(f)
@@ -1046,14 +1047,14 @@ class IndexService:
             self._check_open()
             for f in reversed(self._files):
                 if f.is_time_matched(begin, end):
-                    result += f.select_phy_offsets(full_key, max_num - len(result), begin, end)
+                    result += f.select_commit_log_offsets(full_key, max_num - len(result), begin, end)
                 if f.begin_timestamp < begin or len(result) >= max_num:
                     break
         # A record re-indexed after a crash can appear twice; keep the first (newest) hit.
         return list(dict.fromkeys(result))
 
     def delete_expired(self, min_commit_log_offset: int) -> int:
-        """Delete the oldest files whose ``end_phy_offset < min_commit_log_offset``, stopping
+        """Delete the oldest files whose ``end_commit_log_offset < min_commit_log_offset``, stopping
         at the first that is not; never the newest file. Returns how many were deleted.
 
         Writable mode. Cost: one unmap and unlink per file, under the lock.
@@ -1062,7 +1063,7 @@ class IndexService:
             self._check_open(writing=True)
             doomed = 0
             for f in self._files[:-1]:
-                if f.end_phy_offset >= min_commit_log_offset:
+                if f.end_commit_log_offset >= min_commit_log_offset:
                     break
                 doomed += 1
             for f in self._files[:doomed]:
@@ -1081,10 +1082,10 @@ class IndexService:
             for i, f in enumerate(self._files):
                 problems += [f"{f.file_name}: {p}" for p in f.verify()]
                 # Records are indexed in commit-log order, so files must not overlap.
-                prev_end = self._files[i - 1].end_phy_offset if i else 0
-                if f.index_count > 1 and f.begin_phy_offset < prev_end:
+                prev_end = self._files[i - 1].end_commit_log_offset if i else 0
+                if f.index_count > 1 and f.begin_commit_log_offset < prev_end:
                     problems.append(
-                        f"{f.file_name}: beginPhyOffset {f.begin_phy_offset} is below the "
+                        f"{f.file_name}: beginPhyOffset {f.begin_commit_log_offset} is below the "
                         f"previous file's endPhyOffset {prev_end}"
                     )
             return problems

@@ -107,17 +107,17 @@ class StoreReader(StoreFiles):
         pointing into them (RocketMQ deletes a queue file only once its last unit has
         expired); the writer skips them on open (`correct_min_offset`), and so does a reader.
         """
-        min_phys = self.commitlog.min_offset
-        if min_phys > 0:
+        min_commit_log_offset = self.commitlog.min_offset
+        if min_commit_log_offset > 0:
             for cq in self.consume_queues.values():
-                cq.correct_min_offset(min_phys)
+                cq.correct_min_offset(min_commit_log_offset)
 
     def _end_of_log(self) -> None:
         """Mark the newest segment as written up to the end of the last dispatched record."""
         files = self.commitlog.mapped_files.files
         if not files:
             return
-        end = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=0)
+        end = max((cq.max_commit_log_offset for cq in self.consume_queues.values()), default=0)
         last = files[-1]
         last.wrote_position = max(0, min(last.file_size, end - last.file_from_offset))
 

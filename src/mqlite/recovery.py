@@ -151,7 +151,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
     report = report or RecoveryReport(abnormal=not last_exit_ok)
     queues = queues_now()
     damaged, ends, witnesses = _recover_queues(commitlog, queues)
-    dispatched_to = max((cq.max_physic_offset for cq in queues.values()), default=-1)
+    dispatched_to = max((cq.max_commit_log_offset for cq in queues.values()), default=-1)
     files = commitlog.mapped_files.files
     if not files:
         for cq in queues.values():
@@ -174,7 +174,7 @@ def recover_store(commitlog: CommitLog, queues_now: Callable[[], dict[tuple[str,
                                                                            witnesses), known)
     report.process_offset = process_offset
     queues = queues_now()  # dispatch may have created queues
-    if any(cq.max_physic_offset >= process_offset for cq in queues.values()):
+    if any(cq.max_commit_log_offset >= process_offset for cq in queues.values()):
         for cq in queues.values():
             cq.truncate_dirty(process_offset)
     # Zero what follows the cut in its segment, so old records behind a damaged or lost
@@ -677,7 +677,7 @@ def _filling_gaps(dispatch: Callable[[DispatchRequest], None],
             cq = queues_now().get((request.topic, request.queue_id))
             start, end = before[-1]
             # Placeholders go after the queue's last unit (it may point into the range too).
-            low = max(start, cq.max_physic_offset) if cq is not None else end
+            low = max(start, cq.max_commit_log_offset) if cq is not None else end
             missing = request.queue_offset - cq.max_offset if cq is not None else 0
             if cq is not None and low < end <= request.commit_log_offset and 0 < missing <= end - low:
                 log.error("consume queue %s/%d: queue offsets [%d, %d) were in the damaged range [%d, %d); "
@@ -799,10 +799,10 @@ def _rebuild_queue_table(commitlog: CommitLog, queues: dict[tuple[str, int], Con
     """`recoverTopicQueueTable`: next queue offsets from the queues, then min offsets from the log."""
     table = {key: cq.max_offset for key, cq in queues.items()}
     commitlog.topic_queue_table = table
-    min_phys = commitlog.min_offset
-    if min_phys > 0:
+    min_commit_log_offset = commitlog.min_offset
+    if min_commit_log_offset > 0:
         for cq in queues.values():
-            cq.correct_min_offset(min_phys)
+            cq.correct_min_offset(min_commit_log_offset)
 
 
 def set_aside_path(root: str) -> str:
@@ -912,13 +912,13 @@ def index_coverage_gap(commitlog: CommitLog, index_files: Sequence[IndexFile]) -
     log_end = segments[-1].file_from_offset + segments[-1].file_size
     for position, index_file in enumerate([*index_files, None]):
         if index_file is not None and index_file.index_count <= 1:
-            start, first = max(start, index_file.end_phy_offset), True
+            start, first = max(start, index_file.end_commit_log_offset), True
             continue
-        end = index_file.begin_phy_offset if index_file is not None else log_end
+        end = index_file.begin_commit_log_offset if index_file is not None else log_end
         if end > start and _keyed_record_in(commitlog, start, end, include_start=first):
             return position, start, "the log's end" if index_file is None else f"index file {index_file.file_name}"
         if index_file is not None:
-            start, first = max(start, index_file.end_phy_offset), False
+            start, first = max(start, index_file.end_commit_log_offset), False
     return None
 
 

@@ -301,14 +301,15 @@ class StoreFiles:
             data = cq.read_units(qoff, stop - qoff)
             if not data:
                 break
-            for phys, size, _ in CQ_UNIT_STRUCT.iter_unpack(data):
-                if not start <= phys < end:
-                    mf = find(phys) if phys >= 0 else None
+            for commit_log_offset, size, _ in CQ_UNIT_STRUCT.iter_unpack(data):
+                if not start <= commit_log_offset < end:
+                    mf = find(commit_log_offset) if commit_log_offset >= 0 else None
                     if mf is None:
                         mm, start, end = None, 0, 0
                     else:
                         mm, start, end = mf.mm, mf.file_from_offset, mf.file_from_offset + mf.file_size
-                raw = mm[phys - start : phys - start + size] if mm is not None and size > 0 else b""
+                raw = (mm[commit_log_offset - start : commit_log_offset - start + size]
+                       if mm is not None and size > 0 else b"")
                 # The unit must point at its own record (units below max offset are all written,
                 # so anything else is damage, or a record retention deleted): skip it, never stall.
                 if len(raw) == size >= key_size:
@@ -317,11 +318,11 @@ class StoreFiles:
                         (record_qoff == qoff and record_qid == queue_id) or not own)
                 else:
                     good = False
-                if not good or (set_aside and phys in set_aside):
-                    if set_aside and phys in set_aside:
+                if not good or (set_aside and commit_log_offset in set_aside):
+                    if set_aside and commit_log_offset in set_aside:
                         aside.append(qoff)  # recovery set it aside: known, reported, never handed out
                         raw = b""
-                    elif mm is not None or phys >= min_log or size <= 0:
+                    elif mm is not None or commit_log_offset >= min_log or size <= 0:
                         if repair is None:
                             repair = _ReadRepair(self, cq)
                         raw = repair.record(qoff)  # the log still holds the record: hand it out
@@ -375,17 +376,17 @@ class StoreFiles:
             if not data:
                 break
             done = False
-            for phys, size, code in CQ_UNIT_STRUCT.iter_unpack(data):
+            for commit_log_offset, size, code in CQ_UNIT_STRUCT.iter_unpack(data):
                 qoff += 1
-                if phys >= 0 and size > 0 and not message_filter.is_matched_by_consume_queue(code):
+                if commit_log_offset >= 0 and size > 0 and not message_filter.is_matched_by_consume_queue(code):
                     continue
-                if set_aside and phys in set_aside:
+                if set_aside and commit_log_offset in set_aside:
                     aside.append(qoff - 1)  # as `get_messages`: known, one line per read, never handed out
                     continue
-                raw = read(phys, size) if phys >= 0 and size > 0 else None
+                raw = read(commit_log_offset, size) if commit_log_offset >= 0 and size > 0 else None
                 if raw is None or len(raw) < _RECORD_KEY.size or (
                         _RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1) and not cq.is_light):
-                    if raw is not None or phys >= min_log or size <= 0:
+                    if raw is not None or commit_log_offset >= min_log or size <= 0:
                         if repair is None:
                             repair = _ReadRepair(self, cq)
                         raw = repair.record(qoff - 1)

@@ -1,7 +1,7 @@
 """`verify_store`: check every structure of a store without changing it.
 
 Checks, in order: every commit-log record (size, magic, body CRC, stored
-physical offset = its position, BLANK records closing segments); every
+PHYSICALOFFSET = its position, BLANK records closing segments); every
 consume queue against the records of its queue in the log (its files: gaps,
 sizes, names; each unit: the record of its queue offset, size, tags code);
 every index file's header and hash chains, and its entries against the log's
@@ -151,16 +151,16 @@ def _index_entry_problems(index_file: IndexFile, walk: _LogWalk, live_end: int |
     offset). Entries of records aged out, set aside or inside damaged log ranges are not judged.
     Cost: numpy sorts and binary searches, O(entries log keys).
     """
-    key_hashes, phy_offsets = index_file.entries()
+    key_hashes, commit_log_offsets = index_file.entries()
     expected = walk.expected_entries
     entries = np.empty(len(key_hashes), _PAIR)
-    entries["offset"], entries["key_hash"] = phy_offsets, key_hashes
+    entries["offset"], entries["key_hash"] = commit_log_offsets, key_hashes
     found = _contains(expected, entries)
     problems = []
     if not found.all():
         numbers = np.flatnonzero(~found) + 1
-        keyed = np.isin(phy_offsets[numbers - 1], expected["offset"])
-        stray = [int(n) for n in numbers[~keyed] if not walk.unjudged(int(phy_offsets[n - 1]), live_end)]
+        keyed = np.isin(commit_log_offsets[numbers - 1], expected["offset"])
+        stray = [int(n) for n in numbers[~keyed] if not walk.unjudged(int(commit_log_offsets[n - 1]), live_end)]
         wrong_hash = numbers[keyed]
         if stray:
             problems.append(f"entries pointing where no record with keys starts: {len(stray)} (first: entry {stray[0]})")
@@ -168,10 +168,10 @@ def _index_entry_problems(index_file: IndexFile, walk: _LogWalk, live_end: int |
             problems.append(f"entries whose keyHash is none of its record's keys: {wrong_hash.size} "
                             f"(first: entry {int(wrong_hash[0])})")
     # A file that fills mid-record holds part of that record's keys: its first and last records are not judged.
-    low, high = np.searchsorted(expected["offset"], [index_file.begin_phy_offset, index_file.end_phy_offset],
-                                side="right")
+    begin, end = index_file.begin_commit_log_offset, index_file.end_commit_log_offset
+    low, high = np.searchsorted(expected["offset"], [begin, end], side="right")
     inside = expected[low:high]
-    inside = inside[inside["offset"] < index_file.end_phy_offset]
+    inside = inside[inside["offset"] < end]
     entries.sort()
     missing = inside[~_contains(entries, inside)]
     if missing.size:

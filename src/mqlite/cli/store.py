@@ -77,7 +77,7 @@ def store_info(ctx: Context, args: argparse.Namespace) -> Report:
             "consumequeue_file_size": reader.config.consumequeue_file_size,
             "commitlog_segments": len(reader.commitlog.mapped_files.files),
             "commitlog_min_offset": reader.commitlog.min_offset,
-            "commitlog_max_offset": max((cq.max_physic_offset for cq in reader.consume_queues.values()), default=0),
+            "commitlog_max_offset": max((cq.max_commit_log_offset for cq in reader.consume_queues.values()), default=0),
             "index_files": len(reader.index.files),
             "clean_shutdown": not os.path.exists(os.path.join(path, "abort")),
             "checkpoint_physic_msg_timestamp": checkpoint.physic_msg_timestamp,

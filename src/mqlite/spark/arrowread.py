@@ -117,8 +117,9 @@ class _Files:
 class _Rows:
     """Rows of one batch: fixed fields as numpy arrays, variable ones built on demand."""
 
-    def __init__(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray, header: np.ndarray | None) -> None:
-        self.qoff, self.phys, self.size = qoff, phys, size
+    def __init__(self, qoff: np.ndarray, commit_log_offset: np.ndarray, size: np.ndarray,
+                 header: np.ndarray | None) -> None:
+        self.qoff, self.commit_log_offset, self.size = qoff, commit_log_offset, size
         self.header = header  # HEADER_DTYPE records (fast path)
         self.n = len(qoff)
         self.flag: np.ndarray = np.empty(0)
@@ -131,7 +132,7 @@ class _Rows:
         self._parsed: _Properties | None = None
 
     def select(self, mask: np.ndarray) -> _Rows:
-        rows = _Rows(self.qoff[mask], self.phys[mask], self.size[mask],
+        rows = _Rows(self.qoff[mask], self.commit_log_offset[mask], self.size[mask],
                      self.header[mask] if self.header is not None else None)
         rows.flag, rows.born, rows.stored, rows.reconsume = (
             self.flag[mask], self.born[mask], self.stored[mask], self.reconsume[mask])
@@ -149,18 +150,19 @@ class _Rows:
         return self._parsed
 
 
-class _Template:
+class PropertyLayout:
     """One layout shared by every properties string of a batch (one producer's messages, say).
 
     Applies when every row has the same length and its separators at the same
     places as the first row, whose entries are all well-formed: then entries
     are found by arithmetic, and a value or name "column" is a strided view of
-    the rows (`column`), copied with one memcpy per row.
+    the rows (`column`), copied with one memcpy per row. `buffer` is any object
+    with the buffer protocol (a mapped file, an Arrow buffer).
     """
 
     __slots__ = ("buffer", "base", "n", "width", "starts", "splits", "ends", "names", "same_names", "_values")
 
-    def __init__(self, buffer: pa.Buffer, base: int, n: int, width: int, starts: list[int], splits: list[int],
+    def __init__(self, buffer: Any, base: int, n: int, width: int, starts: list[int], splits: list[int],
                  ends: list[int], names: list[bytes]) -> None:
         self.buffer, self.base, self.n, self.width = buffer, base, n, width
         self.starts, self.splits, self.ends, self.names = starts, splits, ends, names
@@ -168,7 +170,8 @@ class _Template:
         self._values: np.ndarray | None = None
 
     @classmethod
-    def of(cls, buffer: pa.Buffer, data: np.ndarray, offsets: np.ndarray) -> _Template | None:
+    def of(cls, buffer: Any, data: np.ndarray, offsets: np.ndarray) -> PropertyLayout | None:
+        """The layout of the rows [offsets[i], offsets[i + 1]) of `buffer` (`data`: their bytes), or None."""
         n = len(offsets) - 1
         width = int(offsets[1] - offsets[0]) if n else 0
         if width < 8 or len(data) != width * n or not (np.diff(offsets) == width).all():
@@ -209,7 +212,7 @@ class _Template:
         """Whether every row holds `key` at `start` (compared 8 bytes at a time, as integers)."""
         n, width = self.n, self.width
         last = self.base + (n - 1) * width + start
-        if self.buffer[last : last + len(key)].to_pybytes() != key:
+        if bytes(memoryview(self.buffer)[last : last + len(key)]) != key:
             return False
         for c in range(0, len(key), 8):  # the rows before the last: 8 bytes from there stay in the buffer
             chunk = key[c : c + 8]
@@ -240,25 +243,7 @@ def _has_byte_below_3(data: np.ndarray) -> bool:
     return bool(((words - low) & ~words & high).any()) or bool((data[whole:] < 3).any())
 
 
-def _tiled(data: bytes | np.ndarray, lengths: list[int], n: int) -> pa.Array:
-    """A string array of `n` repetitions of items of these `lengths`, whose bytes are `data`.
-
-    `data` is the items of one repetition (repeated here) or of all of them.
-    """
-    if isinstance(data, bytes):
-        data = data * n
-    k, step = len(lengths), sum(lengths)
-    rows = np.arange(0, n * step, step, dtype=np.int32)
-    offsets = np.empty(n * k + 1, dtype=np.int32)
-    inner = 0
-    for j, length in enumerate(lengths):  # one strided pass per item of a repetition
-        offsets[j : n * k : k] = rows + inner
-        inner += length
-    offsets[-1] = n * step
-    return pa.Array.from_buffers(pa.string(), n * k, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-class _Properties:
+class PropertyEntries:
     """Properties strings (`name 0x01 value 0x02`...) split with numpy over their bytes.
 
     An entry runs from a row start or a 0x02 to the next 0x02 or the row end;
@@ -268,25 +253,26 @@ class _Properties:
     every gather is of ascending, disjoint ranges. Java writes a 0x02 after
     every entry and names hold no 0x01: that common case takes no sort and no
     search. Shortcuts, each checked before it is taken: one layout for the
-    whole batch (`_Template`), and the same names in the same order in every
+    whole batch (`PropertyLayout`), and the same names in the same order in every
     row (`slot_names`: names are then repeated, not copied, and a property's
-    values are every k-th entry).
+    values are every k-th entry). The Spark reader builds Arrow columns on it
+    (`mqlite.spark.arrowread`); measured in bench/bench_spark.py.
+
+    `buffer` holds the rows (any object with the buffer protocol); row i is
+    bytes [offsets[i], offsets[i + 1]), `offsets` int64 and ascending.
     """
 
-    def __init__(self, props: pa.Array) -> None:
-        self.n = n = len(props)
-        _, offsets_buffer, buffer = props.buffers()
-        offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=props.offset * 4).astype(np.int64)
+    def __init__(self, buffer: Any, offsets: np.ndarray) -> None:
+        self.n = n = len(offsets) - 1
         self.row_offsets = offsets
         self.buffer = buffer
+        self.size = memoryview(buffer).nbytes
         base, stop = int(offsets[0]), int(offsets[-1])
         data = np.frombuffer(buffer, dtype=np.uint8)[base:stop] if stop > base else np.empty(0, np.uint8)
         self._prefix: np.ndarray | None = None
-        self._names: pa.Array | None = None
-        self._values: pa.Array | None = None
         self._positions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._slots: list[bytes] | None | bool = False  # False: not looked at yet
-        self.template = _Template.of(buffer, data, offsets)
+        self.template = PropertyLayout.of(buffer, data, offsets)
         if self.template is not None:
             t = self.template
             self.per_row = len(t.names)
@@ -355,8 +341,9 @@ class _Properties:
             return None
         if self.template is not None:
             return self.template.names if self.template.same_names else None
-        starts, splits, size = self.starts, self.splits, self.buffer.size
-        first = [self.buffer[a:b].to_pybytes() for a, b in zip(starts[:k].tolist(), splits[:k].tolist())]
+        starts, splits, size = self.starts, self.splits, self.size
+        view = memoryview(self.buffer)
+        first = [bytes(view[a:b]) for a, b in zip(starts[:k].tolist(), splits[:k].tolist())]
         for j, name in enumerate(first):
             at = starts[j::k]
             if not (splits[j::k] - at == len(name)).all():
@@ -381,6 +368,61 @@ class _Properties:
             rows = np.searchsorted(self.row_offsets, self.starts, side="right") - 1
             self._counts = np.bincount(rows, minlength=self.n)
         return self._counts
+
+    def matching(self, key: bytes) -> np.ndarray:
+        """Entries whose name is `key`: their first 8 bytes as an integer, compared once for all."""
+        size = self.size
+        if size < 8:
+            view = memoryview(self.buffer)
+            return np.flatnonzero([bytes(view[s:p]) == key
+                                   for s, p in zip(self.starts.tolist(), self.splits.tolist())])
+        if self._prefix is None:
+            # One little-endian 8-byte word per byte position; entries in the last 7 bytes are shifted down.
+            words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
+            at = np.minimum(self.starts, size - 8)
+            self._prefix = words[at] >> ((self.starts - at) * 8).astype(np.uint64)
+        head = key[:8]
+        mask = np.uint64((1 << 8 * len(head)) - 1)
+        hits = np.flatnonzero((self._prefix & mask == np.uint64(int.from_bytes(head, "little")))
+                              & (self.splits - self.starts == len(key)))
+        if len(key) > 8 and len(hits):
+            names = np.ndarray((size - len(key) + 1,), dtype=f"S{len(key)}", buffer=self.buffer, strides=(1,))
+            hits = hits[names[self.starts[hits]] == key]
+        return hits
+
+
+def _tiled(data: bytes | np.ndarray, lengths: list[int], n: int) -> pa.Array:
+    """A string array of `n` repetitions of items of these `lengths`, whose bytes are `data`.
+
+    `data` is the items of one repetition (repeated here) or of all of them.
+    """
+    if isinstance(data, bytes):
+        data = data * n
+    k, step = len(lengths), sum(lengths)
+    rows = np.arange(0, n * step, step, dtype=np.int32)
+    offsets = np.empty(n * k + 1, dtype=np.int32)
+    inner = 0
+    for j, length in enumerate(lengths):  # one strided pass per item of a repetition
+        offsets[j : n * k : k] = rows + inner
+        inner += length
+    offsets[-1] = n * step
+    return pa.Array.from_buffers(pa.string(), n * k, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+class _Properties(PropertyEntries):
+    """A batch's properties strings as Arrow columns: names, values, per-row offsets, one property.
+
+    The entries are found by the codec's vectorised parser (`PropertyEntries`); this adds
+    only the Arrow arrays built from their positions.
+    """
+
+    def __init__(self, props: pa.Array) -> None:
+        n = len(props)
+        _, offsets_buffer, buffer = props.buffers()
+        offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=props.offset * 4).astype(np.int64)
+        super().__init__(buffer, offsets)
+        self._names: pa.Array | None = None
+        self._values: pa.Array | None = None
 
     @property
     def names(self) -> pa.Array:
@@ -408,26 +450,6 @@ class _Properties:
         np.cumsum(self.counts(), out=offsets[1:])
         return pa.array(offsets)
 
-    def _matching(self, key: bytes) -> np.ndarray:
-        """Entries whose name is `key`: their first 8 bytes as an integer, compared once for all."""
-        size = self.buffer.size
-        if size < 8:
-            return np.flatnonzero([self.buffer[s:p].to_pybytes() == key
-                                   for s, p in zip(self.starts.tolist(), self.splits.tolist())])
-        if self._prefix is None:
-            # One little-endian 8-byte word per byte position; entries in the last 7 bytes are shifted down.
-            words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
-            at = np.minimum(self.starts, size - 8)
-            self._prefix = words[at] >> ((self.starts - at) * 8).astype(np.uint64)
-        head = key[:8]
-        mask = np.uint64((1 << 8 * len(head)) - 1)
-        hits = np.flatnonzero((self._prefix & mask == np.uint64(int.from_bytes(head, "little")))
-                              & (self.splits - self.starts == len(key)))
-        if len(key) > 8 and len(hits):
-            names = np.ndarray((size - len(key) + 1,), dtype=f"S{len(key)}", buffer=self.buffer, strides=(1,))
-            hits = hits[names[self.starts[hits]] == key]
-        return hits
-
     def get(self, name: str) -> pa.Array:
         """The value of property `name` per row (null where absent; the last one where repeated)."""
         t = self.template
@@ -443,7 +465,7 @@ class _Properties:
                 p, e = t.splits[j], t.ends[j]
                 return _tiled(np.array(t.column(p + 1, e - p - 1)), [e - p - 1], n)
             return _gather(self.buffer, self.splits[j::k] + 1, self.ends[j::k], pa.string())
-        hits = self._matching(key)
+        hits = self.matching(key)
         if not len(hits):
             return pa.nulls(n, type=pa.string())
         rows = np.searchsorted(self.row_offsets, self.starts[hits], side="right") - 1
@@ -545,15 +567,15 @@ class RangeReader:
         self.lost += count
 
     def _units(self, first: int, units: np.ndarray) -> Iterator[pa.RecordBatch]:
-        phys = units["offset"].astype(np.int64)
+        commit_log_offset = units["offset"].astype(np.int64)
         size = units["size"].astype(np.int64)
-        qoff = np.arange(first, first + len(phys), dtype=np.int64)
-        blank = (phys == 0) & (size == _BLANK_SIZE)  # fillPreBlank units before a queue's first message
-        bad = ((phys < 0) | (size <= 0)) & ~blank
+        qoff = np.arange(first, first + len(commit_log_offset), dtype=np.int64)
+        blank = (commit_log_offset == 0) & (size == _BLANK_SIZE)  # fillPreBlank units before a queue's first message
+        bad = ((commit_log_offset < 0) | (size <= 0)) & ~blank
         if bad.any():
             self._lose(int(bad.sum()), f"{self.topic}/{self.queue_id} units from offset {first}")
         if len(self.set_aside):
-            aside = np.isin(phys, self.set_aside)
+            aside = np.isin(commit_log_offset, self.set_aside)
             if aside.any():
                 self._lose(int(aside.sum()), f"{self.topic}/{self.queue_id} units from offset {first} "
                                              f"(records set aside by recovery for a wrong body CRC)")
@@ -562,20 +584,21 @@ class RangeReader:
         if self.tag_codes is not None:
             keep &= np.isin(units["tags_code"].astype(np.int64) & 0xFFFFFFFF, self.tag_codes)
         if not keep.all():
-            phys, size, qoff = phys[keep], size[keep], qoff[keep]
-        if not len(phys):
+            commit_log_offset, size, qoff = commit_log_offset[keep], size[keep], qoff[keep]
+        if not len(commit_log_offset):
             return
-        segment = phys // self.cl_size
+        segment = commit_log_offset // self.cl_size
         cuts = np.flatnonzero(segment[1:] != segment[:-1]) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(phys)]):
-            rows = self._records(int(segment[lo]) * self.cl_size, qoff[lo:hi], phys[lo:hi], size[lo:hi])
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(commit_log_offset)]):
+            rows = self._records(int(segment[lo]) * self.cl_size, qoff[lo:hi], commit_log_offset[lo:hi], size[lo:hi])
             if rows is not None and rows.n:
                 rows = self._filter(rows)
                 if rows.n:
                     yield self._batch(rows)
 
     # -- records ---------------------------------------------------------------------------------------
-    def _records(self, seg_start: int, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray) -> _Rows | None:
+    def _records(self, seg_start: int, qoff: np.ndarray, commit_log_offset: np.ndarray,
+                 size: np.ndarray) -> _Rows | None:
         """Check and decode the fixed fields of the records the units point at in one segment."""
         entry = self.segments.get(seg_start)
         where = f"{self.topic}/{self.queue_id} offsets {int(qoff[0])}..{int(qoff[-1]) + 1}"
@@ -583,11 +606,11 @@ class RangeReader:
             self._lose(len(qoff), f"{where} (commit-log segment {StoreLayout.file_name(seg_start)} is gone)")
             return None
         mm, u8, buffer = entry
-        local = phys - seg_start
+        local = commit_log_offset - seg_start
         ok = (size >= _MIN_RECORD) & (local + size <= len(u8))
         if not ok.all():
             self._lose(int((~ok).sum()), f"{where} (units point outside the commit log)")
-            qoff, phys, size, local = qoff[ok], phys[ok], size[ok], local[ok]
+            qoff, commit_log_offset, size, local = qoff[ok], commit_log_offset[ok], size[ok], local[ok]
             if not len(qoff):
                 return None
         # One 88-byte item per byte position of the segment: fancy indexing copies each header whole.
@@ -597,12 +620,12 @@ class RangeReader:
         good = (header["total"].astype(np.int64) == size) & ((magic == MAGIC_V1) | (magic == MAGIC_V2))
         if not good.all():
             self._lose(int((~good).sum()), f"{where} (records overwritten or removed)")
-            qoff, phys, size, local, header, magic = (
-                qoff[good], phys[good], size[good], local[good], header[good], magic[good])
+            qoff, commit_log_offset, size, local, header, magic = (
+                qoff[good], commit_log_offset[good], size[good], local[good], header[good], magic[good])
             if not len(qoff):
                 return None
         if (header["sys_flag"] & _SLOW_FLAGS).any():
-            return self._records_slowly(mm, local, qoff, phys, size)
+            return self._records_slowly(mm, local, qoff, commit_log_offset, size)
         # The record says it is this queue's message at this offset, and its lengths add up to its size.
         body_length = header["body_length"].astype(np.int64)
         body_start = local + _HDR
@@ -615,8 +638,8 @@ class RangeReader:
         props_end = props_start + _be16(u8, props_len_pos if sane.all() else np.where(sane, props_len_pos, 0))
         if not (sane & (props_end == record_end)).all() or not (body_start[1:] >= record_end[:-1]).all():
             # Another queue's record (a light message queue's), or something odd: decode one by one.
-            return self._records_slowly(mm, local, qoff, phys, size)
-        rows = _Rows(qoff, phys, size, header)
+            return self._records_slowly(mm, local, qoff, commit_log_offset, size)
+        rows = _Rows(qoff, commit_log_offset, size, header)
         rows.flag = header["flag"].astype(np.int32)
         rows.born = header["born_timestamp"].astype(np.int64)
         rows.stored = header["store_timestamp"].astype(np.int64)
@@ -628,7 +651,7 @@ class RangeReader:
             rows.props = _gather(buffer, props_start, props_end, pa.string())
         return rows
 
-    def _records_slowly(self, mm: mmap.mmap, local: np.ndarray, qoff: np.ndarray, phys: np.ndarray,
+    def _records_slowly(self, mm: mmap.mmap, local: np.ndarray, qoff: np.ndarray, commit_log_offset: np.ndarray,
                         size: np.ndarray) -> _Rows | None:
         """The per-record decoder: IPv6 hosts, compressed bodies, anything odd."""
         keep = np.ones(len(qoff), dtype=bool)
@@ -653,7 +676,7 @@ class RangeReader:
             ids.append(msg.offset_msg_id)
         if not keep.all():
             self._lose(int((~keep).sum()), f"{self.topic}/{self.queue_id} (records that do not decode)")
-        rows = _Rows(qoff[keep], phys[keep], size[keep], None)
+        rows = _Rows(qoff[keep], commit_log_offset[keep], size[keep], None)
         rows.flag = np.array(flag, dtype=np.int32)
         rows.born = np.array(born, dtype=np.int64)
         rows.stored = np.array(stored, dtype=np.int64)
@@ -712,7 +735,7 @@ class RangeReader:
         if name == "reconsumeTimes":
             return pa.array(rows.reconsume)
         if name == "commitLogOffset":
-            return pa.array(rows.phys)
+            return pa.array(rows.commit_log_offset)
         if name == "storeSize":
             return pa.array(rows.size.astype(np.int32))
         parsed = rows.parsed
@@ -738,7 +761,8 @@ class RangeReader:
             return rows.offset_ids
         assert rows.header is not None
         raw = np.empty(rows.n, dtype=[("ip", "S4"), ("port", ">i4"), ("offset", ">i8")])
-        raw["ip"], raw["port"], raw["offset"] = rows.header["store_host"], rows.header["store_port"], rows.phys
+        header = rows.header
+        raw["ip"], raw["port"], raw["offset"] = header["store_host"], header["store_port"], rows.commit_log_offset
         digits = raw.view(np.uint8).reshape(rows.n, 16)
         text = np.empty((rows.n, 32), dtype=np.uint8)
         text[:, 0::2], text[:, 1::2] = _HEX[digits >> 4], _HEX[digits & 15]
