@@ -36,10 +36,11 @@ another process, so the steps share nothing but files:
 1. On the driver (`MqliteBatchWriter(...)`): schema and options are checked; a bad one raises
    `MQClientError` naming the column or option before any task runs.
 2. In each task (`write()`): every row is checked with mqlite's own rules (the producer's
-   `mqlite.validators.validate_message`: topic, body size, property names, separators and sizes; the first bad row
-   fails the task with its column, row and partition) and the rows are *staged*: each row's
-   whole commit-log record (with its new `UNIQ_KEY`, its body CRC and its index key hashes:
-   `mqlite.inbox.write_chunk`) goes to one file per task in `<store>/spark-staging/<job>/`.
+   `mqlite.validators.validate_message`: topic, body size, property names, separators and
+   sizes; the first bad row fails the task with its column, row and partition) and the rows
+   are *staged*: each row's whole commit-log record (with its new `UNIQ_KEY`, its body CRC
+   and its index key hashes: `mqlite.inbox.write_chunk`) goes to one file per task in
+   `<store>/spark-staging/<job>/`.
    The store is not touched. The per-message work is here, where Spark runs it in parallel.
 3. In `commit()`: the staged files are appended by `Broker.append_staged` (the broker's
    ingest entry point) under the store's writer lock (`mqlite.broker.open`): rows routed to
@@ -148,6 +149,7 @@ _STREAM_OPTIONS = ("checkpointLocation",)
 _WHEN_LOCKED = ("fail", "wait", "inbox")
 _DEFAULT_LOCK_TIMEOUT = 30.0
 _VALIDATION_TOPIC = "mqlite_spark"  # heads are checked apart from topics, under a valid name
+_CHECKED = frozenset({_VALIDATION_TOPIC})  # `validate_message` need not check that name again each row
 
 
 # -- the driver's checks -------------------------------------------------------------------------------
@@ -463,7 +465,7 @@ class _Stager:
                     head = {**before, PROPERTY_KEYS: k, **after}  # Message's order: TAGS, KEYS, the rest
                     probe.properties = head
                     try:
-                        validate_message(probe, self.settings.max_message_size)
+                        validate_message(probe, self.settings.max_message_size, _CHECKED)
                     except MQClientError as err:
                         raise MQClientError(f"{self._where(cols.keys_name, row)}: {err}") from None
                 heads.append(head)
@@ -549,7 +551,7 @@ class _Stager:
                     raise MQClientError(f"{err} (rows read from mqlite carry the system properties too: keep "
                                         f"the user ones with {keep}; tags and keys have their columns)") from None
             column = "tags" if not props else f"tags or {self.columns.properties_name}"
-            validate_message(msg, self.settings.max_message_size)
+            validate_message(msg, self.settings.max_message_size, _CHECKED)
         except MQClientError as err:
             raise MQClientError(f"{self._where(column, row)}: {err}") from None
         head = msg.properties
