@@ -463,7 +463,7 @@ def test_the_adapter_rule_catches_private_reach(tmp_path: Path, where: str, sour
     "from .._service import Service\nfrom ..store import MessageStore",
     "def f(self):\n    return self._x, super()._y, self.__class__",
     "class C:\n    @classmethod\n    def m(cls):\n        return cls._made",
-    "from ._helpers import _private_of_my_own_package_module",  # its own module's names: see below
+    "from ._helpers import _private_of_my_own_package_module",  # a module (private by name), not a private name
 ])
 def test_the_adapter_rule_allows_public_names_and_own_members(tmp_path: Path, source: str) -> None:
     root = _package(tmp_path, {"cli/__init__.py": "", "cli/commands.py": source, "_service.py": "", "store.py": "",
