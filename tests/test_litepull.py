@@ -24,7 +24,7 @@ from mqlite.consumer.litepull import LitePullConsumer
 from mqlite.consumer.offsetstore import local_offsets_path
 from mqlite.consumer.types import ConsumeFromWhere, MessageModel
 from mqlite.filter import MessageSelector
-from remote_support import kind_of, over_the_wire, reached
+from support import kind_of, over_the_wire, reached
 
 SMALL: dict[str, Any] = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 1000,
                              max_hash_slot_num=1000, max_index_num=4000)

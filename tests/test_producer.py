@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import mqlite
-from remote_support import kind_of, local, over_the_wire, reached
+from support import kind_of, local, over_the_wire, reached
 from mqlite.message import SysFlag, UniqIdGenerator, create_offset_msg_id, decode_offset_msg_id
 from mqlite.producer import SelectMessageQueueByHash, SendMessageContext
 

@@ -24,7 +24,7 @@ from mqlite.errors import IllegalStateError, MQClientError
 from mqlite.filter import MessageSelector
 from mqlite.message import MessageQueue
 from mqlite.sendback import dlq_topic
-from remote_support import kind_of, over_the_wire, reached
+from support import kind_of, over_the_wire, reached
 
 SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
                          "max_hash_slot_num": 64, "max_index_num": 256}

@@ -31,7 +31,7 @@ from mqlite.message import EncodedProperties, encode_properties
 from mqlite.producer import LocalTransactionState
 from mqlite.remoting.faults import ERROR_FIELD
 from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch, encode_batch
-from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
+from support import no_leftover_threads  # noqa: F401 - an autouse fixture
 from support import deadline
 
 SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,

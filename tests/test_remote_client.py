@@ -27,7 +27,7 @@ from mqlite.remoting.protocol import (
     encode_frame,
     sign,
 )
-from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
+from support import no_leftover_threads  # noqa: F401 - an autouse fixture
 from support import deadline
 
 
