@@ -1,6 +1,6 @@
 """Helpers shared by the test modules (imported by name: pytest puts tests/ on sys.path).
 
-- `SMALL_STORE`: the settings of the small store most tests open.
+- `SMALL_STORE`: the settings of the small store most tests open; `TINY_STORE` rolls its files sooner.
 - `broker_fixture(**settings)`: a module's `broker` fixture (a small store in `tmp_path`, closed after
   the test; a test marked `@over_the_wire` also runs on a connection to it).
 - `no_leftover_threads`: an autouse fixture a module imports to fail a test that leaves an `mqlite-*`
@@ -37,6 +37,10 @@ from mqlite.testing import no_leaked_threads
 #: small index, so opening and closing take milliseconds and files roll within a test that wants it.
 SMALL_STORE: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
                                "max_hash_slot_num": 1000, "max_index_num": 4000}
+#: A tinier store, for tests of the files themselves: 64 KiB segments, 64-unit consume-queue files and
+#: a 256-entry index, so a few dozen messages roll each of them.
+TINY_STORE: dict[str, Any] = {"commitlog_file_size": 1 << 16, "consumequeue_file_size": 20 * 64,
+                              "max_hash_slot_num": 64, "max_index_num": 256}
 
 
 @contextmanager
