@@ -626,22 +626,29 @@ def test_auto_commit_across_a_restart_is_at_least_once_without_loss(broker: mqli
     assert sorted(first + rest) == sorted(f"q{q}-{i}".encode() for q in range(4) for i in range(25))
 
 
+def _poll_in_thread(consumer: LitePullConsumer) -> tuple[threading.Thread, list[list[mqlite.MessageExt]]]:
+    """A `poll(30.0)` on a thread of its own, once it runs; the result list gets what the poll returns.
+    A test that joins the thread within 5 s shows that something woke the poll."""
+    result: list[list[mqlite.MessageExt]] = []
+    polling = threading.Event()
+
+    def poller() -> None:
+        polling.set()
+        result.append(consumer.poll(30.0))
+
+    thread = threading.Thread(target=poller, name="test-poller")
+    thread.start()
+    assert polling.wait(5.0)
+    return thread, result
+
+
 @over_the_wire
 def test_a_waiting_poll_gets_a_message_sent_after_it_started(broker: mqlite.Broker) -> None:
     mq = _mq(broker)
     with _consumer(broker) as consumer:  # long_polling_wait 20 s: only the arrival wake-up can be in time
         consumer.assign([mq])
         assert consumer.poll(0.2) == []
-        polling = threading.Event()
-        result: list[list[mqlite.MessageExt]] = []
-
-        def poller() -> None:
-            polling.set()
-            result.append(consumer.poll(30.0))
-
-        thread = threading.Thread(target=poller, name="test-poller")
-        thread.start()
-        assert polling.wait(5.0)
+        thread, result = _poll_in_thread(consumer)
         with mqlite.Producer(broker, group="pg") as producer:
             producer.send(mqlite.Message(TOPIC, b"wake up"), queue=mq)
         thread.join(5.0)
@@ -666,16 +673,7 @@ def test_shutdown_wakes_a_blocked_poll(broker: mqlite.Broker) -> None:
     consumer = _consumer(broker)
     consumer.assign([_mq(broker)])
     consumer.start()
-    result: list[list[mqlite.MessageExt]] = []
-    polling = threading.Event()
-
-    def poller() -> None:
-        polling.set()
-        result.append(consumer.poll(30.0))
-
-    thread = threading.Thread(target=poller, name="test-poller")
-    thread.start()
-    assert polling.wait(5.0)
+    thread, result = _poll_in_thread(consumer)
     consumer.shutdown()
     thread.join(5.0)
     assert not thread.is_alive() and result == [[]]  # woken by the shutdown: the poll would have waited 30 s
