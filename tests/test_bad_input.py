@@ -34,9 +34,8 @@ from mqlite import (
 )
 from mqlite.consumer.offsetstore import check_client_id, local_offsets_path
 from mqlite.topics import TopicTable, check_group, check_topic
+from support import TINY_STORE as SMALL
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 16, "consumequeue_file_size": 20 * 64,
-                         "max_hash_slot_num": 64, "max_index_num": 256}
 TOPIC = "T"
 BAD_GROUPS = ["", "   ", "a/b", "../x", "..", "g\n", "a b", "é", "a" * 256, 5, None, b"g"]
 INT32_MAX = (1 << 31) - 1

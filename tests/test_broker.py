@@ -11,17 +11,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import mqlite
 from mqlite import ConfigError, MessageNotFoundError, MessageQueue, MessageStore
-
-SMALL: dict[str, Any] = {"commitlog_file_size": 64 * 1024, "consumequeue_file_size": 20 * 64,
-         "max_hash_slot_num": 64, "max_index_num": 256}
+from support import TINY_STORE as SMALL, broker_fixture
 
 
 def writer(broker: mqlite.Broker) -> MessageStore:
@@ -35,10 +31,7 @@ def path(tmp_path: Path) -> str:
     return str(tmp_path / "mq")
 
 
-@pytest.fixture()
-def broker(path: str) -> Iterator[mqlite.Broker]:
-    with mqlite.open(path, **SMALL) as b:
-        yield b
+broker = broker_fixture(**SMALL)  # at `path`
 
 
 def _fill(broker: mqlite.Broker) -> dict[str, list]:

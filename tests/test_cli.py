@@ -29,9 +29,8 @@ from mqlite.cli import main
 from mqlite.cli.args import parse_time
 from mqlite.cli.commands import COMMANDS
 from mqlite.clock import ManualClock
+from support import SMALL_STORE as SMALL
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 1000, "max_index_num": 4000}
 HOUR_MS = 3_600_000
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 

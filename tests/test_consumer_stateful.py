@@ -52,14 +52,14 @@ from mqlite.delay import delay_offset_path
 from mqlite.message import MessageQueue
 from mqlite.offsets import consumer_offset_path
 from mqlite.sendback import retry_topic
+from mqlite.testing import no_leaked_threads
+from support import SMALL_STORE, wait_until
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 64, "max_index_num": 256}
 #: Every retry level 1 ms, so retries happen within a step.
 FAST_LEVELS = " ".join(["1ms"] * 18)
 #: Offsets reach the disk every 20 ms, so a crash loses some commits, not always all of them.
 OPEN_SETTINGS: dict[str, Any] = {"message_delay_level": FAST_LEVELS, "flush_consumer_offset_interval": 0.02,
-                                 "flush_delay_offset_interval": 0.02, **SMALL}
+                                 "flush_delay_offset_interval": 0.02, **SMALL_STORE}
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 GROUP = "cg"
 RETRY = retry_topic(GROUP)
@@ -83,10 +83,6 @@ def _guarded(fn: F) -> F:
             raise
 
     return step  # type: ignore[return-value]
-
-
-def _mqlite_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-") and t.is_alive())
 
 
 @dataclass(frozen=True)
@@ -225,12 +221,14 @@ class _StoreMachine(RuleBasedStateMachine):
 
     def _wait(self, done: Callable[[], bool], what: Callable[[], str]) -> None:
         """Until `done()` (called with `cond` held), or fail after IDLE_TIMEOUT saying `what()`."""
-        deadline = time.monotonic() + IDLE_TIMEOUT
-        with self.cond:
-            while not done():
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, f"not idle after {IDLE_TIMEOUT} s: {what()}"
-                self.cond.wait(min(remaining, 0.005))  # also polls offsets, which no listener signals
+
+        def locked_done() -> bool:
+            with self.cond:
+                return done()
+
+        # Looks, as no listener signals the committed offsets (`PushConsumer.join` would pick the
+        # queues each member owns now, which the crashes and restarts of the machine move).
+        wait_until(locked_done, lambda: f"idle: {what()}", IDLE_TIMEOUT)
 
     def _idle(self) -> bool:
         return all(row.diff == 0 for row in self._b().consumer_progress(GROUP))
@@ -540,10 +538,10 @@ class OrderlyConsumers(_StoreMachine):
 
 
 def test_concurrent_consumers_deliver_every_message_at_least_once() -> None:
-    run_state_machine_as_test(ConcurrentConsumers, settings=MACHINE_SETTINGS)
-    assert not _mqlite_threads()
+    with no_leaked_threads():
+        run_state_machine_as_test(ConcurrentConsumers, settings=MACHINE_SETTINGS)
 
 
 def test_orderly_consumers_keep_queue_order_across_restarts() -> None:
-    run_state_machine_as_test(OrderlyConsumers, settings=MACHINE_SETTINGS)
-    assert not _mqlite_threads()
+    with no_leaked_threads():
+        run_state_machine_as_test(OrderlyConsumers, settings=MACHINE_SETTINGS)

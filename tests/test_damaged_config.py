@@ -17,7 +17,6 @@ import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,9 +25,8 @@ from mqlite import LitePullConsumer, Message, MessageModel, MessageQueue, StoreC
 from mqlite.cli import main
 from mqlite.offsets import ConsumerOffsets, side_offset_path
 from mqlite.spark.groupoffsets import commit_group_offsets
+from support import TINY_STORE as SMALL
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 16, "consumequeue_file_size": 20 * 64,
-                         "max_hash_slot_num": 64, "max_index_num": 256}
 BROADCAST = os.path.join("broadcast_offsets", "c1", "bc", "offsets.json")
 CONFIG_FILES = [os.path.join("config", n) for n in ("store.json", "topics.json", "consumerOffset.json",
                                                     "delayOffset.json")] + [BROADCAST]

@@ -10,7 +10,6 @@ import os
 import random
 import shutil
 import threading
-import time
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -42,15 +41,11 @@ from mqlite.mappedfile import offset_to_file_name
 from mqlite.message import SysFlag, UniqIdGenerator, tags_code
 from mqlite.store import MessageStore
 from mqlite.storebase import GetMessageStatus
+from mqlite.testing import no_leaked_threads
+from support import SMALL_STORE, wait_until
 
-SETTINGS: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                            "max_hash_slot_num": 64, "max_index_num": 256}
 START_MS = 1_700_000_000_000
 IDS = UniqIdGenerator()
-
-
-def _mqlite_threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("mqlite-")}
 
 
 class Env:
@@ -59,7 +54,7 @@ class Env:
     def __init__(self, root: Path, levels: str = "5s 8s", **settings: Any) -> None:
         self.root = str(root)
         self.clock = ManualClock(START_MS)
-        self.config = StoreConfig(message_delay_level=levels, **{**SETTINGS, **settings})
+        self.config = StoreConfig(message_delay_level=levels, **{**SMALL_STORE, **settings})
         self.levels = self.config.delay_levels_ms
         self.service: DelayService | None = None
         self.fail_next: list[BaseException] = []
@@ -122,20 +117,10 @@ def make_env(tmp_path: Path) -> Iterator[Any]:
         envs.append(env)
         return env
 
-    yield make
-    for env in envs:
-        env.close()
-    assert not _mqlite_threads()
-
-
-def _poll(condition: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    event = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        event.wait(0.005)
-    return True
+    with no_leaked_threads():
+        yield make
+        for env in envs:
+            env.close()
 
 
 # -- pure functions --------------------------------------------------------------------------------------
@@ -260,7 +245,7 @@ def test_schedule_message_service_delivers_capped_level(make_env: Any) -> None:
     assert unit is not None and unit[2] == stored.store_timestamp + 8000  # the tags code is the due time
     service = env.start()
     assert threading.current_thread().name != service.name == "mqlite-delay"
-    assert "mqlite-delay" in _mqlite_threads()
+    assert "mqlite-delay" in {t.name for t in threading.enumerate()}
     env.advance(7999)
     result = env.store.get_messages("TopicA", 0, 0)
     assert result.status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE)
@@ -276,7 +261,7 @@ def test_schedule_message_service_delivers_capped_level(make_env: Any) -> None:
     assert "DELAY" not in msg.properties
     assert service.offset_table() == {2: 1}
     env.stop()
-    assert "mqlite-delay" not in _mqlite_threads()
+    assert "mqlite-delay" not in {t.name for t in threading.enumerate()}
     assert env.offsets_file()["offsetTable"] == {"2": 1}
 
 
@@ -381,9 +366,10 @@ def test_arrival_wakes_the_service_for_an_earlier_timer(make_env: Any) -> None:
     env = make_env("1s")
     service = env.start(max_wait=30.0)  # only a wakeup can start a round within this test
     env.send("Real", b"late", {"TIMER_DELAY_SEC": "3600"})
-    assert _poll(lambda: service.pending_timer_count == 1)
+    # The arrival is what wakes the service (wait_round would wake it itself): look until its round shows.
+    wait_until(lambda: service.pending_timer_count == 1, "the arrival's round to take the first timer")
     env.send("Real", b"soon", {"TIMER_DELAY_MS": "10"})
-    assert _poll(lambda: service.pending_timer_count == 2)
+    wait_until(lambda: service.pending_timer_count == 2, "the arrival's round to take the second timer")
     env.advance(10)
     assert [m.body for m in env.real()] == [b"soon"]
 
@@ -462,7 +448,8 @@ def test_persisted_every_flush_interval(make_env: Any) -> None:
     env.start(flush_interval=0.05)
     env.advance(1000)
     path = delay_offset_path(env.root)
-    assert _poll(lambda: os.path.exists(path) and env.offsets_file()["offsetTable"] == {"1": 1})
+    wait_until(lambda: os.path.exists(path) and env.offsets_file()["offsetTable"] == {"1": 1},
+               "the service to persist its cursor after its flush interval")
 
 
 def test_every_due_message_delivered_at_least_once_after_a_crash(make_env: Any) -> None:
@@ -541,7 +528,7 @@ def _write_unit(env: Any, queue_offset: int, data: bytes) -> None:
 def _all_twenty_delivered_once(env: Any) -> None:
     env.start()
     env.advance(5_000)
-    assert _poll(lambda: len(env.real()) >= 20), [m.body for m in env.real()]
+    wait_until(lambda: len(env.real()) >= 20, lambda: f"20 delivered, got {[m.body for m in env.real()]}")
     env.stop()
     assert sorted(m.body for m in env.real()) == sorted(f"m{i}".encode() for i in range(20))
 

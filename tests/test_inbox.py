@@ -13,9 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +40,13 @@ from mqlite.verify import verify_store
 sys.path.insert(0, os.path.dirname(__file__))
 import refformat as rf  # noqa: E402
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 1000, "max_index_num": 20000}
-DEADLINE = 30.0  # generous: the service looks every second
+from support import SMALL_STORE, no_leftover_threads, wait_until  # noqa: F401, E402 - no_leftover_threads: autouse
 
-
-def _mqlite_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-"))
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_threads() -> Iterator[None]:
-    assert not _mqlite_threads(), "an earlier test left mqlite threads running"
-    yield
-    assert not _mqlite_threads(), f"mqlite threads alive after the test: {_mqlite_threads()}"
+#: Hand-overs come from other processes, so nothing wakes the inbox service: it looks every second,
+#: and a test looks (`wait_until`) until the import shows. Generous for a loaded machine.
+DEADLINE = 30.0
+#: Jobs of many keyed rows: an index that holds them in one file (smaller ones roll and cost seconds).
+SMALL: dict[str, Any] = {**SMALL_STORE, "max_index_num": 20000}
 
 
 def stage(root: str, name: str, topic: str, bodies: list[bytes], *, tags: str | None = None,
@@ -81,13 +72,6 @@ def hand_over(root: str, name: str, topic: str, bodies: list[bytes], *, sink: di
     """Stage a job and hand it to the inbox, as a Spark commit that found the store locked does."""
     job_dir, files = stage(root, name, topic, bodies, **kw)
     return hand_off(root, job_dir, files, len(bodies), sink)
-
-
-def wait_for(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # a poll interval, not a wait for correctness
 
 
 def queue_bodies(broker: mqlite.Broker, topic: str, queue_id: int) -> list[bytes]:
@@ -355,7 +339,7 @@ def test_live_broker_imports_a_handed_over_job(tmp_path: Path) -> None:
         broker.create_topic("T", 4)
         bodies = [f"m-{i}".encode() for i in range(10)]
         hand_over(root, "job-1", "T", bodies, tags="red", routes=[i % 2 for i in range(10)])
-        wait_for(lambda: not inbox_entries(root), "the inbox to be imported")
+        wait_until(lambda: not inbox_entries(root), "the inbox to be imported", DEADLINE)
         assert queue_bodies(broker, "T", 0) == bodies[0::2]
         assert queue_bodies(broker, "T", 1) == bodies[1::2]
         msg = broker.query_message_by_offset("T", 0, 0)
@@ -372,7 +356,7 @@ def test_jobs_waiting_before_open_are_imported_oldest_first(tmp_path: Path) -> N
     for name in ("a", "b", "c"):
         hand_over(root, f"job-{name}", "T", [f"{name}-{i}".encode() for i in range(3)], routes=[0, 0, 0])
     with mqlite.open(root, **SMALL) as broker:
-        wait_for(lambda: len(queue_bodies(broker, "T", 0)) == 9, "three jobs in queue 0")
+        wait_until(lambda: len(queue_bodies(broker, "T", 0)) == 9, "three jobs in queue 0", DEADLINE)
         assert queue_bodies(broker, "T", 0) == [f"{n}-{i}".encode() for n in "abc" for i in range(3)]
     assert inbox_entries(root) == []
 
@@ -411,7 +395,7 @@ def test_stream_batch_from_the_inbox_is_marked_stored(tmp_path: Path) -> None:
     root = str(tmp_path / "mq")
     with mqlite.open(root, **SMALL) as broker:
         hand_over(root, "stream-q1-4-run", "S", [b"s-0"], routes=[0], sink={"query_id": "q1", "batch_id": 4})
-        wait_for(lambda: committed_batch(root, "q1") == 4, "batch 4 of q1 to be recorded")
+        wait_until(lambda: committed_batch(root, "q1") == 4, "batch 4 of q1 to be recorded", DEADLINE)
         assert queue_bodies(broker, "S", 0) == [b"s-0"]
 
 
@@ -430,7 +414,7 @@ def test_bad_entries_are_set_aside_and_the_service_goes_on(tmp_path: Path,
         os.makedirs(no_manifest)
         with caplog.at_level(logging.ERROR, logger="mqlite"):
             hand_over(root, "job-4-good", "T", [b"g-0", b"g-1"], routes=[0, 0])
-            wait_for(lambda: not inbox_entries(root), "the inbox to be emptied")
+            wait_until(lambda: not inbox_entries(root), "the inbox to be emptied", DEADLINE)
             assert queue_bodies(broker, "T", 0) == [b"g-0", b"g-1"]
         assert [n.split("-", 1)[1] for n in failed_entries(root)] == ["job-1-corrupt", "job-2-queue",
                                                                       "job-3-foreign"]
@@ -441,5 +425,5 @@ def test_bad_entries_are_set_aside_and_the_service_goes_on(tmp_path: Path,
         assert all(broker.store.max_offset("T", q) == 0 for q in (1, 2, 3))
         # The service is still alive and imports the next job.
         hand_over(root, "job-5-good", "T", [b"g-2"], routes=[0])
-        wait_for(lambda: len(queue_bodies(broker, "T", 0)) == 3, "a job after the bad ones")
+        wait_until(lambda: len(queue_bodies(broker, "T", 0)) == 3, "a job after the bad ones", DEADLINE)
     assert verify_store(root).ok

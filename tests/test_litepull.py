@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,31 +24,12 @@ from mqlite.consumer.litepull import LitePullConsumer
 from mqlite.consumer.offsetstore import local_offsets_path
 from mqlite.consumer.types import ConsumeFromWhere, MessageModel
 from mqlite.filter import MessageSelector
-from remote_support import kind_of, over_the_wire, reached
+from support import SMALL_STORE, broker_fixture, no_leftover_threads, over_the_wire  # noqa: F401 - autouse
 
-SMALL: dict[str, Any] = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 1000,
-                             max_hash_slot_num=1000, max_index_num=4000)
 TOPIC = "LitePullConsumerTest"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
-
-def _mqlite_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-"))
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_threads() -> Iterator[None]:
-    assert not _mqlite_threads(), "an earlier test left mqlite threads running"
-    yield
-    assert not _mqlite_threads(), f"mqlite threads alive after the test: {_mqlite_threads()}"
-
-
-@pytest.fixture
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[mqlite.Broker]:
-    with mqlite.open(str(tmp_path / "mq"), **SMALL) as b:
-        b.create_topic(TOPIC, 4)
-        with reached(kind_of(request), b) as target:  # a test marked @over_the_wire also runs remotely
-            yield target
+broker = broker_fixture(topics={TOPIC: 4})  # a test marked @over_the_wire also runs remotely
 
 
 def _mq(broker: mqlite.Broker, queue_id: int = 0, topic: str = TOPIC) -> mqlite.MessageQueue:
@@ -405,7 +386,7 @@ def test_manual_commit_without_commit_redelivers_after_restart(broker: mqlite.Br
 
 def test_offset_for_timestamp(tmp_path: Path) -> None:
     clock = ManualClock(1_700_000_000_000, step_ms=1000)
-    with mqlite.open(str(tmp_path / "mq"), clock=clock, **SMALL) as broker:
+    with mqlite.open(str(tmp_path / "mq"), clock=clock, **SMALL_STORE) as broker:
         _put(broker, 5)
         mq = _mq(broker)
         stamps = [broker.query_message_by_offset(TOPIC, 0, i).store_timestamp for i in range(5)]
@@ -449,7 +430,7 @@ def test_consume_from_last_offset(broker: mqlite.Broker, monkeypatch: pytest.Mon
 
 def test_consume_from_timestamp(tmp_path: Path) -> None:
     clock = ManualClock(1_700_000_000_000, step_ms=1000)
-    with mqlite.open(str(tmp_path / "mq"), clock=clock, **SMALL) as broker:
+    with mqlite.open(str(tmp_path / "mq"), clock=clock, **SMALL_STORE) as broker:
         _put(broker, 5)  # a young queue: the timestamp still applies (the broker would answer 0)
         stamp = broker.query_message_by_offset(TOPIC, 0, 3).store_timestamp
         when = ConsumeFromWhere.CONSUME_FROM_TIMESTAMP
@@ -645,28 +626,34 @@ def test_auto_commit_across_a_restart_is_at_least_once_without_loss(broker: mqli
     assert sorted(first + rest) == sorted(f"q{q}-{i}".encode() for q in range(4) for i in range(25))
 
 
+def _poll_in_thread(consumer: LitePullConsumer) -> tuple[threading.Thread, list[list[mqlite.MessageExt]]]:
+    """A `poll(30.0)` on a thread of its own, once it runs; the result list gets what the poll returns.
+    A test that joins the thread within 5 s shows that something woke the poll."""
+    result: list[list[mqlite.MessageExt]] = []
+    polling = threading.Event()
+
+    def poller() -> None:
+        polling.set()
+        result.append(consumer.poll(30.0))
+
+    thread = threading.Thread(target=poller, name="test-poller")
+    thread.start()
+    assert polling.wait(5.0)
+    return thread, result
+
+
 @over_the_wire
 def test_a_waiting_poll_gets_a_message_sent_after_it_started(broker: mqlite.Broker) -> None:
     mq = _mq(broker)
     with _consumer(broker) as consumer:  # long_polling_wait 20 s: only the arrival wake-up can be in time
         consumer.assign([mq])
         assert consumer.poll(0.2) == []
-        polling = threading.Event()
-        result: list[list[mqlite.MessageExt]] = []
-
-        def poller() -> None:
-            polling.set()
-            result.append(consumer.poll(10.0))
-
-        thread = threading.Thread(target=poller, name="test-poller")
-        started = time.monotonic()
-        thread.start()
-        assert polling.wait(5.0)
+        thread, result = _poll_in_thread(consumer)
         with mqlite.Producer(broker, group="pg") as producer:
             producer.send(mqlite.Message(TOPIC, b"wake up"), queue=mq)
-        thread.join()
+        thread.join(5.0)
+        assert not thread.is_alive()  # woken by the arrival: the poll would have waited 30 s
         assert [m.body for m in result[0]] == [b"wake up"]
-        assert time.monotonic() - started < 5.0
 
 
 # -- threads and lifecycle ------------------------------------------------------------------------------------
@@ -679,31 +666,21 @@ def test_pull_thread_is_named_and_gone_after_shutdown(broker: mqlite.Broker) -> 
     consumer.shutdown()
     consumer.shutdown()  # idempotent
     assert not pull[0].is_alive()
-    assert not [n for n in _mqlite_threads() if n.startswith("mqlite-pull-")]
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("mqlite-pull-")]
 
 
 def test_shutdown_wakes_a_blocked_poll(broker: mqlite.Broker) -> None:
     consumer = _consumer(broker)
     consumer.assign([_mq(broker)])
     consumer.start()
-    result: list[list[mqlite.MessageExt]] = []
-    polling = threading.Event()
-
-    def poller() -> None:
-        polling.set()
-        result.append(consumer.poll(30.0))
-
-    thread = threading.Thread(target=poller, name="test-poller")
-    thread.start()
-    assert polling.wait(5.0)
-    started = time.monotonic()
+    thread, result = _poll_in_thread(consumer)
     consumer.shutdown()
-    thread.join()
-    assert result == [[]] and time.monotonic() - started < 5.0
+    thread.join(5.0)
+    assert not thread.is_alive() and result == [[]]  # woken by the shutdown: the poll would have waited 30 s
 
 
 def test_broker_close_shuts_the_consumer_down(tmp_path: Path) -> None:
-    broker = mqlite.open(str(tmp_path / "mq"), **SMALL)
+    broker = mqlite.open(str(tmp_path / "mq"), **SMALL_STORE)
     consumer = _consumer(broker)
     consumer.subscribe(TOPIC)
     consumer.start()

@@ -21,13 +21,9 @@ from mqlite.port import BrokerPort
 from mqlite.testing import MockClock, temporary_broker, wait_idle
 
 from _crashchild import Child
-from support import deadline
+from support import broker_fixture, deadline
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> mqlite.Broker:
-    with mqlite.open(tmp_path / "mq", commitlog_file_size=1 << 20) as opened:
-        yield opened
+broker = broker_fixture()
 
 
 def test_a_broker_is_a_broker_port(broker: mqlite.Broker, tmp_path: Path) -> None:

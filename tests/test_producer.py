@@ -13,18 +13,12 @@ from typing import Any
 import pytest
 
 import mqlite
-from remote_support import kind_of, local, over_the_wire, reached
+from support import SMALL_STORE, broker_fixture, local, over_the_wire
 from mqlite.message import SysFlag, UniqIdGenerator, create_offset_msg_id, decode_offset_msg_id
 from mqlite.producer import SelectMessageQueueByHash, SendMessageContext
 from mqlite.validators import validate_message
 
-SMALL = dict(commitlog_file_size=1 << 20, consumequeue_file_size=20 * 1000, max_hash_slot_num=1000, max_index_num=4000)
-
-
-@pytest.fixture
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    with mqlite.open(str(tmp_path / "mq"), **SMALL) as b, reached(kind_of(request), b) as target:
-        yield target  # a test marked @over_the_wire also runs over a connection
+broker = broker_fixture()  # a test marked @over_the_wire also runs over a connection
 
 
 @pytest.fixture
@@ -217,7 +211,7 @@ def test_send_batch_of_cached_maps_matches_message_by_message(broker: Any, produ
     (lambda: "not a message", "mqlite.Message"),
 ])
 def test_bad_input_is_refused_before_storing(tmp_path: Path, make: Any, fragment: str) -> None:
-    with mqlite.open(str(tmp_path), max_message_size=64 * 1024, **SMALL) as broker:
+    with mqlite.open(str(tmp_path), max_message_size=64 * 1024, **SMALL_STORE) as broker:
         with mqlite.Producer(broker) as producer:
             end = local(broker).store.commitlog.max_offset
             for send in (producer.send, producer.send_async, producer.send_oneway):
@@ -273,7 +267,7 @@ def test_reserved_property_names_are_refused() -> None:
 
 
 def test_unknown_topic_with_auto_create_off(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), auto_create_topic=False, **SMALL) as broker:
+    with mqlite.open(str(tmp_path), auto_create_topic=False, **SMALL_STORE) as broker:
         with mqlite.Producer(broker) as producer:
             with pytest.raises(mqlite.MQClientError, match="create_topic"):
                 producer.send(mqlite.Message("nope", b"x"))
@@ -326,7 +320,7 @@ def test_send_hooks_see_before_and_after(producer: Any) -> None:
 
 
 def test_flush_disk_timeout_is_reported(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0.2, **SMALL) as broker:
+    with mqlite.open(str(tmp_path), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0.2, **SMALL_STORE) as broker:
         local(broker).store._group_commit._flush_to = lambda: 0  # a disk that never confirms
         with mqlite.Producer(broker) as producer:
             result = producer.send(mqlite.Message("t", b"x"))
@@ -366,7 +360,7 @@ def test_producers_given_a_path_share_one_broker(tmp_path: Path) -> None:
 
 def test_topics_are_persisted_and_listed(tmp_path: Path) -> None:
     path = str(tmp_path)
-    with mqlite.open(path, **SMALL) as broker:
+    with mqlite.open(path, **SMALL_STORE) as broker:
         broker.create_topic("orders", 3)
         with mqlite.Producer(broker) as producer:
             producer.send(mqlite.Message("auto", b"x"))

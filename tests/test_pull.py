@@ -4,7 +4,6 @@ group membership and queue locks."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +16,9 @@ from mqlite.groups import ConsumerGroups, QueueLocks
 from mqlite.longpoll import ArrivalHub, PullStatus
 from mqlite.message import MessageQueue
 from mqlite.sendback import dlq_topic, plan_send_back, retry_topic
+from support import SMALL_STORE, broker_fixture, deadline, wait_until
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 64, "max_index_num": 256}
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> Any:
-    b = mqlite.open(str(tmp_path / "mq"), **SMALL)
-    yield b
-    b.close()
+broker = broker_fixture()
 
 
 def _put(broker: Any, topic: str, n: int, queue_id: int = 0, **props: str) -> None:
@@ -38,9 +30,8 @@ def _put(broker: Any, topic: str, n: int, queue_id: int = 0, **props: str) -> No
 def test_pull_returns_at_once_when_messages_are_there(broker: Any) -> None:
     _put(broker, "T", 5)
     mq = MessageQueue("T", broker.broker_name, 0)
-    started = time.monotonic()
-    result = broker.pull("g", mq, 0, 32, wait=10.0)
-    assert time.monotonic() - started < 1.0
+    with deadline(5):  # a pull that parked would wait its 20 s
+        result = broker.pull("g", mq, 0, 32, wait=20.0)
     assert result.pull_status is PullStatus.FOUND
     assert [m.body for m in result.msg_found_list] == [f"m{i}".encode() for i in range(5)]
     assert result.next_begin_offset == 5 and result.max_offset == 5
@@ -52,15 +43,11 @@ def test_long_poll_wakes_on_a_message_sent_after_the_poll_started(broker: Any) -
     results: list[Any] = []
     poller = threading.Thread(target=lambda: results.append(broker.pull("g", mq, 1, 32, wait=20.0)))
     poller.start()
-    deadline = time.monotonic() + 5
-    while broker.arrivals.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    wait_until(lambda: broker.arrivals.waiting > 0, "the pull to park")
     assert broker.arrivals.waiting == 1  # parked
-    sent = time.monotonic()
     broker.put_message("T", 0, b"late", {"TAGS": "A"})
     poller.join(5)
-    assert not poller.is_alive()
-    assert time.monotonic() - sent < 2.0
+    assert not poller.is_alive()  # woken by the arrival: its wait was 20 s
     assert results[0].pull_status is PullStatus.FOUND
     assert [m.body for m in results[0].msg_found_list] == [b"late"]
     assert broker.arrivals.waiting == 0
@@ -69,9 +56,14 @@ def test_long_poll_wakes_on_a_message_sent_after_the_poll_started(broker: Any) -
 def test_long_poll_times_out_with_no_new_message(broker: Any) -> None:
     _put(broker, "T", 2)
     mq = MessageQueue("T", broker.broker_name, 0)
-    started = time.monotonic()
-    result = broker.pull("g", mq, 2, wait=0.2)
-    assert 0.15 <= time.monotonic() - started < 2.0
+    results: list[Any] = []
+    poller = threading.Thread(target=lambda: results.append(broker.pull("g", mq, 2, wait=0.5)))
+    poller.start()
+    wait_until(lambda: broker.arrivals.waiting == 1 or results, "the pull to park")
+    assert not results  # it parked instead of answering at once
+    poller.join(10)
+    assert not poller.is_alive() and broker.arrivals.waiting == 0  # and gave up after its wait
+    [result] = results
     assert result.pull_status is PullStatus.NO_NEW_MSG and result.next_begin_offset == 2
 
 
@@ -111,7 +103,7 @@ def test_filtered_pull_skips_non_matching_and_parks_at_the_end(broker: Any) -> N
 
 
 def test_pull_wakes_when_broker_closes(tmp_path: Path) -> None:
-    b = mqlite.open(str(tmp_path / "mq"), **SMALL)
+    b = mqlite.open(str(tmp_path / "mq"), **SMALL_STORE)
     _put(b, "T", 1)
     mq = MessageQueue("T", b.broker_name, 0)
     done = threading.Event()
@@ -123,8 +115,7 @@ def test_pull_wakes_when_broker_closes(tmp_path: Path) -> None:
 
     poller = threading.Thread(target=poll)
     poller.start()
-    while b.arrivals.waiting == 0:
-        time.sleep(0.001)
+    wait_until(lambda: b.arrivals.waiting > 0, "the pull to park")
     b.close()
     poller.join(5)
     assert done.is_set() and results[0].pull_status is PullStatus.NO_NEW_MSG
@@ -149,7 +140,7 @@ def test_new_group_on_a_young_queue_starts_at_zero(broker: Any) -> None:
 
 def test_consumer_progress_and_reset_by_time(tmp_path: Path) -> None:
     clock = ManualClock(1_700_000_000_000, step_ms=0)
-    b = mqlite.open(str(tmp_path / "mq"), clock=clock, **SMALL)
+    b = mqlite.open(str(tmp_path / "mq"), clock=clock, **SMALL_STORE)
     try:
         b.create_topic("T", 2)
         for i in range(10):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +24,14 @@ from mqlite.errors import IllegalStateError, MQClientError
 from mqlite.filter import MessageSelector
 from mqlite.message import MessageQueue
 from mqlite.sendback import dlq_topic
-from remote_support import kind_of, over_the_wire, reached
+from mqlite.testing import no_leaked_threads
+from support import SMALL_STORE, broker_fixture, local, over_the_wire, wait_until
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 64, "max_index_num": 256}
 #: Every retry level 1 ms, so retries and DLQ happen within a test.
 FAST_LEVELS = " ".join(["1ms"] * 18)
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
-
-@pytest.fixture
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    b = mqlite.open(str(tmp_path / "mq"), message_delay_level=FAST_LEVELS, **SMALL)
-    with reached(kind_of(request), b) as target:  # a test marked @over_the_wire also runs remotely
-        yield target
-    b.close()
+broker = broker_fixture(message_delay_level=FAST_LEVELS)  # a test marked @over_the_wire also runs remotely
 
 
 class Collector:
@@ -75,10 +68,6 @@ def _send(broker: Any, topic: str, n: int, queues: int = 4, **kw: Any) -> list[s
     return ids
 
 
-def _mqlite_threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("mqlite-") and t.is_alive()}
-
-
 @over_the_wire
 def test_concurrent_consumes_everything_and_commits_offsets(broker: Any) -> None:
     _send(broker, "T", 100)
@@ -92,7 +81,7 @@ def test_concurrent_consumes_everything_and_commits_offsets(broker: Any) -> None
         assert assigned == {MessageQueue("T", broker.broker_name, q) for q in range(4)}
     progress = {(r.topic, r.queue_id): r for r in broker.consumer_progress("cg")}
     assert all(progress[("T", q)].diff == 0 for q in range(4))
-    assert not {n for n in _mqlite_threads() if "cg" in n}
+    assert not [t.name for t in threading.enumerate() if "cg" in t.name]  # the consumer's threads are gone
 
 
 @over_the_wire
@@ -101,11 +90,9 @@ def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> N
     listener = Collector()
     with PushConsumer(broker, "cg", subscription={"T": "*"}, listener=listener), \
             mqlite.Producer(broker, "pg") as producer:
-        time.sleep(0.05)  # let the pull thread park
-        sent = time.monotonic()
+        wait_until(lambda: local(broker).arrivals.waiting > 0, "the consumer's pull to park on the broker")
         producer.send(mqlite.Message("T", b"hello"))
-        listener.wait_for(lambda seen: len(seen) == 1, timeout=5)
-        assert time.monotonic() - sent < 1.0  # woken by the arrival, not the 15 s backstop
+        listener.wait_for(lambda seen: len(seen) == 1, timeout=5)  # woken by the arrival, not the 15 s backstop
 
 
 @over_the_wire
@@ -113,12 +100,11 @@ def test_retry_then_dlq_after_exactly_max_reconsume_times(broker: Any) -> None:
     [msg_id] = _send(broker, "T", 1, queues=1)
     listener = Collector(lambda msgs, ctx: ConsumeConcurrentlyStatus.RECONSUME_LATER)
     with PushConsumer(broker, "cg", consume_from_where=FIRST, max_reconsume_times=2,
-                      subscription={"T": "*"}, listener=listener):
+                      subscription={"T": "*"}, listener=listener) as consumer:
         listener.wait_for(lambda seen: len(seen) >= 3)
-        deadline = time.monotonic() + 10
-        while broker.max_offset(MessageQueue(dlq_topic("cg"), broker.broker_name, 0)) < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert consumer.join(10)  # the third failure is sent to the DLQ before its offset is committed
+        assert broker.wait_dispatched(10)
+        assert broker.max_offset(MessageQueue(dlq_topic("cg"), broker.broker_name, 0)) == 1
     attempts = [(m.msg_id, m.reconsume_times, m.topic) for m, _ in listener.seen]
     assert attempts == [(msg_id, 0, "T"), (msg_id, 1, "T"), (msg_id, 2, "T")]
     dead = broker.query_message_by_offset(dlq_topic("cg"), 0, 0)
@@ -127,22 +113,21 @@ def test_retry_then_dlq_after_exactly_max_reconsume_times(broker: Any) -> None:
 
 def test_a_batch_running_past_consume_timeout_is_sent_back(broker: Any) -> None:
     _send(broker, "T", 1, queues=1)
-    release = threading.Event()
+    release, retried = threading.Event(), threading.Event()
     attempts: list[int] = []
 
     def slow_first(msgs: list[Any], ctx: Any) -> Any:
         attempts.append(msgs[0].reconsume_times)
         if len(attempts) == 1:
             release.wait(10)
+        else:
+            retried.set()
         return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
     listener = Collector(slow_first)
     with PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2, consume_timeout=0.2,
                       subscription={"T": "*"}, listener=listener):
-        deadline = time.monotonic() + 10
-        while len(attempts) < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert retried.wait(10), attempts
         release.set()
         listener.wait_for(lambda seen: len(seen) >= 2)
     assert attempts == [0, 1]
@@ -197,10 +182,8 @@ def test_two_then_three_members_split_queues_and_take_over(broker: Any) -> None:
         return {mq.queue_id for mq in c.assigned_queues() if mq.topic == "T"}
 
     def settle(active: list[PushConsumer], expected: list[set[int]]) -> None:
-        deadline = time.monotonic() + 10
-        while [owned(c) for c in active] != expected:
-            assert time.monotonic() < deadline, [owned(c) for c in active]
-            time.sleep(0.01)
+        wait_until(lambda: [owned(c) for c in active] == expected,
+                   lambda: f"the queues {expected}, owned {[owned(c) for c in active]}")
 
     try:
         consumers[0].start()
@@ -230,11 +213,7 @@ def test_messages_survive_a_member_leaving(broker: Any) -> None:
         _send(broker, "T", 100)
         a.shutdown()
         _send(broker, "T", 100)
-        deadline = time.monotonic() + 10
-        while len(set(a_seen.bodies()) | set(b_seen.bodies())) < 100 or len(b_seen.bodies()) + len(
-                a_seen.bodies()) < 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        assert b.join(10)  # b took a's queues over and consumed everything from a's committed offsets
         everything = a_seen.bodies() + b_seen.bodies()
         assert sorted(set(int(x) for x in everything)) == list(range(100))  # bodies 0..99 twice over
         assert len(everything) >= 200  # at least once
@@ -298,29 +277,26 @@ def test_tag_and_sql_filters_deliver_exactly_the_matching_messages(broker: Any) 
         for i in range(30):
             producer.send(mqlite.Message("T", f"{i}".encode(), tags="ABC"[i % 3], properties={"n": str(i)}))
     tags, sql = Collector(), Collector()
-    with PushConsumer(broker, "tg", consume_from_where=FIRST, subscription={"T": "A || C"}, listener=tags), \
+    with PushConsumer(broker, "tg", consume_from_where=FIRST, subscription={"T": "A || C"}, listener=tags) as by_tag, \
             PushConsumer(broker, "sg", consume_from_where=FIRST, subscription={"T": MessageSelector.by_sql("n > 20")},
-                         listener=sql):
-        tags.wait_for(lambda seen: len(seen) >= 20)
-        sql.wait_for(lambda seen: len(seen) >= 9)
-        time.sleep(0.1)
+                         listener=sql) as by_sql:
+        assert by_tag.join(10) and by_sql.join(10)  # everything readable consumed: nothing more can come
     assert sorted(int(b) for b in tags.bodies()) == [i for i in range(30) if i % 3 != 1]
     assert sorted(int(b) for b in sql.bodies()) == list(range(21, 30))
 
 
 def test_offsets_survive_restart_at_least_once(tmp_path: Path) -> None:
     path = str(tmp_path / "mq")
-    with mqlite.open(path, **SMALL) as b:
+    with mqlite.open(path, **SMALL_STORE) as b:
         _send(b, "T", 50)
         first = Collector()
         with PushConsumer(b, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=first):
             first.wait_for(lambda seen: len(seen) >= 50)
-    with mqlite.open(path, **SMALL) as b:
+    with mqlite.open(path, **SMALL_STORE) as b:
         _send(b, "T", 10)
         second = Collector()
-        with PushConsumer(b, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=second):
-            second.wait_for(lambda seen: len(seen) >= 10)
-            time.sleep(0.1)
+        with PushConsumer(b, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=second) as consumer:
+            assert consumer.join(10)  # everything readable consumed: nothing more can come
         assert sorted(int(x) for x in second.bodies()) == list(range(10))  # only the new ones
 
 
@@ -340,12 +316,12 @@ def test_suspend_and_resume(broker: Any) -> None:
     listener = Collector()
     with PushConsumer(broker, "cg", subscription={"T": "*"}, listener=listener) as consumer:
         consumer.suspend()
-        time.sleep(0.05)
         _send(broker, "T", 3, queues=1)
-        time.sleep(0.1)
+        assert not consumer.join(0.1)  # the arrival wakes the pull loop, which pulls nothing while suspended
         assert listener.seen == []
         consumer.resume()
-        listener.wait_for(lambda seen: len(seen) == 3)
+        assert consumer.join(10)
+        assert len(listener.seen) == 3
 
 
 def test_bad_options_and_states(broker: Any) -> None:
@@ -368,11 +344,11 @@ def test_bad_options_and_states(broker: Any) -> None:
 
 
 def test_broker_close_shuts_running_consumers_down(tmp_path: Path) -> None:
-    b = mqlite.open(str(tmp_path / "mq"), **SMALL)
-    consumer = PushConsumer(b, "cg", subscription={"T": "*"}, listener=Collector())
-    consumer.start()
-    b.close()
-    assert not _mqlite_threads()
+    with no_leaked_threads():
+        b = mqlite.open(str(tmp_path / "mq"), **SMALL_STORE)
+        consumer = PushConsumer(b, "cg", subscription={"T": "*"}, listener=Collector())
+        consumer.start()
+        b.close()
     consumer.shutdown()
 
 
@@ -406,11 +382,9 @@ def test_at_least_once_when_the_consumer_process_is_killed(tmp_path: Path) -> No
     assert first < expected
     second = Collector()
     with mqlite.open(path, **SETTINGS) as b:
-        with PushConsumer(b, "crash-g", subscription={"CT": "*"}, listener=second, consume_thread_nums=4):
-            deadline = time.monotonic() + 30
-            while not expected <= first | {m.body.decode() for m, _ in list(second.seen)}:
-                assert time.monotonic() < deadline, len(expected - first - set(second.bodies()))
-                time.sleep(0.01)
+        with PushConsumer(b, "crash-g", subscription={"CT": "*"}, listener=second, consume_thread_nums=4) as consumer:
+            assert consumer.join(30)
+            assert expected <= first | {m.body.decode() for m, _ in second.seen}
         assert {r.diff for r in b.consumer_progress("crash-g") if r.topic == "CT"} == {0}
     redelivered = {m.body.decode() for m, _ in second.seen}
     assert redelivered <= expected  # nothing that was never sent
@@ -428,10 +402,7 @@ def test_orderly_members_hold_the_broker_locks_of_their_queues(broker: Any) -> N
         return {q: broker.queue_locks.holder("og", MessageQueue("T", broker.broker_name, q)) for q in range(4)}
 
     def settle(expected: dict[int, str | None]) -> None:
-        deadline = time.monotonic() + 10
-        while holders() != expected:
-            assert time.monotonic() < deadline, holders()
-            time.sleep(0.01)
+        wait_until(lambda: holders() == expected, lambda: f"the lock holders {expected}, are {holders()}")
 
     try:
         consumers[0].start()
@@ -485,8 +456,9 @@ def test_a_queue_whose_pull_fails_does_not_stop_the_others(broker: Any, monkeypa
 
     monkeypatch.setattr(broker, "pull", pull)
     listener = Collector()
-    with PushConsumer(broker, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=listener):
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, subscription={"T": "*"}, listener=listener) as consumer:
         listener.wait_for(lambda seen: len(seen) >= 20)  # all of queue 1
-        time.sleep(0.3)
+        # Queue 0 cannot be consumed, so join gives up; meanwhile a tight retry loop would pull it many times.
+        assert not consumer.join(0.3)
     assert {m.queue_id for m, _ in listener.seen} == {1}
     assert len(failing) <= 2  # retried after 3 s, not in a tight loop

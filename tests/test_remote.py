@@ -31,11 +31,8 @@ from mqlite.message import EncodedProperties, encode_properties
 from mqlite.producer import LocalTransactionState
 from mqlite.remoting.faults import ERROR_FIELD
 from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, decode_batch, encode_batch
-from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
-from support import deadline
+from support import SMALL_STORE, broker_fixture, deadline, no_leftover_threads, wait_until  # noqa: F401 - autouse
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 1000, "max_index_num": 4000}
 FAST_LEVELS = " ".join(["100ms"] * 18)
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,11 +53,7 @@ class ServeChild(Child):
         super().__init__("mqlite", "serve", *args)
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
-    with mqlite.open(str(tmp_path / "mq"), message_delay_level=FAST_LEVELS, transaction_timeout=0.05,
-                     transaction_check_interval=0.2, **SMALL) as b:
-        yield b
+broker = broker_fixture(message_delay_level=FAST_LEVELS, transaction_timeout=0.05, transaction_check_interval=0.2)
 
 
 @pytest.fixture
@@ -74,13 +67,6 @@ def server(broker: mqlite.Broker) -> Iterator[Any]:
 def remote(server: Any) -> Iterator[mqlite.RemoteBroker]:
     with mqlite.connect(server.address) as r:
         yield r
-
-
-def _wait(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, f"{what} not reached in {timeout} s"
-        time.sleep(0.01)
 
 
 class Collector:
@@ -135,7 +121,7 @@ def test_transactions_commit_roll_back_and_answer_check_backs(broker: mqlite.Bro
         producer.send_message_in_transaction(mqlite.Message("X", b"checked"), "UNKNOW")
         # The server's check-back goes over the connection to this producer, which commits.
         assert checked.wait(10)
-        _wait(lambda: broker.max_offset(mqlite.MessageQueue("X", broker.broker_name, 0)) == 2, what="commit")
+        wait_until(lambda: broker.max_offset(mqlite.MessageQueue("X", broker.broker_name, 0)) == 2, "the commit")
     bodies = [broker.query_message_by_offset("X", 0, i).body for i in range(2)]
     assert bodies == [b"commit", b"checked"]
 
@@ -164,13 +150,13 @@ def test_orderly_locks_are_handed_over_between_processes(broker: mqlite.Broker, 
 
     with mqlite.connect(server.address) as remote, mqlite.Producer(remote, group="pg") as producer, \
             mqlite.PushConsumer(remote, "og", subscription={"O": "*"}, listener=listener, orderly=True,
-                                consume_from_where=FIRST, client_id="a"), deadline(60):
+                                consume_from_where=FIRST, client_id="a") as a, deadline(60):
         send(range(10), (0, 1))
-        _wait(lambda: len(consumed) == 20 and holders() == ["a", "a"], what="a consumed and locked both queues")
+        wait_until(lambda: len(consumed) == 20 and holders() == ["a", "a"], "a to consume and lock both queues")
         # "b" (another process) joins: queue 1 moves over, with its lock, once "a" has given it back.
         with RemoteChild("orderly", server.address, "og", "O", "b") as child:
             assert child.readline(time.monotonic() + 30) == "STARTED", child.stderr()
-            _wait(lambda: holders() == ["a", "b"], what="the lock hand-over to b")
+            wait_until(lambda: holders() == ["a", "b"], "the lock hand-over to b")
             send(range(10, 30), (0, 1))
             end = time.monotonic() + 20
             for _ in range(20):  # b consumes queue 1 from where a stopped (its committed offset), in order
@@ -180,9 +166,10 @@ def test_orderly_locks_are_handed_over_between_processes(broker: mqlite.Broker, 
                 consumed.append((int(q), int(value), "b"))
             child.close_stdin()  # b shuts down and gives its lock back
             assert child.readline(time.monotonic() + 30) is None, child.stderr()
-        _wait(lambda: holders() == ["a", "a"], what="queue 1 back to a")
+        wait_until(lambda: holders() == ["a", "a"], "queue 1 back to a")
         send(range(30, 35), (1,))
-        _wait(lambda: len(consumed) == 65, what="everything consumed")
+        assert a.join(10)
+        assert len(consumed) == 65  # everything consumed
     for q in (0, 1):
         values = [v for queue_id, v, _ in consumed if queue_id == q]
         assert values == sorted(values) and len(set(values)) == len(values), f"queue {q}: {values}"
@@ -446,7 +433,7 @@ def test_every_send_acknowledged_before_a_kill_9_of_the_server_is_in_the_store(t
 
 
 def test_refusals_arrive_as_the_local_brokers_errors(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path / "mq"), auto_create_topic=False, **SMALL) as broker:
+    with mqlite.open(str(tmp_path / "mq"), auto_create_topic=False, **SMALL_STORE) as broker:
         server = broker.serve("127.0.0.1:0")
         with mqlite.connect(server.address) as remote, mqlite.Producer(remote, group="pg") as producer:
             with pytest.raises(MQClientError, match="create_topic"):
@@ -462,7 +449,7 @@ def test_refusals_arrive_as_the_local_brokers_errors(tmp_path: Path) -> None:
 def test_a_full_disk_on_the_server_is_a_disk_full_error_named_in_the_answer_not_read_from_its_text(
         tmp_path: Path) -> None:
     # A ratio below any real disk's usage: the server's store refuses every put with DiskFullError.
-    with mqlite.open(str(tmp_path / "mq"), disk_space_warning_level_ratio=0.01, **SMALL) as broker:
+    with mqlite.open(str(tmp_path / "mq"), disk_space_warning_level_ratio=0.01, **SMALL_STORE) as broker:
         broker.create_topic("E", 1)
         server = broker.serve("127.0.0.1:0")
         with mqlite.connect(server.address) as remote:
@@ -528,7 +515,7 @@ def test_traced_clients_store_their_trace_on_the_server(broker: mqlite.Broker, r
 
 
 def test_the_connection_knows_the_servers_max_message_size(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path / "mq"), max_message_size=64 * 1024, **SMALL) as broker:
+    with mqlite.open(str(tmp_path / "mq"), max_message_size=64 * 1024, **SMALL_STORE) as broker:
         server = broker.serve("127.0.0.1:0")
         with mqlite.connect(server.address) as remote, mqlite.Producer(remote, group="pg") as producer:
             assert remote.max_message_size == 64 * 1024

@@ -15,7 +15,7 @@ from mqlite.cli import main
 from mqlite.cli.context import REMOTE_COMMANDS, Context
 from mqlite.errors import IllegalStateError
 from mqlite.message import decode_offset_msg_id
-from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
+from support import no_leftover_threads  # noqa: F401 - an autouse fixture
 
 
 @pytest.fixture

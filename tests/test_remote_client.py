@@ -27,8 +27,7 @@ from mqlite.remoting.protocol import (
     encode_frame,
     sign,
 )
-from remote_support import no_leftover_threads  # noqa: F401 - an autouse fixture
-from support import deadline
+from support import deadline, no_leftover_threads, wait_until  # noqa: F401 - no_leftover_threads: autouse
 
 
 class Peer:
@@ -139,8 +138,7 @@ def test_the_next_request_reconnects_and_reconnect_callbacks_run(peer: Peer) -> 
         peer.send(peer.receive().reply(ResponseCode.SUCCESS))
         thread.join()
         peer.hang_up()
-        while client.connected:  # the reader notices the hang-up
-            threading.Event().wait(0.01)
+        wait_until(lambda: not client.connected, "the reader to notice the hang-up")
         assert not reconnected.is_set()
         thread, box = _in_thread(client.request, RemotingCommand.request(RequestCode.HEART_BEAT))
         peer.accept()
@@ -290,8 +288,8 @@ def _until_the_reader_parks(client: RemotingClient, peer: Peer) -> None:
 
 
 def _parked(client: RemotingClient) -> None:
-    while not client._conn.parked:  # type: ignore[union-attr]  # set just after an answer is handed over
-        threading.Event().wait(0.001)
+    # `parked` is set just after an answer is handed over.
+    wait_until(lambda: client._conn.parked, "the reader to leave the socket")  # type: ignore[union-attr]
 
 
 @pytest.mark.usefixtures("patient")

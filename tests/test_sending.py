@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +30,10 @@ from _sendchild import SETTINGS as CHILD_SETTINGS
 from mqlite.clock import ManualClock
 from mqlite.txn import CheckReport
 from mqlite.verify import verify_store
+from support import SMALL_STORE, no_leftover_threads, wait_until  # noqa: F401 - no_leftover_threads: autouse
 
 LocalState = mqlite.LocalTransactionState
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 1000, "max_index_num": 4000}
 LEVELS = "1s 5s 10s"
 T0 = 1_700_000_000_000
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -49,7 +48,7 @@ TXN_TIMEOUT_MS = int(TXN_TIMEOUT_S * 1000)
 
 # -- helpers ----------------------------------------------------------------------------------------
 def _open(root: Path, clock: ManualClock, **settings: Any) -> mqlite.Broker:
-    config = {**SMALL, "message_delay_level": LEVELS, "transaction_timeout": TXN_TIMEOUT_S,
+    config = {**SMALL_STORE, "message_delay_level": LEVELS, "transaction_timeout": TXN_TIMEOUT_S,
               "transaction_check_interval": 3600.0, **settings}
     return mqlite.open(str(root), clock=clock, **config)
 
@@ -128,13 +127,6 @@ class Listener:
     @property
     def checked_ids(self) -> list[str]:
         return [m.msg_id for m in self.checks]
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_threads() -> Iterator[None]:
-    yield
-    leaked = sorted(t.name for t in threading.enumerate() if t.name.startswith("mqlite-"))
-    assert not leaked, f"mqlite threads alive after the test: {leaked}"
 
 
 @pytest.fixture
@@ -644,14 +636,6 @@ def _real_messages(broker: mqlite.Broker) -> list[mqlite.MessageExt]:
     return _readable(broker, DELAY_TOPIC) + _readable(broker, TXN_TOPIC)
 
 
-def _poll(condition: Callable[[], bool], seconds: float, what: Callable[[], str]) -> None:
-    deadline = time.monotonic() + seconds
-    tick = threading.Event()
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {seconds} s: {what()}"
-        tick.wait(0.02)
-
-
 def _recover(root: Path, run: ChildRun) -> tuple[list[mqlite.MessageExt], CrashListener]:
     """Reopen with a live producer of the group; wait until every delay and transaction is settled."""
     listener = CrashListener()
@@ -679,7 +663,9 @@ def _recover(root: Path, run: ChildRun) -> tuple[list[mqlite.MessageExt], CrashL
             assert delay.wait_round()
             return delay.offset_table().get(1, 0) >= broker.max_offset(schedule)
 
-        _poll(settled, RESOLVE_DEADLINE, lambda: f"unresolved: {unresolved()[:5]}")
+        # Settling waits for real time to pass (the child's transaction timeout): look until it shows.
+        wait_until(settled, lambda: f"every delay and transaction to settle; unresolved: {unresolved()[:5]}",
+                   RESOLVE_DEADLINE)
         messages = _real_messages(broker)
     _verify(root)
     return messages, listener

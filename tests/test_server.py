@@ -39,7 +39,7 @@ from mqlite.remoting.protocol import (
 )
 from mqlite.remoting.handlers import HANDLERS
 from mqlite.remoting.registry import holder_address
-from support import deadline
+from support import broker_fixture, deadline, wait_until
 
 PULL_COMMIT, PULL_SUSPEND, PULL_SUBSCRIPTION = 1, 2, 4
 
@@ -91,10 +91,7 @@ class Client:
         self.sock.close()
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
-    with mqlite.open(tmp_path / "mq", commitlog_file_size=1 << 20) as b:
-        yield b
+broker = broker_fixture()
 
 
 @pytest.fixture
@@ -304,8 +301,7 @@ def test_long_poll_wakes_on_a_send_from_another_connection(broker: mqlite.Broker
         pull(client, "t", 0, 1, sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND, suspend_ms=30_000)))
     with deadline(20):
         parked.start()
-        while broker.arrivals.waiting == 0:  # parked on the hub (no thread of the server waits)
-            threading.Event().wait(0.005)
+        wait_until(lambda: broker.arrivals.waiting > 0, "the pull to park on the hub (no thread of the server waits)")
         assert not result
         other = Client(server.address)
         send_v1(other, "t", b"y")
@@ -385,8 +381,7 @@ def test_a_silent_connection_expires(broker: mqlite.Broker) -> None:
         heartbeat(silent, "quiet")
         with deadline(20):
             assert silent.closed_by_server()
-            while broker.consumer_ids("cg"):
-                threading.Event().wait(0.01)
+            wait_until(lambda: not broker.consumer_ids("cg"), "the expired connection's consumer to leave its group")
         silent.close()
     finally:
         server.close()
@@ -437,9 +432,7 @@ def test_send_back_and_end_transaction(broker: mqlite.Broker, server: mqlite.Ser
     client.call(RequestCode.END_TRANSACTION, {"producerGroup": "pg", "tranStateTableOffset": 0,
                                               "commitLogOffset": half_offset, "commitOrRollback": 8,
                                               "fromTransactionCheck": False, "msgId": "T1"}, oneway=True)
-    with deadline(20):
-        while broker.max_offset(MessageQueue("t", "mqlite", 0)) < 2:
-            threading.Event().wait(0.01)
+    wait_until(lambda: broker.max_offset(MessageQueue("t", "mqlite", 0)) >= 2, "the oneway commit to be stored")
     assert broker.query_message_by_offset("t", 0, 1).body == b"tx"
     # A check-back goes to a connected producer of the group, with the half message as a record.
     checker = Client(server.address)
@@ -675,8 +668,8 @@ def test_parked_pulls_do_not_stop_a_connection(broker: mqlite.Broker, server: mq
                 "consumerGroup": "g", "topic": "many", "queueId": queue_id, "queueOffset": 0, "maxMsgNums": 32,
                 "sysFlag": PULL_SUBSCRIPTION | PULL_SUSPEND, "suspendTimeoutMillis": 30_000, "subscription": "*"}))
         assert client.call(RequestCode.GET_MAX_OFFSET, {"topic": "many", "queueId": 79}).ext_fields == {"offset": "0"}
-        while broker.arrivals.waiting < 80:  # every pull parked (their tasks start after the inline answer)
-            threading.Event().wait(0.005)
+        # Every pull parked (their tasks start after the inline answer).
+        wait_until(lambda: broker.arrivals.waiting >= 80, lambda: f"80 parked pulls, {broker.arrivals.waiting} are")
         send_v1(client, "many", b"wake", queue_id=79)
         woken = client.wait(lambda r: r.is_response and r.code == ResponseCode.SUCCESS and bool(r.body))
     assert [m.body for m in records(woken.body)] == [b"wake"]
@@ -731,8 +724,7 @@ def test_check_back_over_the_wire_commits_once(tmp_path: Path) -> None:
                 "fromTransactionCheck": True, "msgId": check.ext_fields["msgId"],
                 "transactionId": check.ext_fields["transactionId"]}, oneway=True)
             mq = MessageQueue("txt", "mqlite", 0)
-            while broker.max_offset(mq) < 1:
-                threading.Event().wait(0.01)
+            wait_until(lambda: broker.max_offset(mq) >= 1, "the oneway commit to be stored")
         assert broker.query_message_by_offset("txt", 0, 0).body == b"tx"
         producer.close()
         server.close()

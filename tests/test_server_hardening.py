@@ -14,7 +14,7 @@ import pytest
 import mqlite
 from mqlite.errors import MQClientError
 from mqlite.remoting.protocol import RemotingCommand, RequestCode, ResponseCode, encode_frame
-from support import deadline
+from support import deadline, wait_until
 # The raw-frame client and test_server's fixtures (a broker, its server, a client connected to it).
 from test_server import PULL_SUBSCRIPTION, PULL_SUSPEND, Client, broker, client, pull, records, send_v1, server  # noqa: F401
 
@@ -52,8 +52,8 @@ def _pull_request(topic: str, queue_id: int = 0, *, suspend_ms: int = 0, max_num
 
 
 def _wait_parked(b: mqlite.Broker, count: int) -> None:
-    while b.arrivals.waiting != count:  # nothing signals a park to a client: look, briefly, until it shows
-        threading.Event().wait(0.005)
+    # Nothing signals a park to a client: look, briefly, until it shows.
+    wait_until(lambda: b.arrivals.waiting == count, lambda: f"{count} parked pulls, {b.arrivals.waiting} are")
 
 
 def test_pipelined_pulls_of_a_reading_client_are_all_answered(broker: mqlite.Broker, server: mqlite.Server,
@@ -139,8 +139,7 @@ def test_close_answers_every_request_it_stored(tmp_path: Path) -> None:
             for t in threads:
                 t.start()
             started.wait()
-            while len(answers) < 100:  # the server is busy with this client
-                threading.Event().wait(0.001)
+            wait_until(lambda: len(answers) >= 100, "100 answers (the server is busy with this client)")
             server.close()
             for t in threads:
                 t.join()

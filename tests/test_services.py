@@ -14,6 +14,7 @@ from mqlite.commitlog import PutMessageStatus
 from mqlite.config import StoreConfig
 from mqlite.store import MessageStore
 from mqlite.storebase import GetMessageStatus
+from support import deadline
 
 SEGMENT = 64 * 1024
 HOUR_MS = 3_600_000
@@ -37,16 +38,19 @@ def test_sync_flush_put_returns_once_durable(tmp_path: Path) -> None:
 @pytest.mark.parametrize("failure", ["no progress", "disk error"])
 def test_flush_disk_timeout_keeps_the_message(tmp_path: Path, failure: str) -> None:
     with MessageStore(str(tmp_path), _config(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0.2)) as store:
+        flushes: list[str] = []
+
         def broken_flush() -> int:
+            flushes.append(failure)
             if failure == "disk error":
                 raise OSError(5, "Input/output error")
             return 0  # the disk accepted nothing
 
         store._group_commit._flush_to = broken_flush  # type: ignore[method-assign]
-        started = time.monotonic()
-        result = store.put("T", 0, b"stored anyway")
+        with deadline(5):  # gives up after sync_flush_timeout...
+            result = store.put("T", 0, b"stored anyway")
         assert result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
-        assert 0.15 <= time.monotonic() - started < 5
+        assert len(flushes) > 1  # ...having flushed again and again meanwhile, not given up at the first failure
         # RocketMQ: the message is stored; only its durability was not confirmed in time.
         assert [m.body for m in store.get_messages("T", 0, 0).messages] == [b"stored anyway"]
 

@@ -51,9 +51,10 @@ from mqlite.spark.writer import MqliteBatchWriter, MqliteStreamWriter, StagedFil
 from mqlite.verify import verify_store  # noqa: E402
 
 from _crashchild import Child, read_queue  # noqa: E402
+from support import SMALL_STORE, wait_until  # noqa: E402
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 1000, "max_index_num": 20000}
+#: Jobs of many keyed rows: an index that holds them in one file.
+SMALL: dict[str, Any] = {**SMALL_STORE, "max_index_num": 20000}
 FORMAT = "mqlite"
 
 
@@ -306,11 +307,10 @@ def test_bare_messages_carry_only_the_rows_properties(tmp_path: Path) -> None:
 
 
 def _wait_inbox_imported(path: str) -> None:
-    """Until the live holder has imported every entry (the bad ones go to `failed/`); a poll with a deadline."""
-    deadline = time.monotonic() + 60
-    while [n for n in os.listdir(os.path.join(path, INBOX_DIR)) if n != "failed"]:
-        assert time.monotonic() < deadline, "the live holder did not import its inbox"
-        time.sleep(0.02)
+    """Until the live holder (another process: nothing here can be woken) has imported every entry
+    (the bad ones go to `failed/`)."""
+    wait_until(lambda: not [n for n in os.listdir(os.path.join(path, INBOX_DIR)) if n != "failed"],
+               "the live holder to import its inbox", 60)
 
 
 def test_inbox_hand_off_then_import_in_order(tmp_path: Path) -> None:
@@ -335,10 +335,8 @@ def test_inbox_hand_off_then_import_in_order(tmp_path: Path) -> None:
             queued.commit([staged_queued])
         queued.abort([staged_queued])
         _wait_inbox_imported(path)  # by the holder, while it holds the store
-        deadline = time.monotonic() + 60
-        while len(all_bodies(path)) < 12:  # read-only, next to the holder: once its reput dispatched them
-            assert time.monotonic() < deadline, all_bodies(path)
-            time.sleep(0.02)
+        # Read-only, next to the holder: once its reput dispatched them.
+        wait_until(lambda: len(all_bodies(path)) >= 12, lambda: f"12 bodies, got {all_bodies(path)}", 60)
         child.close_stdin()
         assert child.readline(time.monotonic() + 60) == "CLOSED", child.stderr()
     with mqlite.open(path) as broker:
@@ -585,9 +583,9 @@ def test_failed_job_stores_nothing(session: SparkSession, tmp_path: Path) -> Non
     # their files; the next commit sweeps what a killed worker left.
     session.range(1).selectExpr("'ok' as body").write.format(FORMAT).mode("append").option("topic", "T").save(path)
     staging = Path(path, STAGING_DIR)
-    deadline = time.monotonic() + 30
-    while any(p.is_dir() and p.name.startswith("job-") for p in staging.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)  # polling a condition: a late task's file appears and goes within its own run
+    # A late task's file appears and goes within its own run, on a Spark worker: nothing to wait on here.
+    wait_until(lambda: not any(p.is_dir() and p.name.startswith("job-") for p in staging.iterdir()),
+               "late tasks to drop their files", 30)
     assert all_bodies(path) == [b"ok"]
     assert len(list(staging.glob("*.aborted"))) == 2
     assert_clean(path)

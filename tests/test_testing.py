@@ -25,7 +25,7 @@ from mqlite.consumer import push
 from mqlite.errors import IllegalStateError
 from mqlite.rebalance import AllocateMessageQueueByConfig
 from mqlite.sendback import retry_topic
-from mqlite.testing import MockClock, temporary_broker, wait_idle
+from mqlite.testing import MockClock, no_leaked_threads, temporary_broker, wait_idle
 
 pytest_plugins = ["pytester"]
 
@@ -104,6 +104,26 @@ def test_temporary_broker_fails_when_a_thread_outlives_it() -> None:
         release.set()
         leak.join()
     assert broker.closed
+
+
+def test_no_leaked_threads_names_a_thread_the_block_left_running_and_ignores_older_ones() -> None:
+    release = threading.Event()
+    older = threading.Thread(target=release.wait, name="mqlite-older-than-the-block")
+    leak = threading.Thread(target=release.wait, name="mqlite-left-by-the-block")
+    joined = threading.Thread(target=lambda: None, name="mqlite-joined-in-the-block")
+    older.start()
+    try:
+        with no_leaked_threads():  # a thread started and joined inside, one running since before: fine
+            joined.start()
+            joined.join()
+        with pytest.raises(AssertionError, match="mqlite-left-by-the-block") as failed:
+            with no_leaked_threads():
+                leak.start()
+        assert "mqlite-older-than-the-block" not in str(failed.value)
+    finally:
+        release.set()
+        older.join()
+        leak.join()
 
 
 # -- the clock ----------------------------------------------------------------------------------------------
@@ -279,7 +299,7 @@ def test_fixtures_compose_with_application_fixtures(mqlite_broker: mqlite.Broker
 def test_the_helpers_import_without_pytest() -> None:
     """unittest suites and scripts use `temporary_broker`, `MockClock` and `wait_idle` without pytest installed."""
     code = ("import sys; sys.modules['pytest'] = None\n"
-            "from mqlite.testing import MockClock, temporary_broker, wait_idle\n"
+            "from mqlite.testing import MockClock, no_leaked_threads, temporary_broker, wait_idle\n"
             "with temporary_broker(clock=MockClock()) as broker: print(broker.read_only)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr

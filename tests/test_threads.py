@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import mqlite
+from support import no_leftover_threads  # noqa: F401 - an autouse fixture
 
 SETTINGS: dict[str, Any] = {"commitlog_file_size": 64 * 1024, "consumequeue_file_size": 20 * 100,
             "max_hash_slot_num": 64, "max_index_num": 256}
@@ -21,15 +22,6 @@ STORE_SERVICES = {"mqlite-reput", "mqlite-flush", "mqlite-clean"}
 
 def _mqlite_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("mqlite-")}
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_threads() -> Iterator[None]:
-    before = _mqlite_threads()
-    assert not before, f"an earlier test left mqlite threads running: {sorted(t.name for t in before)}"
-    yield
-    leaked = _mqlite_threads()
-    assert not leaked, f"mqlite threads alive after the test: {sorted(t.name for t in leaked)}"
 
 
 def _fill(broker: mqlite.Broker) -> None:

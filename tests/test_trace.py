@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,8 @@ from mqlite.trace import (
     trace_record,
 )
 from mqlite.traceview import TrackType
+from support import broker_fixture
 
-SMALL: dict[str, Any] = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-                         "max_hash_slot_num": 64, "max_index_num": 1024}
 FAST_LEVELS = " ".join(["1ms"] * 18)  # retries come back at once
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
@@ -46,11 +44,7 @@ def path(tmp_path: Path) -> str:
     return str(tmp_path / "mq")
 
 
-@pytest.fixture
-def broker(path: str) -> Iterator[mqlite.Broker]:
-    b = mqlite.open(path, message_delay_level=FAST_LEVELS, **SMALL)
-    yield b
-    b.close()
+broker = broker_fixture(message_delay_level=FAST_LEVELS)  # at `path`
 
 
 def _trace_threads() -> set[str]:

@@ -37,9 +37,8 @@ from mqlite.txn import (
     parse_half_message,
     parse_op_body,
 )
+from support import SMALL_STORE as SETTINGS
 
-SETTINGS = dict(commitlog_file_size=1 << 20, consumequeue_file_size=1000 * 20, max_hash_slot_num=64,
-                max_index_num=256)
 T0 = 1_700_000_000_000
 TIMEOUT_MS = 6000  # transaction_timeout default
 IDS = UniqIdGenerator()

@@ -19,6 +19,9 @@ every test
 - `wait_idle(broker, *consumers)`: returns when everything sent is readable,
   what is due is delivered and each consumer has consumed and committed all it
   can read (`PushConsumer.join`).
+- `no_leaked_threads()`: a block after which no `mqlite-*` thread it started
+  may still run (the check `mqlite_broker` makes, for brokers, servers and
+  clients a test opens itself).
 
 With `advance` and `wait_idle` no test sleeps or polls, and none waits for
 real time to pass. A test module of your application::
@@ -57,7 +60,7 @@ from .broker import Broker, Joinable
 from .broker import open as open_broker
 from .clock import AdvanceListener, ManualClock
 
-__all__ = ["MockClock", "temporary_broker", "wait_idle", "TEST_BROKER_CONFIG"]
+__all__ = ["MockClock", "temporary_broker", "wait_idle", "no_leaked_threads", "TEST_BROKER_CONFIG"]
 
 #: Settings of a test broker: files sized for tests (opening and closing take milliseconds),
 #: still room for a 4 MiB message. A `@pytest.mark.mqlite(...)` marker overrides them.
@@ -156,6 +159,25 @@ def _mqlite_threads() -> set[threading.Thread]:
 
 
 @contextmanager
+def no_leaked_threads() -> Iterator[None]:
+    """Fail with `AssertionError` if an `mqlite-*` thread started in the block still runs after it.
+
+    Every mqlite thread is named `mqlite-...` and joined by its owner's
+    `close()`/`shutdown()`, so one left running is a broker, server, client or
+    consumer the block did not close (or a bug). Threads running before the
+    block are not counted. Cost: two `threading.enumerate()` calls.
+
+    >>> with no_leaked_threads(), temporary_broker() as broker:
+    ...     server = broker.serve("127.0.0.1:0")  # closed by broker.close()
+    """
+    before = _mqlite_threads()
+    yield
+    leaked = sorted(t.name for t in _mqlite_threads() - before if t.is_alive())
+    assert not leaked, (f"mqlite threads still running after the block that started them: {', '.join(leaked)} "
+                        "(close every broker, server, client and consumer it opened)")
+
+
+@contextmanager
 def temporary_broker(path: str | os.PathLike[str] | None = None, *, clock: MockClock | None = None,
                      **config: Any) -> Iterator[Broker]:
     """A broker for one test: opened (on `clock`, attached), yielded, closed, checked for leaked threads.
@@ -165,8 +187,7 @@ def temporary_broker(path: str | os.PathLike[str] | None = None, *, clock: MockC
     `mqlite-*` thread started meanwhile and still alive raises `AssertionError`
     (a client the test started outside the broker's care, or a bug).
     """
-    before = _mqlite_threads()
-    with ExitStack() as cleanup:  # closes the broker, then removes the temporary directory
+    with no_leaked_threads(), ExitStack() as cleanup:  # closes the broker, removes the directory, then checks
         if path is None:
             path = os.path.join(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="mqlite-test-")), "mq")
         broker = open_broker(os.fspath(path), clock=clock, **{**TEST_BROKER_CONFIG, **config})
@@ -174,5 +195,3 @@ def temporary_broker(path: str | os.PathLike[str] | None = None, *, clock: MockC
         if clock is not None:
             clock.attach(broker)
         yield broker
-    leaked = sorted(t.name for t in _mqlite_threads() - before if t.is_alive())
-    assert not leaked, f"threads still running after the broker closed: {', '.join(leaked)}"
