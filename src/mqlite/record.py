@@ -713,7 +713,6 @@ def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tupl
     record: `MQClientError` (and `topic_prefix`'s for a topic too long) otherwise. Costs numpy
     passes over the headers and the topic bytes, no Python per record.
     """
-    count = len(sizes)
     prefix, v2 = topic_prefix(topic)
     step = int(sizes[0]) if int(sizes.min()) == int(sizes.max()) else None
     header_rows = _Rows(buf, starts, HEADER.size, step)
