@@ -41,13 +41,15 @@ from .recovery import find_queue_records, load_damaged, load_set_aside
 __all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter", "infer_format_settings", "config_for"]
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024  # DefaultMessageStore: a batch never exceeds this
-_FILTER_SCAN_BYTES = 16000
+_FILTER_SCAN_BYTES = 16000  # maxFilterMessageSize: CQ bytes scanned per filtered pull
 _REPAIR_REACH = 1024  # units looked at on each side of a damaged unit for a good neighbour (read repair)
 #: Records whose body a read does not cut at BODY_POS: compressed, or moved by IPv6 hosts.
 _SLOW_BODY_FLAGS = SysFlag.COMPRESSED | HOST_V6_FLAGS
-#: Index file bytes per hash slot in the broker's default shape (four entries a slot).
-_INDEX_BYTES_PER_SLOT = INDEX_SLOT.size + 4 * INDEX_ENTRY.size
-_new_object = object.__new__  # maxFilterMessageSize: CQ bytes scanned per filtered pull
+#: The broker's default index shape: max_index_num = 4 * max_hash_slot_num, so a file is
+#: INDEX_HEADER.size + slots * (INDEX_SLOT.size + 4 * INDEX_ENTRY.size) bytes.
+_ENTRIES_PER_SLOT = 4
+_INDEX_BYTES_PER_SLOT = INDEX_SLOT.size + _ENTRIES_PER_SLOT * INDEX_ENTRY.size
+_new_object = object.__new__
 
 log = logging.getLogger("mqlite")
 
@@ -120,10 +122,9 @@ def infer_format_settings(root: str) -> dict[str, Any]:
     index_dir = os.path.join(root, "index")
     for name in _listdir(index_dir):
         size = os.path.getsize(os.path.join(index_dir, name))
-        # The broker's default keeps max_index_num = 4 * max_hash_slot_num: size = 40 + 84 * slots.
-        slots, rest = divmod(size - INDEX_HEADER.size, _INDEX_BYTES_PER_SLOT)
+        slots, rest = divmod(size - INDEX_HEADER.size, _INDEX_BYTES_PER_SLOT)  # the default shape
         if size > INDEX_HEADER.size and rest == 0:
-            inferred["max_hash_slot_num"], inferred["max_index_num"] = slots, slots * 4
+            inferred["max_hash_slot_num"], inferred["max_index_num"] = slots, slots * _ENTRIES_PER_SLOT
             break
     return inferred
 
