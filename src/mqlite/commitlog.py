@@ -41,8 +41,6 @@ from .record import (
     COMMIT_LOG_OFFSET_POS,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER,
-    HEADER_DTYPE,
-    HEADER_DTYPE_BORN_V6,
     HOST_V6_EXTRA,
     HOST_V6_FLAGS,
     MAGIC_V1,
@@ -53,10 +51,13 @@ from .record import (
     DispatchRequest,
     StoredMessage,
     TagsCodeFn,
+    check_encoded_records,
     check_record,
     default_tags_code,
     host_bytes,
     pack_header_born_v6,
+    pack_headers,
+    place_headers,
     topic_prefix,
 )
 
@@ -135,47 +136,6 @@ _PREPARED = SysFlag.TRANSACTION_PREPARED_TYPE
 _ROLLBACK = SysFlag.TRANSACTION_ROLLBACK_TYPE
 _HEADER_SIZE = HEADER.size
 _DICT_TYPES = frozenset({dict, EncodedProperties})
-
-class _Rows:
-    """`width` bytes at each of `positions` in the uint8 array `buf`, to read or overwrite.
-
-    A strided view when the positions are `step` apart (records of one size: no index
-    array at all), else an (n, width) fancy index. Built outside the put lock, so the
-    writes under it are single numpy assignments.
-    """
-
-    __slots__ = ("buf", "view", "index")
-
-    view: Any  # the strided view, or None
-    index: Any  # the fancy index, or None
-
-    def __init__(self, buf: Any, positions: Any, width: int, step: int | None) -> None:
-        self.buf = buf
-        if step is not None or len(positions) == 1:
-            first = int(positions[0])
-            self.view = np.lib.stride_tricks.as_strided(buf[first:], shape=(len(positions), width),
-                                                        strides=(step or width, 1))
-            self.index = None
-        else:
-            self.view = None
-            self.index = positions[:, None] + np.arange(width)
-
-    def get(self) -> Any:
-        """The bytes as an (n, width) uint8 array."""
-        return self.view if self.index is None else self.buf[self.index]
-
-    def set(self, values: Any) -> None:
-        """Overwrite them with `values` ((n, width) uint8, or one row to broadcast)."""
-        if self.index is None:
-            self.view[...] = values
-        else:
-            self.buf[self.index] = values
-
-
-def _ints(rows: Any, dtype: str) -> Any:
-    """The (n, width) byte rows as n big-endian integers of `dtype` (width = its size)."""
-    return np.ascontiguousarray(rows).view(dtype)[:, 0].astype(np.int64)
-
 
 # -- the log -------------------------------------------------------------------------------
 class CommitLog:
@@ -273,6 +233,12 @@ class CommitLog:
 
         The hot path of every send: measured with bench/, so it avoids calls
         and keyword arguments (one `pack_into`, two slice copies, one lock).
+        That is why it does inline what the batch appends share through
+        `_append_placed` (store time, space via `_place_batch`, the place's
+        fields, the copy) and `_batch_written` (the unit, the dispatch entry):
+        the same steps in the same order, with one record's `HEADER` packed in
+        one call (`record.pack_header_born_v6` for an IPv6 born host) where a
+        batch fills numpy columns (`record.pack_headers`, `record.place_headers`).
         """
         if type(body) is not bytes or len(body) > self._max_body:
             self._check_body(body)
@@ -420,11 +386,10 @@ class CommitLog:
             else:
                 tail_heads = list(map(prefix.__add__, map(pack_len, block_lengths.tolist())))
             tail_lengths = block_lengths + (len(prefix) + 2)
-        born_ip, born_port = self._born_default if not born_host else host_bytes(born_host)
-        header_dtype = HEADER_DTYPE if len(born_ip) == 4 else HEADER_DTYPE_BORN_V6
-        size = header_dtype.itemsize
+        born = self._born_default if not born_host else host_bytes(born_host)
+        header_size = HEADER.size if len(born[0]) == 4 else HEADER.size + HOST_V6_EXTRA
         body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
-        size_array = body_lengths + tail_lengths + size
+        size_array = body_lengths + tail_lengths + header_size
         sizes: list[int] = size_array.tolist()
         total_all = sum(sizes)
         if total_all + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
@@ -432,48 +397,31 @@ class CommitLog:
                 f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
                 f"{self.config.commitlog_file_size} bytes; send smaller batches"
             )
-        # Headers are packed together into a numpy record array (one pass per field,
-        # measured: a third of the cost of HEADER.pack per record); the fields that
-        # depend on the log's position are filled under the lock.
-        headers = np.zeros(count, dtype=header_dtype)
-        headers["total"] = size_array
-        headers["magic"] = MAGIC_V2 if topic in self._v2_topics else MAGIC_V1
-        headers["body_crc"] = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=count) & 0x7FFFFFFF
-        headers["queue_id"] = queue_id
-        headers["flag"] = flag if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
-        headers["born_host"] = born_ip
-        headers["born_port"] = born_port
-        if header_dtype is HEADER_DTYPE_BORN_V6:
-            headers["sys_flag"] = _BORNHOST_V6
-        headers["store_host"], headers["store_port"] = self.store_host
-        headers["body_length"] = body_lengths
+        flag_column = (flag or None) if flags is None else np.fromiter(flags, dtype=np.int64, count=count)
+        headers = pack_headers(size_array, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1,
+                               map(zlib.crc32, bodies), body_lengths, queue_id=queue_id, flag=flag_column,
+                               sys_flag=0 if header_size == HEADER.size else _BORNHOST_V6,
+                               born_timestamp=born_timestamp, born_host=born, store_host=self.store_host)
         record_starts = np.zeros(count, dtype=np.int64)
         np.cumsum(size_array[:-1], out=record_starts[1:])
-        key = (topic, queue_id)
-        with self.put_lock:
-            now, mf, first_qoff = self._place_batch(key, total_all, count)
-            start = mf.wrote_position
-            mm, base = mf.mm, mf.file_from_offset
-            headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
-            headers["commit_log_offset"] = record_starts + (base + start)
-            headers["born_timestamp"] = now if born_timestamp is None else born_timestamp
-            headers["store_timestamp"] = now
+
+        def copy(mm: Any, start: int) -> None:
             raw = headers.tobytes()
-            slices = [raw[i : i + size] for i in range(0, count * size, size)]
+            slices = [raw[i : i + header_size] for i in range(0, count * header_size, header_size)]
             records = zip(slices, bodies, tail_heads) if blocks is None else zip(slices, bodies, tail_heads, blocks)
             # One slice assignment for the whole batch (measured: cheaper than three copies per
             # record). A torn batch (killed mid-copy) shows whole records then garbage, which the
             # per-record checks of recovery cut; nothing of it was acknowledged.
-            pos = start + total_all
-            mm[start:pos] = b"".join(itertools.chain.from_iterable(records))
-            mf.wrote_position = pos
-            self.topic_queue_table[key] = first_qoff + count
+            mm[start : start + total_all] = b"".join(itertools.chain.from_iterable(records))
+
+        def dispatch(now: int, first_qoff: int, commit_log_offsets: Any) -> tuple[BatchDispatch, bool]:
             fn = self.tags_code_fn  # a delayed message's code is its due time: known only under the lock
             codes = None if properties is None else [fn(topic, p, now) if p else 0 for p in properties]
-            self._batch_written(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes, now, keys,
-                                              uniqs), keys is not None)
-        return PutResult(base + start, total_all, first_qoff, now, count, (record_starts + (base + start)).tolist(),
-                         store_host=self.store_host)
+            return BatchDispatch(topic, queue_id, first_qoff, int(commit_log_offsets[0]), sizes, codes, now, keys,
+                                 uniqs), keys is not None
+
+        return self._append_placed((topic, queue_id), headers, record_starts, total_all, copy, dispatch,
+                                   born_now=born_timestamp is None, store_host=self.store_host)
 
     def append_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                                key_hashes: Any = None, key_rows: Any = None) -> PutResult:
@@ -503,26 +451,9 @@ class CommitLog:
             raise MQClientError(f"the batch is {total_all} bytes and cannot fit one commit-log segment of "
                                 f"{self.config.commitlog_file_size} bytes; send smaller batches")
         _INT.pack(queue_id)
-        prefix, v2 = topic_prefix(topic)
         starts = np.zeros(count, dtype=np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
-        step = int(sizes[0]) if int(sizes.min()) == int(sizes.max()) else None
-        header_rows = _Rows(buf, starts, HEADER.size, step)
-        headers = np.ascontiguousarray(header_rows.get()).view(HEADER_DTYPE)[:, 0]
-        body_lengths = headers["body_length"].astype(np.int64)
-        tails = starts + HEADER.size + body_lengths
-        if ((headers["total"] != sizes).any() or (headers["magic"] != (MAGIC_V2 if v2 else MAGIC_V1)).any()
-                or (headers["sys_flag"] != 0).any() or (body_lengths < 0).any()
-                or (tails + len(prefix) + _USHORT.size > starts + sizes).any()):
-            raise MQClientError(f"encoded records for {topic!r} are damaged (a size, magic code, host flag or body "
-                                f"length disagrees with the record); nothing was stored")
-        same_body = int(body_lengths.min()) == int(body_lengths.max())
-        topic_rows = _Rows(buf, tails, len(prefix) + _USHORT.size, step if same_body else None).get()
-        props_lengths = _ints(topic_rows[:, len(prefix):], ">u2")
-        if ((topic_rows[:, : len(prefix)] != np.frombuffer(prefix, dtype=np.uint8)).any()
-                or (tails + len(prefix) + _USHORT.size + props_lengths != starts + sizes).any()):
-            raise MQClientError(f"encoded records are not all of topic {topic!r} or their property lengths "
-                                f"disagree with their sizes; nothing was stored")
+        headers, header_rows, v2 = check_encoded_records(buf, sizes, starts, topic)
         if v2:
             self._v2_topics.add(topic)
         codes = np.zeros(count, dtype=np.int64) if codes is None else np.asarray(codes, dtype=np.int64)
@@ -533,28 +464,20 @@ class CommitLog:
         if rows is not None and (len(rows) != len(hashes) or int(rows.min()) < 0  # type: ignore[arg-type]
                                  or int(rows.max()) >= count):
             raise MQClientError("every index key hash needs the number of its record in the batch")
-        key = (topic, queue_id)
-        with self.put_lock:
-            now, mf, first_qoff = self._place_batch(key, total_all, count)
-            start = mf.wrote_position
-            mm, base = mf.mm, mf.file_from_offset
-            commit_log_offsets = starts + (base + start)
-            # The fields that depend on the log's place, filled before the copy: a torn copy
-            # never leaves a valid-looking record with placeholder offsets.
-            headers["queue_id"] = queue_id
-            headers["queue_offset"] = np.arange(first_qoff, first_qoff + count, dtype=np.int64)
-            headers["commit_log_offset"] = commit_log_offsets
-            headers["store_timestamp"] = now
+        headers["queue_id"] = queue_id
+
+        def copy(mm: Any, start: int) -> None:
             header_rows.set(headers.view(np.uint8).reshape(count, HEADER.size))
-            pos = start + total_all
-            mm[start:pos] = buf.data
-            mf.wrote_position = pos
-            self.topic_queue_table[key] = first_qoff + count
+            mm[start : start + total_all] = buf.data
+
+        def dispatch(now: int, first_qoff: int, commit_log_offsets: Any) -> tuple[BatchDispatch, bool]:
             indexed = self._index_keys and hashes is not None
-            self._batch_written(BatchDispatch(topic, queue_id, first_qoff, base + start, sizes, codes, now, None, None,
-                                              hashes if indexed else None, commit_log_offsets[rows] if indexed else None),
-                                hashes is not None)
-        return PutResult(base + start, total_all, first_qoff, now, count, commit_log_offsets.tolist())
+            return BatchDispatch(topic, queue_id, first_qoff, int(commit_log_offsets[0]), sizes, codes, now, None,
+                                 None, hashes if indexed else None, commit_log_offsets[rows] if indexed else None), \
+                hashes is not None
+
+        # encode_records writes the default store host (a Spark task knows no server): its PutResult says so.
+        return self._append_placed((topic, queue_id), headers, starts, total_all, copy, dispatch)
 
     def _property_blocks(self, properties: Sequence[Mapping[str, str] | None]) -> list[bytes]:
         """Each message's encoded property block (empty for none); a producer's `EncodedProperties` are reused."""
@@ -573,6 +496,36 @@ class CommitLog:
         offset message ids. A server sets the address it serves at: RocketMQ's clients send a
         consumer's send-back, and an admin's view by offset id, to the host in the record."""
         self.store_host = (socket.inet_aton(host), port)
+
+    def _append_placed(self, key: tuple[str, int], headers: np.ndarray, starts: Any, total: int,
+                       copy: Callable[[Any, int], None],
+                       dispatch: Callable[[int, int, Any], tuple[BatchDispatch, bool]], *, born_now: bool = False,
+                       store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
+        """The batch appends' one place-and-pack core: under `put_lock`, the store time and the space
+        (`_place_batch`), the fields the place decides (`place_headers`; BORNTIMESTAMP too when
+        `born_now`), then `copy(mm, start)` writes the `total` bytes of the records (whose headers
+        start `starts` apart) at `start` of the segment's map, then the units and the dispatch entry
+        `dispatch(now, first queue offset, commit-log offsets)` gives (`_batch_written`).
+
+        The single `append` does the same steps inline (the hot path of every send: a call here
+        and the numpy fields would cost it measurably; see its docstring).
+        """
+        count = len(headers)
+        with self.put_lock:
+            now, mf, first_qoff = self._place_batch(key, total, count)
+            start = mf.wrote_position
+            first = mf.file_from_offset + start
+            commit_log_offsets = starts + first
+            # The fields that depend on the log's place, filled before the copy: a torn copy
+            # never leaves a valid-looking record with placeholder offsets.
+            place_headers(headers, first_qoff, commit_log_offsets, now)
+            if born_now:
+                headers["born_timestamp"] = now
+            copy(mf.mm, start)
+            mf.wrote_position = start + total
+            self.topic_queue_table[key] = first_qoff + count
+            self._batch_written(*dispatch(now, first_qoff, commit_log_offsets))
+        return PutResult(first, total, first_qoff, now, count, commit_log_offsets.tolist(), store_host=store_host)
 
     def _batch_written(self, batch: BatchDispatch, has_keys: bool) -> None:
         """With `put_lock` held, once a batch's bytes are in place: its consume-queue units, and its
@@ -671,7 +624,8 @@ class CommitLog:
             return 0
         total, magic = BLANK.unpack_from(mf.mm, pos)
         if magic not in (MAGIC_V1, MAGIC_V2) or total < PREFIX.size or pos + total > mf.file_size \
-                or offset + total > self.max_offset or _LONG.unpack_from(mf.mm, pos + COMMIT_LOG_OFFSET_POS)[0] != offset:
+                or offset + total > self.max_offset \
+                or _LONG.unpack_from(mf.mm, pos + COMMIT_LOG_OFFSET_POS)[0] != offset:
             return 0
         return total
 
