@@ -9,10 +9,10 @@ every second, and once more as it closes), a Spark commit before its own job. Th
 that protocol without pyspark or pyarrow (numpy and mqlite only), so the broker can import it.
 
 The per-message work happens where the rows are staged, in Spark's parallel tasks: each row
-becomes its whole commit-log record (`commitlog.encode_records`: RocketMQ's bytes, with a new
+becomes its whole commit-log record (`record.encode_records`: RocketMQ's bytes, with a new
 `UNIQ_KEY` made by the task's own `UniqIdGenerator`, as RocketMQ's client makes it), plus the
 hashes of its index keys. The commit, one process, only routes rows to queues, fills in the
-fields the log decides (queue id and offset, physical offset, store time) and copies the
+fields the log decides (queue id and offset, commit-log offset, store time) and copies the
 records, with numpy (`CommitLog.append_encoded_records`).
 
 Staged file: chunks, each one topic's rows of one Arrow batch in row order.
@@ -33,7 +33,7 @@ Big-endian, `CHUNK`:
                  | hash of each index key (K x u4, `indexfile.index_key_hash` of
                  `topic#UNIQ_KEY` then of each `topic#KEY`) | records (R)
 
-A record is what `commitlog.encode_records` returns: complete but for QUEUEID, QUEUEOFFSET,
+A record is what `record.encode_records` returns: complete but for QUEUEID, QUEUEOFFSET,
 PHYSICALOFFSET and STORETIMESTAMP (zeros). A message's properties are its head (TAGS, KEYS,
 WAIT and user properties) then, unless `producerProperties=false`, its `UNIQ_KEY`. A route is
 a queue id (>= 0), -1 (round robin) or -(2 + |hash|) for a sharding key; a chunk's
@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from ._service import Service
-from .record import HEADER, encode_records
+from .record import MIN_RECORD_SIZE, encode_records
 from .config import read_json, write_json_atomic
 from .errors import MQClientError, MQLiteError, StoreCorruptedError
 from .indexfile import index_key_hash_array, index_key_hashes
@@ -121,7 +121,6 @@ ROUND_ROBIN = -1
 _PUT_BYTES = 4 << 20
 #: Ids per `UniqIdGenerator.next_ids` call: its 16-bit counter must not wrap within one millisecond.
 _IDS_PER_CALL = 1 << 16
-_MIN_RECORD = HEADER.size + 1 + 2  # empty topic and properties: anything shorter is not a record
 
 _UNIQ_HEAD = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}\x01".encode()
 _ID_GENERATOR: tuple[int, UniqIdGenerator] | None = None  # (pid, generator): see _new_ids
@@ -306,7 +305,7 @@ def _read_chunk(f: BinaryIO, path: str, header: bytes, size: int, with_records: 
     routes = _read_array(f, rows, ">i8", path, "routes") if bits & HAS_ROUTES else None
     key_rows = _read_array(f, keys, ">u4", path, "index key rows")
     key_hashes = _read_array(f, keys, ">u4", path, "index key hashes")
-    if rows and (int(tag_numbers.max()) >= len(tags) or int(sizes.min()) < _MIN_RECORD):
+    if rows and (int(tag_numbers.max()) >= len(tags) or int(sizes.min()) < MIN_RECORD_SIZE):
         raise StoreCorruptedError(f"staged file {path}: a row's tags number or record size is out of range")
     if int(sizes.sum()) != record_bytes:
         raise StoreCorruptedError(f"staged file {path}: a chunk's record sizes do not add up to its record bytes")

@@ -63,11 +63,19 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 
 from .commitlog import CommitLog
-from .record import BLANK, DispatchRequest, TagsCodeFn, check_record, find_frame, framed_at
+from .record import (
+    BLANK,
+    RECORD_KEY,
+    DispatchRequest,
+    TagsCodeFn,
+    check_record,
+    find_frame,
+    framed_at,
+    unwritten_at,
+)
 from .config import CQ_UNIT, read_json, write_json_atomic
 from .consumequeue import BLANK_UNIT, ConsumeQueue
 from .indexfile import IndexFile
@@ -86,8 +94,6 @@ NORMAL_TAIL_BYTES = 1024 * 1024
 TAIL_UNITS = 16
 Key = tuple[str, int]
 _NOT_IN_QUEUE = (SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE)
-_QUEUE_ID = struct.Struct(">i")
-_QUEUE_ID_POS = 12  # QUEUEID in a record header
 
 
 class RecoveryReport:
@@ -447,7 +453,7 @@ def _first_unit_index(cq: ConsumeQueue, floor: int) -> int | None:
     while low < high:
         mid = (low + high) // 2
         unit = cq.unit_at(mid)
-        if unit is None or unit[0] < floor or unit[1] == 2**31 - 1:
+        if unit is None or unit[0] < floor or unit[1] == BLANK_UNIT[1]:
             low = mid + 1
         else:
             high = mid
@@ -552,7 +558,7 @@ def _scan(commitlog: CommitLog, start: int, check_crc: bool, dispatched_to: int,
                               "in that range are lost, recovery goes on at %d", offset, resume, resume)
                 offset = resume
                 continue
-            if any(mf.mm[pos : pos + 8]):
+            if not unwritten_at(mf.mm, pos):
                 report.damaged_tail = True
                 log.warning("commit log: invalid record at offset %d; truncating the log there", offset)
             return offset
@@ -604,7 +610,7 @@ def _resync_noted(commitlog: CommitLog, queues: dict[tuple[str, int], ConsumeQue
 
 
 #: The largest size a consume-queue unit can hold (a signed 32-bit int).
-_MAX_UNIT_SIZE = 2**31 - 2  # 2**31 - 1 marks a blank unit
+_MAX_UNIT_SIZE = BLANK_UNIT[1] - 1  # 2**31 - 1 marks a blank unit
 
 #: Units tried per queue for resynchronising: their records may be damaged too.
 _UNITS_TRIED = 16
@@ -758,8 +764,9 @@ def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
         if mf is None:
             return
         pos = offset - mf.file_from_offset
-        describe = wanted is None or (pos + _QUEUE_ID_POS + 4 <= mf.file_size
-                                      and wanted(_QUEUE_ID.unpack_from(mf.mm, pos + _QUEUE_ID_POS)[0]))
+        # RECORD_KEY's third field is QUEUEID (a shorter rest of the segment holds no record anyway).
+        describe = wanted is None or (pos + RECORD_KEY.size <= mf.file_size
+                                      and wanted(RECORD_KEY.unpack_from(mf.mm, pos)[2]))
         kind, size, request = _classify(mf.mm, pos, mf.file_size, check_crc, fn, describe)
         if kind == _RECORD:
             if request is not None:
@@ -773,7 +780,7 @@ def walk_records(commitlog: CommitLog, start: int, end: int, check_crc: bool,
             else:
                 resume = resync(offset) if resync is not None else None
             if resume is None:
-                if warn and any(mf.mm[pos : pos + 8]):  # zeros are the log's end, not damage
+                if warn and not unwritten_at(mf.mm, pos):  # zeros are the log's end, not damage
                     log.warning("commit log: invalid record at offset %d; the walk stops there", offset)
                 return
             offset = resume

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 from collections.abc import Mapping
 from enum import Enum
@@ -20,28 +19,37 @@ from typing import Any, Protocol
 from .checkpoint import StoreCheckpoint
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import CommitLog
-from .record import BLANK, HEADER, MAGIC_V1, MAGIC_V2, DispatchRequest, StoredMessage, TagsCodeFn
+from .record import (
+    BODY_LENGTH,
+    BODY_LENGTH_POS,
+    BODY_POS,
+    HOST_V6_FLAGS,
+    MAGIC_BYTES,
+    RECORD_KEY,
+    SYSFLAG_LOW_POS,
+    DispatchRequest,
+    StoredMessage,
+    TagsCodeFn,
+)
 from .config import CQ_UNIT, StoreConfig, resolve_config
 from .consumequeue import CQ_UNIT_STRUCT, LOWER, ConsumeQueue
 from .errors import IllegalStateError, MessageNotFoundError
-from .indexfile import INDEX_HEADER, IndexService
+from .indexfile import INDEX_ENTRY, INDEX_HEADER, INDEX_SLOT, IndexService
 from .message import PROPERTY_KEYS, MessageExt, SysFlag
 from .recovery import find_queue_records, load_damaged, load_set_aside
 
 __all__ = ["StoreFiles", "GetMessageStatus", "GetMessageResult", "MessageFilter", "infer_format_settings", "config_for"]
 
 MAX_PULL_MSG_SIZE = 128 * 1024 * 1024  # DefaultMessageStore: a batch never exceeds this
-_FILTER_SCAN_BYTES = 16000
+_FILTER_SCAN_BYTES = 16000  # maxFilterMessageSize: CQ bytes scanned per filtered pull
 _REPAIR_REACH = 1024  # units looked at on each side of a damaged unit for a good neighbour (read repair)
-_MAGICS = (BLANK.pack(0, MAGIC_V1)[4:], BLANK.pack(0, MAGIC_V2)[4:])
-# TOTALSIZE, MAGICCODE, (BODYCRC), QUEUEID, (FLAG), QUEUEOFFSET: what ties a record to its unit.
-_RECORD_KEY = struct.Struct(">i4s4xi4xq")
-_BODY_LEN = struct.Struct(">i")
-_BODY_LEN_POS = HEADER.size - _BODY_LEN.size  # 84 with IPv4 hosts
-_BODY_POS = HEADER.size
-_SYSFLAG_LOW = 39  # last byte of the big-endian SYSFLAG int at 36
-_SLOW_BODY_FLAGS = SysFlag.COMPRESSED | SysFlag.BORNHOST_V6 | SysFlag.STOREHOSTADDRESS_V6
-_new_object = object.__new__  # maxFilterMessageSize: CQ bytes scanned per filtered pull
+#: Records whose body a read does not cut at BODY_POS: compressed, or moved by IPv6 hosts.
+_SLOW_BODY_FLAGS = SysFlag.COMPRESSED | HOST_V6_FLAGS
+#: The broker's default index shape: max_index_num = 4 * max_hash_slot_num, so a file is
+#: INDEX_HEADER.size + slots * (INDEX_SLOT.size + 4 * INDEX_ENTRY.size) bytes.
+_ENTRIES_PER_SLOT = 4
+_INDEX_BYTES_PER_SLOT = INDEX_SLOT.size + _ENTRIES_PER_SLOT * INDEX_ENTRY.size
+_new_object = object.__new__
 
 log = logging.getLogger("mqlite")
 
@@ -114,10 +122,9 @@ def infer_format_settings(root: str) -> dict[str, Any]:
     index_dir = os.path.join(root, "index")
     for name in _listdir(index_dir):
         size = os.path.getsize(os.path.join(index_dir, name))
-        # The broker's default keeps max_index_num = 4 * max_hash_slot_num: size = 40 + 84 * slots.
-        slots, rest = divmod(size - INDEX_HEADER.size, 84)
+        slots, rest = divmod(size - INDEX_HEADER.size, _INDEX_BYTES_PER_SLOT)  # the default shape
         if size > INDEX_HEADER.size and rest == 0:
-            inferred["max_hash_slot_num"], inferred["max_index_num"] = slots, slots * 4
+            inferred["max_hash_slot_num"], inferred["max_index_num"] = slots, slots * _ENTRIES_PER_SLOT
             break
     return inferred
 
@@ -280,9 +287,9 @@ class StoreFiles:
         new = _new_object
         cls = StoredMessage
         find = self.commitlog.mapped_files.find
-        unpack_len = _BODY_LEN.unpack_from
-        unpack_key = _RECORD_KEY.unpack_from
-        key_size = _RECORD_KEY.size
+        unpack_len = BODY_LENGTH.unpack_from
+        unpack_key = RECORD_KEY.unpack_from
+        key_size = RECORD_KEY.size
         queue_id = cq.queue_id
         own = not cq.is_light  # a light message queue's units point at other queues' records
         min_log = self.commitlog.min_offset
@@ -314,7 +321,7 @@ class StoreFiles:
                 # so anything else is damage, or a record retention deleted): skip it, never stall.
                 if len(raw) == size >= key_size:
                     total, magic, record_qid, record_qoff = unpack_key(raw)
-                    good = total == size and magic in _MAGICS and (
+                    good = total == size and magic in MAGIC_BYTES and (
                         (record_qoff == qoff and record_qid == queue_id) or not own)
                 else:
                     good = False
@@ -344,9 +351,9 @@ class StoreFiles:
                 # Known from the unit: consumers' process queues key on it without decoding the record.
                 msg.queue_offset = qoff
                 qoff += 1
-                # SYSFLAG's low byte (offset 39) holds the compression and IPv6 host bits.
-                msg._body = raw[_BODY_POS : _BODY_POS + unpack_len(raw, _BODY_LEN_POS)[0]] \
-                    if not raw[_SYSFLAG_LOW] & _SLOW_BODY_FLAGS else None
+                # SYSFLAG's low byte holds the compression and IPv6 host bits.
+                msg._body = raw[BODY_POS : BODY_POS + unpack_len(raw, BODY_LENGTH_POS)[0]] \
+                    if not raw[SYSFLAG_LOW_POS] & _SLOW_BODY_FLAGS else None
                 append(msg)
                 total_bytes += size
         _log_skips(cq, bad, aside, repair)
@@ -384,8 +391,8 @@ class StoreFiles:
                     aside.append(qoff - 1)  # as `get_messages`: known, one line per read, never handed out
                     continue
                 raw = read(commit_log_offset, size) if commit_log_offset >= 0 and size > 0 else None
-                if raw is None or len(raw) < _RECORD_KEY.size or (
-                        _RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1) and not cq.is_light):
+                if raw is None or len(raw) < RECORD_KEY.size or (
+                        RECORD_KEY.unpack_from(raw)[2:] != (cq.queue_id, qoff - 1) and not cq.is_light):
                     if raw is not None or commit_log_offset >= min_log or size <= 0:
                         if repair is None:
                             repair = _ReadRepair(self, cq)
@@ -531,9 +538,9 @@ class _ReadRepair:
         if unit is None or unit[0] in commitlog.set_aside:
             return None  # not read: `read` would log each set-aside one (a damaged range has thousands)
         raw = commitlog.read(unit[0], unit[1])
-        if raw is None or len(raw) < _RECORD_KEY.size:
+        if raw is None or len(raw) < RECORD_KEY.size:
             return None
-        _, _, record_qid, record_qoff = _RECORD_KEY.unpack_from(raw)
+        _, _, record_qid, record_qoff = RECORD_KEY.unpack_from(raw)
         return unit if (record_qid, record_qoff) == (self.cq.queue_id, queue_offset) else None
 
     def log(self) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .record import check_record, default_tags_code
+from .record import check_record, default_tags_code, unwritten_at
 from .consumequeue import BLANK_UNIT, CQ_UNIT_STRUCT, LMQ_PREFIX, file_problems, queue_files
 from .indexfile import IndexFile, index_key_hash_array, index_key_names
 from .mappedfile import offset_to_file_name
@@ -308,11 +308,11 @@ def _verify_commitlog(reader: StoreReader, report: VerifyReport, progress: Calla
                     pos = resume - mf.file_from_offset
                     continue
                 break
-            if any(mf.mm[pos : pos + 8]):
+            if not unwritten_at(mf.mm, pos):
                 walk.damages.append(_LogDamage(
                     f"commit log: damaged record at offset {offset} (segment {os.path.basename(mf.path)})",
                     offset, end))
-            elif any(any(later.mm[:8]) for later in files[index + 1 :]):
+            elif any(not unwritten_at(later.mm, 0) for later in files[index + 1 :]):
                 # Zeros are the end of the log only if no later segment holds data (a broker
                 # pre-allocates the next, empty segment).
                 walk.damages.append(_LogDamage(

@@ -8,18 +8,22 @@ no lock), and for each slice of up to `BATCH_ROWS` units:
    units (a queue that starts mid-file) and, for `subExpression`, units whose
    tags code is not subscribed (the broker's consume-queue screen);
 2. copies the 88-byte fixed header of every record in one fancy-indexing
-   pass (over a view of the segment with one 88-byte item per byte position)
-   and checks it against the unit: size, magic, queue id and offset, and
+   pass (`record.headers_at`: a view of the segment with one header-sized item
+   per byte position) and checks it against the unit: size, magic, queue id and offset, and
    lengths that add up to the record's size; a record that fails the size or
    magic check is gone (data loss), any other oddity takes the slow path;
 3. copies the variable-length fields (body, properties) out of the segment:
    with one memcpy per row when they are all of one length, else with one
    Arrow `take` (the wanted ranges are every other element of a binary array
    over the whole segment);
-4. parses properties with numpy over their bytes: the positions of the 0x01
-   and 0x02 separators give every entry. A batch whose property strings all
-   share one layout (one producer's messages: same names, same value lengths)
-   is parsed by arithmetic instead, and its values are columns of the rows.
+4. parses properties with the record codec's vectorised parser
+   (`record.PropertyEntries`, numpy over their bytes): the positions of the
+   0x01 and 0x02 separators give every entry. A batch whose property strings
+   all share one layout (one producer's messages: same names, same value
+   lengths) is parsed by arithmetic instead, and its values are columns of the
+   rows. This module only builds the Arrow columns on it.
+
+Every position and length in a record comes from `mqlite.record`.
 
 Records the fast path does not handle (IPv6 hosts, compressed bodies, records
 of another queue) send their slice through a per-record Python decoder with
@@ -39,7 +43,19 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from ..record import HEADER, MAGIC_V1, MAGIC_V2, decode_message
+from ..record import (
+    BODY_POS,
+    HOST_V6_FLAGS,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    PROPERTIES_LENGTH,
+    PropertyEntries,
+    decode_message,
+    headers_at,
+    properties_length_pos,
+    properties_lengths,
+)
 from ..consumequeue import BLANK_UNIT, CQ_DTYPE
 from ..errors import MQLiteError, StoreCorruptedError
 from ..filter import MessageSelector
@@ -62,20 +78,12 @@ __all__ = ["read_range", "BATCH_ROWS", "RangeReader"]
 #: Units per record batch (measured: 64k rows amortise the per-batch Arrow calls).
 BATCH_ROWS = 1 << 16
 
-#: HEADER (commitlog.py) as a numpy record: the fixed part of a record with IPv4 hosts.
-HEADER_DTYPE = np.dtype([
-    ("total", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_timestamp", ">i8"),
-    ("born_host", "S4"), ("born_port", ">i4"), ("store_timestamp", ">i8"), ("store_host", "S4"),
-    ("store_port", ">i4"), ("reconsume_times", ">i4"), ("prepared_offset", ">i8"), ("body_length", ">i4"),
-])
-_HDR = HEADER.size
-assert HEADER_DTYPE.itemsize == _HDR == 88
-_MIN_RECORD = _HDR + 1 + 2  # empty body, topic and properties
-_SLOW_FLAGS = SysFlag.COMPRESSED | SysFlag.BORNHOST_V6 | SysFlag.STOREHOSTADDRESS_V6
+#: Records the fast path does not read: a compressed body, or IPv6 hosts (they move the body).
+_SLOW_FLAGS = SysFlag.COMPRESSED | HOST_V6_FLAGS
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 _BLANK_SIZE = BLANK_UNIT[1]
+_UNIT = CQ_DTYPE.itemsize  # one consume-queue unit
 #: Columns that need the properties parsed.
 _PROPERTY_USERS = frozenset({"msgId", "tags", "keys", "properties", "key", "headers"})
 
@@ -120,7 +128,7 @@ class _Rows:
     def __init__(self, qoff: np.ndarray, commit_log_offset: np.ndarray, size: np.ndarray,
                  header: np.ndarray | None) -> None:
         self.qoff, self.commit_log_offset, self.size = qoff, commit_log_offset, size
-        self.header = header  # HEADER_DTYPE records (fast path)
+        self.header = header  # record.HEADER_DTYPE records (fast path)
         self.n = len(qoff)
         self.flag: np.ndarray = np.empty(0)
         self.born: np.ndarray = np.empty(0)
@@ -148,247 +156,6 @@ class _Rows:
             assert self.props is not None
             self._parsed = _Properties(self.props)
         return self._parsed
-
-
-class PropertyLayout:
-    """One layout shared by every properties string of a batch (one producer's messages, say).
-
-    Applies when every row has the same length and its separators at the same
-    places as the first row, whose entries are all well-formed: then entries
-    are found by arithmetic, and a value or name "column" is a strided view of
-    the rows (`column`), copied with one memcpy per row. `buffer` is any object
-    with the buffer protocol (a mapped file, an Arrow buffer).
-    """
-
-    __slots__ = ("buffer", "base", "n", "width", "starts", "splits", "ends", "names", "same_names", "_values")
-
-    def __init__(self, buffer: Any, base: int, n: int, width: int, starts: list[int], splits: list[int],
-                 ends: list[int], names: list[bytes]) -> None:
-        self.buffer, self.base, self.n, self.width = buffer, base, n, width
-        self.starts, self.splits, self.ends, self.names = starts, splits, ends, names
-        self.same_names = all(self._equal(s, name) for s, name in zip(starts, names))
-        self._values: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, buffer: Any, data: np.ndarray, offsets: np.ndarray) -> PropertyLayout | None:
-        """The layout of the rows [offsets[i], offsets[i + 1]) of `buffer` (`data`: their bytes), or None."""
-        n = len(offsets) - 1
-        width = int(offsets[1] - offsets[0]) if n else 0
-        if width < 8 or len(data) != width * n or not (np.diff(offsets) == width).all():
-            return None
-        first = data[:width].tobytes()
-        if not first.endswith(b"\x02"):
-            return None
-        starts, splits, ends, names = [], [], [], []
-        position = 0
-        for entry in first[:-1].split(b"\x02"):
-            name, _, value = entry.partition(b"\x01")
-            if not name or not value or b"\x01" in value or b"\x00" in entry:
-                return None  # an entry the general parser drops or splits differently
-            starts.append(position)
-            splits.append(position + len(name))
-            ends.append(position + len(entry))
-            names.append(name)
-            position += len(entry) + 1
-        for column, byte in [*((p, 1) for p in splits), *((e, 2) for e in ends)]:
-            if not (data[column::width] == byte).all():
-                return None
-        template = cls(buffer, int(offsets[0]), n, width, starts, splits, ends, names)
-        # No separator (nor NUL) anywhere else: with every name equal to the first row's, only the
-        # values need looking at, and they are copied out anyway (a word-wise test, 8 bytes a step).
-        if template.same_names:
-            if _has_byte_below_3(template.values()):
-                return None
-        elif np.count_nonzero(data < 3) != n * 2 * len(names):
-            return None
-        return template
-
-    def column(self, start: int, length: int) -> np.ndarray:
-        """Bytes [start, start + length) of every row, as a strided view (one item per row)."""
-        return np.ndarray((self.n,), dtype=f"V{length}", buffer=self.buffer, offset=self.base + start,
-                          strides=(self.width,))
-
-    def _equal(self, start: int, key: bytes) -> bool:
-        """Whether every row holds `key` at `start` (compared 8 bytes at a time, as integers)."""
-        n, width = self.n, self.width
-        last = self.base + (n - 1) * width + start
-        if bytes(memoryview(self.buffer)[last : last + len(key)]) != key:
-            return False
-        for c in range(0, len(key), 8):  # the rows before the last: 8 bytes from there stay in the buffer
-            chunk = key[c : c + 8]
-            words = np.ndarray((n - 1,), dtype="<u8", buffer=self.buffer, offset=self.base + start + c,
-                               strides=(width,))
-            mask = np.uint64((1 << 8 * len(chunk)) - 1)
-            if not ((words & mask) == np.uint64(int.from_bytes(chunk, "little"))).all():
-                return False
-        return True
-
-    def values(self) -> np.ndarray:
-        """Every row's values, row after row, as one byte array (copied once)."""
-        if self._values is None:
-            lengths = [e - p - 1 for p, e in zip(self.splits, self.ends)]
-            out = np.empty(self.n, dtype=[(f"v{j}", f"V{w}") for j, w in enumerate(lengths)])
-            for j, (p, w) in enumerate(zip(self.splits, lengths)):
-                out[f"v{j}"] = self.column(p + 1, w)
-            self._values = out.view(np.uint8)
-        return self._values
-
-
-def _has_byte_below_3(data: np.ndarray) -> bool:
-    """Whether any byte is 0, 1 or 2; a word-wise test (`hasless(x, 3)`, exact for "any")."""
-    whole = len(data) // 8 * 8
-    words = data[:whole].view("<u8")
-    low = np.uint64(0x0303030303030303)
-    high = np.uint64(0x8080808080808080)
-    return bool(((words - low) & ~words & high).any()) or bool((data[whole:] < 3).any())
-
-
-class PropertyEntries:
-    """Properties strings (`name 0x01 value 0x02`...) split with numpy over their bytes.
-
-    An entry runs from a row start or a 0x02 to the next 0x02 or the row end;
-    its first 0x01 splits name from value; RocketMQ drops entries with an empty
-    name or value. `starts`, `splits`, `ends` are byte positions in `buffer`
-    (names are [start, split), values [split + 1, end)), in row order, so
-    every gather is of ascending, disjoint ranges. Java writes a 0x02 after
-    every entry and names hold no 0x01: that common case takes no sort and no
-    search. Shortcuts, each checked before it is taken: one layout for the
-    whole batch (`PropertyLayout`), and the same names in the same order in every
-    row (`slot_names`: names are then repeated, not copied, and a property's
-    values are every k-th entry). The Spark reader builds Arrow columns on it
-    (`mqlite.spark.arrowread`); measured in bench/bench_spark.py.
-
-    `buffer` holds the rows (any object with the buffer protocol); row i is
-    bytes [offsets[i], offsets[i + 1]), `offsets` int64 and ascending.
-    """
-
-    def __init__(self, buffer: Any, offsets: np.ndarray) -> None:
-        self.n = n = len(offsets) - 1
-        self.row_offsets = offsets
-        self.buffer = buffer
-        self.size = memoryview(buffer).nbytes
-        base, stop = int(offsets[0]), int(offsets[-1])
-        data = np.frombuffer(buffer, dtype=np.uint8)[base:stop] if stop > base else np.empty(0, np.uint8)
-        self._prefix: np.ndarray | None = None
-        self._positions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._slots: list[bytes] | None | bool = False  # False: not looked at yet
-        self.template = PropertyLayout.of(buffer, data, offsets)
-        if self.template is not None:
-            t = self.template
-            self.per_row = len(t.names)
-            return  # entry positions only if asked for (`_entries`)
-        # One pass over the bytes finds both separators (measured: a fifth cheaper than one pass each).
-        marks = np.flatnonzero(data < 3)
-        kinds = data[marks]
-        seps = marks[np.flatnonzero(kinds == 2)] + base
-        ones = marks[np.flatnonzero(kinds == 1)] + base
-        rows_end = offsets[1:][offsets[1:] > offsets[:-1]]
-        #: Entries in every row when all rows have as many (the usual batch), else 0.
-        self.per_row = 0
-        self._counts: np.ndarray | None = None
-        if (data[rows_end - base - 1] == 2).all():  # every row ends with 0x02: entries end at the 0x02s
-            starts, ends = np.empty_like(seps), seps
-            starts[:1], starts[1:] = base, seps[:-1] + 1
-            per_row = len(seps) // n if n else 0
-            if per_row and len(seps) == per_row * n and (seps[per_row - 1 :: per_row] == offsets[1:] - 1).all():
-                self.per_row = per_row
-            else:
-                self._counts = np.diff(np.searchsorted(seps, offsets))
-        else:
-            starts = np.sort(np.concatenate([offsets[:-1], seps + 1]), kind="stable")
-            ends = np.sort(np.concatenate([seps, offsets[1:]]), kind="stable")
-        if len(ones) == len(starts) and ((ones >= starts) & (ones < ends)).all():
-            splits = ones  # exactly one 0x01 in every entry
-        else:
-            splits = np.append(ones, stop + 1)[np.searchsorted(ones, starts)]
-        ok = (splits > starts) & (splits + 1 < ends)
-        if not ok.all():
-            starts, splits, ends = starts[ok], splits[ok], ends[ok]
-            self.per_row, self._counts = 0, None
-        self._positions = (starts, splits, ends)
-
-    @property
-    def starts(self) -> np.ndarray:
-        return self._entries()[0]
-
-    @property
-    def splits(self) -> np.ndarray:
-        return self._entries()[1]
-
-    @property
-    def ends(self) -> np.ndarray:
-        return self._entries()[2]
-
-    def _entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Byte positions of every entry: where its name starts, its 0x01, its end."""
-        if self._positions is None:
-            t = self.template
-            assert t is not None
-            rows = np.repeat(np.arange(self.n, dtype=np.int64) * t.width + t.base, self.per_row)
-            self._positions = tuple(rows + np.tile(np.array(column), self.n)  # type: ignore[assignment]
-                                    for column in (t.starts, t.splits, t.ends))
-        return self._positions
-
-    def slot_names(self) -> list[bytes] | None:
-        """The names of every row when all rows have the same names in the same order, else None."""
-        if self._slots is False:
-            self._slots = self._find_slot_names()
-        return self._slots  # type: ignore[return-value]
-
-    def _find_slot_names(self) -> list[bytes] | None:
-        k = self.per_row
-        if not k:
-            return None
-        if self.template is not None:
-            return self.template.names if self.template.same_names else None
-        starts, splits, size = self.starts, self.splits, self.size
-        view = memoryview(self.buffer)
-        first = [bytes(view[a:b]) for a, b in zip(starts[:k].tolist(), splits[:k].tolist())]
-        for j, name in enumerate(first):
-            at = starts[j::k]
-            if not (splits[j::k] - at == len(name)).all():
-                return None
-            for c in range(0, len(name), 8):  # 8 bytes at a time, as integers (shifted near the buffer end)
-                chunk = name[c : c + 8]
-                if size < 8:
-                    return None
-                words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
-                where = np.minimum(at + c, size - 8)
-                found = words[where] >> ((at + c - where) * 8).astype(np.uint64)
-                mask = np.uint64((1 << 8 * len(chunk)) - 1)
-                if not ((found & mask) == np.uint64(int.from_bytes(chunk, "little"))).all():
-                    return None
-        return first
-
-    def counts(self) -> np.ndarray:
-        """Entries per row."""
-        if self.per_row:
-            return np.full(self.n, self.per_row)
-        if self._counts is None:
-            rows = np.searchsorted(self.row_offsets, self.starts, side="right") - 1
-            self._counts = np.bincount(rows, minlength=self.n)
-        return self._counts
-
-    def matching(self, key: bytes) -> np.ndarray:
-        """Entries whose name is `key`: their first 8 bytes as an integer, compared once for all."""
-        size = self.size
-        if size < 8:
-            view = memoryview(self.buffer)
-            return np.flatnonzero([bytes(view[s:p]) == key
-                                   for s, p in zip(self.starts.tolist(), self.splits.tolist())])
-        if self._prefix is None:
-            # One little-endian 8-byte word per byte position; entries in the last 7 bytes are shifted down.
-            words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
-            at = np.minimum(self.starts, size - 8)
-            self._prefix = words[at] >> ((self.starts - at) * 8).astype(np.uint64)
-        head = key[:8]
-        mask = np.uint64((1 << 8 * len(head)) - 1)
-        hits = np.flatnonzero((self._prefix & mask == np.uint64(int.from_bytes(head, "little")))
-                              & (self.splits - self.starts == len(key)))
-        if len(key) > 8 and len(hits):
-            names = np.ndarray((size - len(key) + 1,), dtype=f"S{len(key)}", buffer=self.buffer, strides=(1,))
-            hits = hits[names[self.starts[hits]] == key]
-        return hits
 
 
 def _tiled(data: bytes | np.ndarray, lengths: list[int], n: int) -> pa.Array:
@@ -507,11 +274,6 @@ def _gather(buffer: pa.Buffer, starts: np.ndarray, ends: np.ndarray, kind: pa.Da
     return spread.take(even).cast(kind)
 
 
-def _be16(u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """The unsigned big-endian shorts at `pos`."""
-    return (u8[pos].astype(np.int64) << 8) | u8[pos + 1]
-
-
 class RangeReader:
     """Reads queue ranges of one store into Arrow batches of `columns` (one task, one instance)."""
 
@@ -531,7 +293,7 @@ class RangeReader:
     def read(self, part: QueueRange) -> Iterator[pa.RecordBatch]:
         """Yield the batches of `part`; raises the data-loss error when messages are gone (failOnDataLoss)."""
         layout = StoreLayout.of(part.path)
-        cq_size = layout.consumequeue_file_size - layout.consumequeue_file_size % 20
+        cq_size = layout.consumequeue_file_size - layout.consumequeue_file_size % _UNIT
         self.cl_size = layout.commitlog_file_size
         self.topic = part.topic
         self.topic_bytes = part.topic.encode("utf-8")
@@ -544,13 +306,13 @@ class RangeReader:
         try:
             qoff = part.start
             while qoff < part.end:
-                file_start = qoff * 20 // cq_size * cq_size
-                count = min(part.end, (file_start + cq_size) // 20, qoff + BATCH_ROWS) - qoff
+                file_start = qoff * _UNIT // cq_size * cq_size
+                count = min(part.end, (file_start + cq_size) // _UNIT, qoff + BATCH_ROWS) - qoff
                 entry = cqs.get(file_start)
-                if entry is None or len(entry[1]) < qoff * 20 - file_start + count * 20:
+                if entry is None or len(entry[1]) < qoff * _UNIT - file_start + count * _UNIT:
                     self._lose(count, f"consume queue {part.topic}/{part.queue_id} offsets {qoff}..{qoff + count}")
                 else:
-                    units = np.frombuffer(entry[0], dtype=CQ_DTYPE, count=count, offset=qoff * 20 - file_start)
+                    units = np.frombuffer(entry[0], dtype=CQ_DTYPE, count=count, offset=qoff * _UNIT - file_start)
                     yield from self._units(qoff, units)
                     del units
                 qoff += count
@@ -607,15 +369,14 @@ class RangeReader:
             return None
         mm, u8, buffer = entry
         local = commit_log_offset - seg_start
-        ok = (size >= _MIN_RECORD) & (local + size <= len(u8))
+        ok = (size >= MIN_RECORD_SIZE) & (local + size <= len(u8))
         if not ok.all():
             self._lose(int((~ok).sum()), f"{where} (units point outside the commit log)")
             qoff, commit_log_offset, size, local = qoff[ok], commit_log_offset[ok], size[ok], local[ok]
             if not len(qoff):
                 return None
-        # One 88-byte item per byte position of the segment: fancy indexing copies each header whole.
-        header = np.ndarray((len(u8) - _HDR + 1,), dtype=f"V{_HDR}", buffer=mm, strides=(1,))[local]
-        header = header.view(HEADER_DTYPE)
+        # Every header copied whole in one fancy-indexing pass (`headers_at`).
+        header = headers_at(mm, len(u8), local)
         magic = header["magic"].astype(np.int64)  # big-endian fields are converted once each
         good = (header["total"].astype(np.int64) == size) & ((magic == MAGIC_V1) | (magic == MAGIC_V2))
         if not good.all():
@@ -628,14 +389,15 @@ class RangeReader:
             return self._records_slowly(mm, local, qoff, commit_log_offset, size)
         # The record says it is this queue's message at this offset, and its lengths add up to its size.
         body_length = header["body_length"].astype(np.int64)
-        body_start = local + _HDR
+        body_start = local + BODY_POS
         body_end = body_start + body_length
         record_end = local + size
-        props_len_pos = body_end + (1 + len(self.topic_bytes)) + (magic == MAGIC_V2)
-        props_start = props_len_pos + 2
+        props_len_pos = properties_length_pos(body_end, len(self.topic_bytes), magic)
+        props_start = props_len_pos + PROPERTIES_LENGTH.size
         sane = ((header["queue_id"] == self.queue_id) & (header["queue_offset"].astype(np.int64) == qoff)
                 & (body_length >= 0) & (props_start <= record_end))
-        props_end = props_start + _be16(u8, props_len_pos if sane.all() else np.where(sane, props_len_pos, 0))
+        props_end = props_start + properties_lengths(u8, props_len_pos if sane.all()
+                                                     else np.where(sane, props_len_pos, 0))
         if not (sane & (props_end == record_end)).all() or not (body_start[1:] >= record_end[:-1]).all():
             # Another queue's record (a light message queue's), or something odd: decode one by one.
             return self._records_slowly(mm, local, qoff, commit_log_offset, size)
