@@ -55,7 +55,7 @@ def test_layout_is_big_endian_longs_in_a_zeroed_page(tmp_path: Path) -> None:
         cp.logics_msg_timestamp,
         cp.index_msg_timestamp,
         cp.master_flushed_offset,
-        cp.confirm_phy_offset,
+        cp.confirm_commit_log_offset,
     ) = values
     cp.close()
     cp.close()  # idempotent
@@ -77,15 +77,15 @@ def test_new_file_is_one_zero_page(tmp_path: Path) -> None:
 def test_flush_writes_without_close(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint"
     cp = StoreCheckpoint(str(path))
-    cp.confirm_phy_offset = 123
-    assert StoreCheckpoint(str(path), read_only=True).confirm_phy_offset == 0  # not flushed
+    cp.confirm_commit_log_offset = 123
+    assert StoreCheckpoint(str(path), read_only=True).confirm_commit_log_offset == 0  # not flushed
     cp.flush()
     reader = StoreCheckpoint(str(path), read_only=True)
-    assert reader.confirm_phy_offset == 123
-    cp.confirm_phy_offset = 456
+    assert reader.confirm_commit_log_offset == 123
+    cp.confirm_commit_log_offset = 456
     cp.flush()
     reader.reload()
-    assert reader.confirm_phy_offset == 456
+    assert reader.confirm_commit_log_offset == 456
     cp.close()
 
 
@@ -124,7 +124,7 @@ def test_a_directory_in_place_of_the_checkpoint_is_a_clear_error(tmp_path: Path)
 def test_read_only_missing_file_is_zeros_and_not_created(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint"
     cp = StoreCheckpoint(str(path), read_only=True)
-    assert (cp.physic_msg_timestamp, cp.confirm_phy_offset, cp.min_timestamp()) == (0, 0, 0)
+    assert (cp.physic_msg_timestamp, cp.confirm_commit_log_offset, cp.min_timestamp()) == (0, 0, 0)
     cp.flush()
     cp.close()
     assert not path.exists()

@@ -217,7 +217,7 @@ def test_checkpoint_decodes(mqlite_store: tuple[str, list[dict[str, Any]]]) -> N
     with StoreReader(path) as reader:
         ours = reader.checkpoint
         assert (ours.physic_msg_timestamp, ours.logics_msg_timestamp, ours.index_msg_timestamp,
-                ours.master_flushed_offset, ours.confirm_phy_offset) == tuple(
+                ours.master_flushed_offset, ours.confirm_commit_log_offset) == tuple(
             cp[k] for k in ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp",
                             "master_flushed_offset", "confirm_phy_offset"))
 

@@ -73,7 +73,7 @@ class StoreCheckpoint:
     logics_msg_timestamp: int
     index_msg_timestamp: int
     master_flushed_offset: int
-    confirm_phy_offset: int
+    confirm_commit_log_offset: int
 
     def __init__(self, path: str, *, read_only: bool = False) -> None:
         """Open (and in writable mode create) the checkpoint at *path*. Cost: one small read.
@@ -103,7 +103,7 @@ class StoreCheckpoint:
             self.logics_msg_timestamp,
             self.index_msg_timestamp,
             self.master_flushed_offset,
-            self.confirm_phy_offset,
+            self.confirm_commit_log_offset,
         ) = CHECKPOINT.unpack(raw)
 
     def reload(self) -> None:
@@ -130,7 +130,7 @@ class StoreCheckpoint:
             self.logics_msg_timestamp,
             self.index_msg_timestamp,
             self.master_flushed_offset,
-            self.confirm_phy_offset,
+            self.confirm_commit_log_offset,
         )
         self._map.flush()
 
@@ -164,7 +164,7 @@ class StoreCheckpoint:
         return (
             f"StoreCheckpoint({self.path!r}, physic={self.physic_msg_timestamp}, "
             f"logics={self.logics_msg_timestamp}, index={self.index_msg_timestamp}, "
-            f"master_flushed={self.master_flushed_offset}, confirm={self.confirm_phy_offset})"
+            f"master_flushed={self.master_flushed_offset}, confirm={self.confirm_commit_log_offset})"
         )
 
 

@@ -685,11 +685,11 @@ class MessageStore(StoreFiles):
 
     def correct_min_offsets(self) -> None:
         """After segments were deleted: drop queue and index files that point into them."""
-        min_phys = self.commitlog.min_offset
+        min_commit_log_offset = self.commitlog.min_offset
         for cq in list(self.consume_queues.values()):
-            cq.delete_expired(min_phys, self.config.delete_file_batch_max)
-            cq.correct_min_offset(min_phys)
-        self.index.delete_expired(min_phys)
+            cq.delete_expired(min_commit_log_offset, self.config.delete_file_batch_max)
+            cq.correct_min_offset(min_commit_log_offset)
+        self.index.delete_expired(min_commit_log_offset)
 
     # -- topics ------------------------------------------------------------------------------------------------
     def delete_topic(self, topic: str) -> None:
@@ -732,7 +732,7 @@ class MessageStore(StoreFiles):
                 # index from the log, which is slower but loses nothing.
                 log.warning("no room to mark the index complete in %s; the next open rebuilds it", self.root)
         self.flush()
-        self.checkpoint.confirm_phy_offset = self.commitlog.max_offset
+        self.checkpoint.confirm_commit_log_offset = self.commitlog.max_offset
         unindexed = self._leave_unindexed_to_recovery()
         self.checkpoint.flush()
         self.close_files()
