@@ -238,7 +238,7 @@ _BAD_MESSAGES = [
 @pytest.mark.parametrize("make", _BAD_MESSAGES)
 def test_validate_message_is_the_producers_check(tmp_path: Path, make: Any) -> None:
     # The public function (the Spark writer's tasks call it without a broker) says what the producer says.
-    with mqlite.open(str(tmp_path), max_message_size=64 * 1024, **SMALL) as broker, mqlite.Producer(broker) as producer:
+    with mqlite.open(str(tmp_path), max_message_size=64 * 1024, **SMALL_STORE) as broker, mqlite.Producer(broker) as producer:
         with pytest.raises(mqlite.MQClientError) as sent:
             producer.send(make())
     with pytest.raises(mqlite.MQClientError) as validated:
