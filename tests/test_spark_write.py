@@ -47,11 +47,12 @@ from pyspark.sql.types import (  # noqa: E402
 import mqlite  # noqa: E402
 from mqlite.message import java_string_hash  # noqa: E402
 from mqlite.inbox import INBOX_DIR, SINK_DIR, STAGING_DIR, import_inbox  # noqa: E402
+from mqlite.spark import writer as writer_module  # noqa: E402
 from mqlite.spark.writer import MqliteBatchWriter, MqliteStreamWriter, StagedFiles  # noqa: E402
 from mqlite.verify import verify_store  # noqa: E402
 
 from _crashchild import Child, read_queue  # noqa: E402
-from support import SMALL_STORE, wait_until  # noqa: E402
+from support import SMALL_STORE, deadline, wait_until  # noqa: E402
 
 #: Jobs of many keyed rows: an index that holds them in one file.
 SMALL: dict[str, Any] = {**SMALL_STORE, "max_index_num": 20000}
@@ -376,27 +377,45 @@ def foreign_lock(path: str, kind: str = "both") -> Iterator[subprocess.Popen[str
         proc.wait()
 
 
-def test_fail_refuses_at_once_a_holder_that_is_not_a_committer(tmp_path: Path) -> None:
-    """A lock with no pid in the file (a Java broker's): `fail` does not wait out `lockTimeout`, `wait` does."""
+def test_fail_refuses_at_once_a_holder_that_is_not_a_committer(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lock with no pid in the file (a Java broker's): `fail` does not wait out `lockTimeout`; `wait`
+    keeps trying until the holder lets go, then stores the job."""
     path = str(tmp_path / "mq")
     with mqlite.open(path, **SMALL):
         pass
     with foreign_lock(path):
-        for when, timeout in (("fail", "600"), ("wait", "0.3")):
-            writer = MqliteBatchWriter(path, {"topic": "T", "whenLocked": when, "lockTimeout": timeout},
-                                       StructType([BODY]), False)
-            staged = writer.write(iter([arrow_batch(body=pa.array([b"a"]))]))
-            began = time.monotonic()
-            with pytest.raises(mqlite.StoreLockedError, match=r"open for writing by another process") as raised:
-                writer.commit([staged])
-            elapsed = time.monotonic() - began
-            assert raised.value.pid is None
-            if when == "fail":
-                assert elapsed < 60, "fail waited for a holder that is not a Spark committer"  # not 600 s
-            else:
-                assert elapsed >= 0.3
-            writer.abort([staged])
+        writer = MqliteBatchWriter(path, {"topic": "T", "whenLocked": "fail", "lockTimeout": "600"},
+                                   StructType([BODY]), False)
+        staged = writer.write(iter([arrow_batch(body=pa.array([b"a"]))]))
+        with deadline(60), pytest.raises(mqlite.StoreLockedError, match=r"open for writing by another process") \
+                as raised:  # a hang (waiting out the 600 s) fails here
+            writer.commit([staged])
+        assert raised.value.pid is None
+        writer.abort([staged])
     assert all_bodies(path) == []
+
+    # `wait`: no grace for a holder without a pid, so a second try of the lock is `wait` waiting, not the grace.
+    monkeypatch.setattr(writer_module, "_PID_GRACE", 0.0)
+    tries = []
+
+    def counted_open(root: str) -> mqlite.Broker:
+        tries.append(root)
+        return mqlite.broker.open(root)
+
+    monkeypatch.setattr(writer_module, "open_broker", counted_open)
+    with foreign_lock(path) as holder:
+        writer = MqliteBatchWriter(path, {"topic": "T", "whenLocked": "wait", "lockTimeout": "600"},
+                                   StructType([BODY]), False)
+        staged = writer.write(iter([arrow_batch(body=pa.array([b"b"]))]))
+        committing = threading.Thread(target=writer.commit, args=([staged],), name="test-commit")
+        committing.start()
+        wait_until(lambda: len(tries) >= 2, "the waiting writer to try the held lock a second time")
+        holder.kill()  # the holder lets go: the waiting writer gets the lock and stores the job
+        holder.wait()
+        committing.join(60)
+        assert not committing.is_alive()
+    assert all_bodies(path) == [b"b"]
 
 
 def test_inbox_hand_off_refuses_what_the_holder_would_refuse(tmp_path: Path) -> None:
