@@ -46,7 +46,8 @@ from .message import (
     check_properties,
     msg_id_offset,
 )
-from .offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, OffsetPersistService, groups_of
+from .offsetfile import TOPIC_GROUP_SEPARATOR, groups_of
+from .offsets import ConsumerOffsets, OffsetPersistService
 from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
