@@ -593,7 +593,7 @@ def test_the_spark_rule_covers_spark() -> None:
     ("spark/options.py", "def f():\n    from ..topics import check_topic"),
     ("spark/groupoffsets.py", "from ..store import try_lock_store"),
     ("spark/groupoffsets.py", "from ..offsetfile import load_side_file"),
-    ("spark/groupoffsets.py", "from ..offsets import ConsumerOffsets"),  # the broker's table: L2
+    ("spark/groupoffsets.py", "from ..offsets import commit_group_offsets"),  # offsets is L2: use offsetfile
     ("spark/writer.py", "from mqlite.producer import Producer"),
     ("spark/writer.py", "from mqlite.inbox import append_staged"),
     ("spark/writer.py", "from mqlite.inbox import mark_committed"),
