@@ -264,3 +264,22 @@ def test_group_offsets_go_to_the_table_when_the_store_is_free_and_beside_a_write
     with open(side_offset_path(root)) as f:
         assert json.load(f)["offsetTable"] == {}
     assert read_group_offsets(root, "etl") == {"orders": {0: 6, 1: 3}}
+
+
+def test_a_repeated_commit_keeps_the_offsets_a_stopped_writer_left_in_the_side_file(tmp_path: Path) -> None:
+    """The group's side-file entries are dropped when the store is free, so the store's file must take them
+    even when the commit repeats them (a writer that stopped without absorbing them left them there)."""
+    from mqlite.offsetfile import commit_group_offsets, read_group_offsets
+    from mqlite.store import try_lock_store
+
+    root = str(tmp_path)
+    assert commit_group_offsets(root, "etl", {"orders": {0: 2}}) is True
+    writer = try_lock_store(root)
+    assert writer is not None
+    try:
+        assert commit_group_offsets(root, "etl", {"orders": {0: 5}}) is False  # beside the writer: the side file
+    finally:
+        writer.release()  # and the writer goes without absorbing it
+    assert commit_group_offsets(root, "etl", {"orders": {0: 5}}) is True  # the same progress, store free
+    assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"0": 5}}
+    assert read_group_offsets(root, "etl") == {"orders": {0: 5}}

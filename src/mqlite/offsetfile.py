@@ -178,9 +178,9 @@ def commit_group_offsets(root: str, group: str, table: Mapping[str, Mapping[int,
     broker rewrites it every few seconds), so it is written only when no writer holds the
     store: the writer lock is taken without waiting (`store.try_lock_store`: mqlite's
     `flock` and a Java broker's POSIX lock), the table loaded (side file on top), the group's
-    offsets set and the file written when they changed (atomic rename, `.bak` kept,
-    `dataVersion.counter` bumped), the group's side-file entries dropped, and the lock let go
-    a few milliseconds later (a writer opening the store in that window gets
+    offsets set and the file written when they changed or the side file holds some of the
+    group's (atomic rename, `.bak` kept, `dataVersion.counter` bumped), the group's side-file
+    entries dropped, and the lock let go a few milliseconds later (a writer opening the store in that window gets
     `StoreLockedError` and can retry). When a writer holds the lock, the group's entries in
     the side file (`side_offset_path`, under `side_file_lock`) are replaced instead and False
     returned: the owner absorbs them on its next persist round, and `load_offset_file` reads
@@ -200,7 +200,10 @@ def commit_group_offsets(root: str, group: str, table: Mapping[str, Mapping[int,
                 if entry.get(queue_id) != offset:
                     entry[queue_id] = offset
                     changed = True
-        if changed:
+        # The group's side-file entries are dropped below, so the file must hold them even when this
+        # commit repeats them (a writer that stopped without absorbing the side file left them there).
+        suffix = TOPIC_GROUP_SEPARATOR + group
+        if changed or any(key.endswith(suffix) for key in side_entries(root)):
             write_offset_file(root, offset_document(current.table, current.extra, counter=current.counter + 1,
                                                     state_version=current.state_version,
                                                     timestamp=SYSTEM_CLOCK.now_ms()))
