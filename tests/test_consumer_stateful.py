@@ -50,7 +50,7 @@ from mqlite.config import read_json
 from mqlite.consumer import ConsumeConcurrentlyStatus, ConsumeFromWhere, ConsumeOrderlyStatus, PushConsumer
 from mqlite.delay import delay_offset_path
 from mqlite.message import MessageQueue
-from mqlite.offsets import consumer_offset_path
+from mqlite.offsetfile import consumer_offset_path
 from mqlite.sendback import retry_topic
 from mqlite.testing import no_leaked_threads
 from support import SMALL_STORE, wait_until

@@ -23,8 +23,9 @@ import pytest
 import mqlite
 from mqlite import LitePullConsumer, Message, MessageModel, MessageQueue, StoreCorruptedError, StoreLockedError
 from mqlite.cli import main
-from mqlite.offsets import ConsumerOffsets, side_offset_path
-from mqlite.spark.groupoffsets import commit_group_offsets
+from mqlite.offsetfile import side_offset_path
+from mqlite.offsets import ConsumerOffsets
+from mqlite.spark.groupoffsets import commit_stream_offsets
 from support import TINY_STORE as SMALL
 
 BROADCAST = os.path.join("broadcast_offsets", "c1", "bc", "offsets.json")
@@ -145,7 +146,7 @@ def test_the_spark_side_file_damaged(store: Path) -> None:
         ConsumerOffsets(str(store))
     with pytest.raises(StoreCorruptedError, match="sparkConsumerOffset.json"):
         with mqlite.open(str(store)) as broker:
-            commit_group_offsets(str(store), "sg", {"T/0": 1})  # the store is held: the side file is written
+            commit_stream_offsets(str(store), "sg", {"T/0": 1})  # the store is held: the side file is written
             broker.close()
 
 

@@ -22,7 +22,7 @@ import pytest
 
 import mqlite
 from mqlite.record import decode_message
-from mqlite.errors import MessageNotFoundError, StoreCorruptedError
+from mqlite.errors import MessageNotFoundError, MQClientError, StoreCorruptedError
 from mqlite.indexfile import index_key_hash, index_key_names
 from mqlite.inbox import (
     FAILED_DIR,
@@ -389,6 +389,18 @@ def test_broker_append_staged_stores_the_inbox_first_and_each_stream_batch_once(
         assert broker.append_staged(paths) == 3  # a batch job: no marker, stored each time it is given
         assert len(queue_bodies(broker, "T", 0)) == 8 and committed_batch(root, "q") == 1
     assert verify_store(root).ok
+
+
+@pytest.mark.parametrize("ids", [{"query_id": "q"}, {"batch_id": 1}])
+def test_broker_append_staged_refuses_half_a_stream_batch_id(tmp_path: Path, ids: dict[str, Any]) -> None:
+    """Only one of query_id/batch_id would store the job with no at-most-once check: refused, nothing stored."""
+    root = str(tmp_path / "mq")
+    with mqlite.open(root, **SMALL) as broker:
+        broker.create_topic("T", 1)
+        job_dir, files = stage(root, "stream-q-1", "T", [b"own-0"], routes=[0])
+        with pytest.raises(MQClientError, match="give both query_id and batch_id"):
+            broker.append_staged([os.path.join(job_dir, f) for f in files], **ids)
+        assert queue_bodies(broker, "T", 0) == [] and committed_batch(root, "q") == -1
 
 
 def test_stream_batch_from_the_inbox_is_marked_stored(tmp_path: Path) -> None:

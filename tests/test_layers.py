@@ -18,7 +18,7 @@ Every L4 adapter (`ADAPTERS`: spark/, cli/, testing, the pytest plugin, aio, rem
 private name of another mqlite module and reads private members only of `self`/`cls`: what it needs
 is a public, documented name of the module it comes from. Spark, which runs in other processes
 than the broker, imports only the names of `SPARK_MAY_IMPORT` (L0 basics, storage's public read
-surface, the filter compiler, the group-offsets API), and its writer also `SPARK_WRITER_MAY_IMPORT`
+surface and offset-file API, the filter compiler), and its writer also `SPARK_WRITER_MAY_IMPORT`
 (the public ingest entry points): no broker internals.
 """
 
@@ -40,7 +40,7 @@ LAYERS: dict[str, int] = {
     "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0, "compression": 0, "validators": 0,
     # L1 storage
     "mappedfile": 1, "record": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
-    "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1,
+    "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1, "offsetfile": 1,
     # L2 broker
     "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "sendback": 2, "groups": 2, "longpoll": 2, "broker": 2,
     "inbox": 2, "trace": 2, "traceview": 2,
@@ -494,8 +494,8 @@ SPARK_MAY_IMPORT: dict[str, frozenset[str] | None] = {
     "mqlite.consumequeue": frozenset({"CQ_DTYPE", "BLANK_UNIT"}),
     # the filter compiler
     "mqlite.filter": ANY_PUBLIC,
-    # the storage-level group offsets API (a stream's `group` progress)
-    "mqlite.offsets": frozenset({"commit_group_offsets", "read_group_offsets", "side_offset_path"}),
+    # storage's offset files: a group's offsets from a process beside the store's owner (a stream's `group`)
+    "mqlite.offsetfile": frozenset({"commit_group_offsets", "read_group_offsets", "side_offset_path"}),
 }
 #: The writer's ingest entry points besides: the broker's `append_staged` (through `Broker` and `open`),
 #: and what tasks and the driver do without a broker (encode a chunk, check and hand off a job).
@@ -508,7 +508,7 @@ SPARK_WRITER = "mqlite.spark.writer"
 _SPARK_FIX = ("Spark may use only storage's public read surface, the filter compiler and the public ingest, "
               "validation and group-offset entry points (SPARK_MAY_IMPORT in tests/test_layers.py, DESIGN.md "
               "Layers). If what you need is not there, give the owning module a public, documented function "
-              "(e.g. on mqlite.reader, mqlite.validators, mqlite.offsets or Broker) and add that name here")
+              "(e.g. on mqlite.reader, mqlite.validators, mqlite.offsetfile or Broker) and add that name here")
 
 
 def _spark_imports(path: Path, root: Path) -> list[tuple[int, str, str | None]]:
@@ -592,7 +592,8 @@ def test_the_spark_rule_covers_spark() -> None:
     ("spark/arrowread.py", "from ..commitlog import CommitLog"),  # the record's bytes: mqlite.record
     ("spark/options.py", "def f():\n    from ..topics import check_topic"),
     ("spark/groupoffsets.py", "from ..store import try_lock_store"),
-    ("spark/groupoffsets.py", "from ..offsets import load_side_file"),
+    ("spark/groupoffsets.py", "from ..offsetfile import load_side_file"),
+    ("spark/groupoffsets.py", "from ..offsets import commit_group_offsets"),  # offsets is L2: use offsetfile
     ("spark/writer.py", "from mqlite.producer import Producer"),
     ("spark/writer.py", "from mqlite.inbox import append_staged"),
     ("spark/writer.py", "from mqlite.inbox import mark_committed"),
@@ -608,7 +609,7 @@ def test_the_spark_rule_covers_spark() -> None:
 def test_the_spark_rule_catches_a_reach_in(tmp_path: Path, where: str, source: str) -> None:
     files = {name: "" for name in ("mappedfile.py", "recovery.py", "storebase.py", "topics.py", "store.py",
                                    "commitlog.py",
-                                   "offsets.py", "producer.py", "inbox.py", "reader.py", "broker.py",
+                                   "offsets.py", "offsetfile.py", "producer.py", "inbox.py", "reader.py", "broker.py",
                                    "spark/__init__.py")}
     root = _package(tmp_path, {**files, where: source})
     problems = spark_violations(root)
@@ -621,7 +622,7 @@ def test_the_spark_rule_catches_a_reach_in(tmp_path: Path, where: str, source: s
     ("spark/arrowread.py", "from ..reader import StoreLayout\nfrom ..consumequeue import CQ_DTYPE\n"
                            "from ..filter import MessageSelector\nfrom ..message import SysFlag"),
     ("spark/options.py", "from ..validators import check_topic\nfrom ..errors import ConfigError"),
-    ("spark/groupoffsets.py", "from ..offsets import commit_group_offsets, read_group_offsets"),
+    ("spark/groupoffsets.py", "from ..offsetfile import commit_group_offsets, read_group_offsets"),
     ("spark/writer.py", "from mqlite.broker import Broker, open as open_broker\n"
                         "from mqlite.inbox import write_chunk, hand_off\n"
                         "from mqlite.validators import validate_message"),
@@ -630,7 +631,7 @@ def test_the_spark_rule_catches_a_reach_in(tmp_path: Path, where: str, source: s
 ])
 def test_the_spark_rule_allows_the_public_surface(tmp_path: Path, where: str, source: str) -> None:
     files = {name: "" for name in ("reader.py", "consumequeue.py", "message.py", "validators.py", "errors.py",
-                                   "offsets.py", "broker.py", "inbox.py", "spark/__init__.py", "spark/plan.py",
+                                   "offsetfile.py", "broker.py", "inbox.py", "spark/__init__.py", "spark/plan.py",
                                    "spark/writer.py", "spark/options.py", "filter/__init__.py")}
     root = _package(tmp_path, {**files, where: source})
     assert spark_violations(root) == []

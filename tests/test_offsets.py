@@ -11,7 +11,8 @@ import pytest
 
 from mqlite.clock import ManualClock
 from mqlite.errors import StoreCorruptedError
-from mqlite.offsets import ConsumerOffsets, OffsetPersistService, consumer_offset_path
+from mqlite.offsetfile import consumer_offset_path
+from mqlite.offsets import ConsumerOffsets, OffsetPersistService
 
 
 def _document(root: Path) -> dict:
@@ -205,14 +206,14 @@ def test_a_file_of_the_wrong_shape_is_refused(tmp_path: Path, text: str) -> None
 # -- the side file: offsets other processes leave for the store's owner ------------------------------------
 def _leave_in_side_file(root: Path, table: dict) -> None:
     from mqlite.config import write_json_atomic
-    from mqlite.offsets import side_file_lock
+    from mqlite.offsetfile import side_file_lock
 
     with side_file_lock(str(root)) as path:
         write_json_atomic(path, {"offsetTable": table})
 
 
 def test_side_file_offsets_are_read_on_top_and_absorbed_by_the_owner(tmp_path: Path) -> None:
-    from mqlite.offsets import side_offset_path
+    from mqlite.offsetfile import side_offset_path
 
     offsets = ConsumerOffsets(str(tmp_path))
     offsets.commit("etl", "orders", 0, 5)
@@ -241,7 +242,7 @@ def test_the_persist_service_absorbs_the_side_file_each_round(tmp_path: Path) ->
 
 # -- the group offsets API for processes that do not hold the store (a Spark stream's `group`) -------------------------
 def test_group_offsets_go_to_the_table_when_the_store_is_free_and_beside_a_writer_otherwise(tmp_path: Path) -> None:
-    from mqlite.offsets import commit_group_offsets, read_group_offsets, side_offset_path
+    from mqlite.offsetfile import commit_group_offsets, read_group_offsets, side_offset_path
     from mqlite.store import try_lock_store
 
     root = str(tmp_path)
@@ -263,3 +264,22 @@ def test_group_offsets_go_to_the_table_when_the_store_is_free_and_beside_a_write
     with open(side_offset_path(root)) as f:
         assert json.load(f)["offsetTable"] == {}
     assert read_group_offsets(root, "etl") == {"orders": {0: 6, 1: 3}}
+
+
+def test_a_repeated_commit_keeps_the_offsets_a_stopped_writer_left_in_the_side_file(tmp_path: Path) -> None:
+    """The group's side-file entries are dropped when the store is free, so the store's file must take them
+    even when the commit repeats them (a writer that stopped without absorbing them left them there)."""
+    from mqlite.offsetfile import commit_group_offsets, read_group_offsets
+    from mqlite.store import try_lock_store
+
+    root = str(tmp_path)
+    assert commit_group_offsets(root, "etl", {"orders": {0: 2}}) is True
+    writer = try_lock_store(root)
+    assert writer is not None
+    try:
+        assert commit_group_offsets(root, "etl", {"orders": {0: 5}}) is False  # beside the writer: the side file
+    finally:
+        writer.release()  # and the writer goes without absorbing it
+    assert commit_group_offsets(root, "etl", {"orders": {0: 5}}) is True  # the same progress, store free
+    assert _document(tmp_path)["offsetTable"] == {"orders@etl": {"0": 5}}
+    assert read_group_offsets(root, "etl") == {"orders": {0: 5}}

@@ -25,9 +25,10 @@ from pyspark.sql.types import StructType  # noqa: E402
 import mqlite  # noqa: E402
 from mqlite import Message, Producer  # noqa: E402
 from mqlite.errors import MessageNotFoundError  # noqa: E402
-from mqlite.offsets import ConsumerOffsets, consumer_offset_path  # noqa: E402
+from mqlite.offsetfile import consumer_offset_path  # noqa: E402
+from mqlite.offsets import ConsumerOffsets  # noqa: E402
 from mqlite.spark import group_offsets  # noqa: E402
-from mqlite.spark.groupoffsets import SIDE_FILE, commit_group_offsets  # noqa: E402
+from mqlite.spark.groupoffsets import SIDE_FILE, commit_stream_offsets  # noqa: E402
 from mqlite.spark.options import parse_read_options  # noqa: E402
 from mqlite.spark.schema import default_schema  # noqa: E402
 from mqlite.spark.stream import MqliteStreamReader, share_budget  # noqa: E402
@@ -129,19 +130,19 @@ def test_group_offsets_go_to_the_store_or_the_side_file(tmp_path: Any) -> None:
     path = str(tmp_path / "store")
     side = os.path.join(path, SIDE_FILE)
     send(path, "s1", 8)
-    assert commit_group_offsets(path, "etl", {"s1/0": 2, "s1/1": 1}) is True
+    assert commit_stream_offsets(path, "etl", {"s1/0": 2, "s1/1": 1}) is True
     with mqlite.open(path) as broker:  # a live writer holds the lock: the side file takes the offsets
-        assert commit_group_offsets(path, "etl", {"s1/0": 2, "s1/1": 2}) is False
+        assert commit_stream_offsets(path, "etl", {"s1/0": 2, "s1/1": 2}) is False
         assert os.path.exists(side)
         assert group_offsets(path, "etl") == {"s1": {0: 2, 1: 2}}
         assert broker.offsets is not None and broker.offsets.query("etl", "s1", 1) == 1
         # The live broker takes the side file in when asked for progress (and every persist round).
         assert {(p.queue_id, p.consumer_offset) for p in broker.consumer_progress("etl")} >= {(0, 2), (1, 2)}
         assert not os.path.exists(side) and broker.offsets.query("etl", "s1", 1) == 2
-        assert commit_group_offsets(path, "etl", {"s1/0": 3, "s1/1": 3}) is False
+        assert commit_stream_offsets(path, "etl", {"s1/0": 3, "s1/1": 3}) is False
     assert not os.path.exists(side)  # absorbed when the broker stopped
     assert ConsumerOffsets(path).table_for("etl") == {"s1": {0: 3, 1: 3}}
-    assert commit_group_offsets(path, "etl", {"s1/0": 4, "s1/1": 4}) is True  # free again: straight to the store
+    assert commit_stream_offsets(path, "etl", {"s1/0": 4, "s1/1": 4}) is True  # free again: straight to the store
     assert not os.path.exists(side)
     with mqlite.open(path) as broker:
         progress = {(p.queue_id, p.consumer_offset) for p in broker.consumer_progress("etl")}
@@ -160,7 +161,7 @@ def test_group_offsets_beside_a_writer_in_this_process_keep_its_posix_lock(tmp_p
              "fd = os.open(sys.argv[1], os.O_RDWR)\n"
              "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept OSError:\n    sys.exit(3)\n")
     with mqlite.open(path):
-        assert commit_group_offsets(path, "etl", {"s1/0": 1}) is False
+        assert commit_stream_offsets(path, "etl", {"s1/0": 1}) is False
         child = subprocess.run([sys.executable, "-c", probe, os.path.join(path, "lock")], timeout=60)
         assert child.returncode == 3  # still held
 

@@ -41,7 +41,8 @@ from .message import (
     MessageQueue,
     SysFlag,
 )
-from .offsets import ConsumerOffsets, group_table, groups_of
+from .offsetfile import group_table, groups_of
+from .offsets import ConsumerOffsets
 from .port import BrokerPort, Subscription
 from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from .topics import PERM_READ, PERM_WRITE, TopicConfig

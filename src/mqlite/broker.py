@@ -46,7 +46,8 @@ from .message import (
     check_properties,
     msg_id_offset,
 )
-from .offsets import TOPIC_GROUP_SEPARATOR, ConsumerOffsets, OffsetPersistService, groups_of
+from .offsetfile import TOPIC_GROUP_SEPARATOR, groups_of
+from .offsets import ConsumerOffsets, OffsetPersistService
 from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
@@ -496,9 +497,13 @@ class Broker:
         messages were stored before it. With `query_id` and `batch_id` (a streaming
         micro-batch) the job is stored at most once per query: None when that batch was
         stored before (or waits in the inbox), else the batch is recorded as stored
-        (`<store>/spark-sink/<query_id>.json`, durably) after its puts. Writer only; blocks
-        for the puts (one `put_encoded_records` per 4 MiB of a queue's records).
+        (`<store>/spark-sink/<query_id>.json`, durably) after its puts; one of the two without
+        the other is refused with `MQClientError` before anything is stored. Writer only;
+        blocks for the puts (one `put_encoded_records` per 4 MiB of a queue's records).
         """
+        if (query_id is None) != (batch_id is None):  # half an id would silently drop "at most once"
+            raise MQClientError(f"append_staged got query_id={query_id!r} and batch_id={batch_id!r}: give both "
+                                "query_id and batch_id (a streaming batch, stored at most once) or neither (a batch job)")
         self._writer()
         self.import_inbox()
         if query_id is not None and batch_id is not None and already_committed(self.path, query_id, batch_id):

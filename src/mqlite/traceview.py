@@ -14,7 +14,7 @@ from typing import Any
 
 from .groups import GroupMember
 from .message import MessageExt
-from .offsets import TOPIC_GROUP_SEPARATOR
+from .offsetfile import TOPIC_GROUP_SEPARATOR
 from .trace import ConsumeReturnType, TraceContext, TraceType, decode_trace_data
 
 __all__ = ["TraceView", "trace_views", "TrackType", "MessageTrack", "track_message"]

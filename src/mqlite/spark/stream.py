@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 
 from ..reader import StoreReader
 from .arrowread import read_range
-from .groupoffsets import commit_group_offsets
+from .groupoffsets import commit_stream_offsets
 from .options import ReadOptions, queue_key, split_queue_key
 from .plan import QueueRange, data_loss, resolve_offset, split_ranges, subscribed_queues
 
@@ -176,7 +176,7 @@ class MqliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self.options.group
         if group is None or not offsets or offsets == self._recorded:
             return
-        commit_group_offsets(self.options.path, group, offsets)
+        commit_stream_offsets(self.options.path, group, offsets)
         self._recorded = dict(offsets)
 
     def stop(self) -> None:

@@ -44,7 +44,7 @@ another process, so the steps share nothing but files:
    The store is not touched. The per-message work is here, where Spark runs it in parallel.
 3. In `commit()`: the staged files are appended by `Broker.append_staged` (the broker's
    ingest entry point) under the store's writer lock (`mqlite.broker.open`): rows routed to
-   queues, queue offsets, physical offsets and the store time filled in and the records
+   queues, queue offsets, commit-log offsets and the store time filled in and the records
    copied with numpy, no Python work per message. Every topic and queue is resolved first
    (topics auto-created as a producer would, `queueId`s checked), so a bad queue fails the
    job before anything is stored. Then the staging is removed.
