@@ -14,17 +14,14 @@ from mqlite.commitlog import PutMessageStatus
 from mqlite.config import StoreConfig
 from mqlite.store import MessageStore
 from mqlite.storebase import GetMessageStatus
-from support import deadline
+from support import TINY_STORE, deadline
 
-SEGMENT = 64 * 1024
 HOUR_MS = 3_600_000
 
 
 def _config(**overrides: object) -> StoreConfig:
-    settings: dict[str, object] = dict(commitlog_file_size=SEGMENT, consumequeue_file_size=20 * 100,
-                                       max_hash_slot_num=64, max_index_num=256)
-    settings.update(overrides)
-    return StoreConfig(**settings)  # type: ignore[arg-type]
+    """The tiny store (its 64 KiB segments fill in a few dozen 1000-byte puts) with `overrides`."""
+    return StoreConfig(**{**TINY_STORE, **overrides})
 
 
 # -- SYNC_FLUSH --------------------------------------------------------------------------------
