@@ -24,6 +24,7 @@ pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
 import refformat as rf  # noqa: E402
+from support import TINY_STORE  # noqa: E402
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 import mqlite  # noqa: E402
@@ -35,7 +36,6 @@ from mqlite.spark.options import parse_read_options  # noqa: E402
 from mqlite.spark.plan import QueueRange, plan_batch  # noqa: E402
 from mqlite.spark.schema import default_schema, full_schema  # noqa: E402
 
-SMALL = {"commitlog_file_size": 64 * 1024, "consumequeue_file_size": 20 * 50, "flush_disk_type": "ASYNC_FLUSH"}
 TAGS = ["TagA", "TagB", None, "Tag-é"]
 
 
@@ -44,7 +44,7 @@ def produce_varied(path: str, count: int, seed: int = 7) -> list[tuple[Message, 
     """`count` messages over topics orders (4 queues) and audit (2): tags, keys, user properties, odd bodies."""
     rng = random.Random(seed)
     sent = []
-    with mqlite.open(path, **SMALL) as broker, Producer(broker) as producer:
+    with mqlite.open(path, **TINY_STORE) as broker, Producer(broker) as producer:
         for i in range(count):
             topic = "orders" if i % 3 else "audit"
             body = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) + b"\x01\x02"
@@ -60,7 +60,7 @@ def produce_varied(path: str, count: int, seed: int = 7) -> list[tuple[Message, 
 
 def produce_uniform(path: str, count: int) -> None:
     """Messages of one layout (send_batch of identical messages): the reader's template path."""
-    with mqlite.open(path, **SMALL) as broker, Producer(broker) as producer:
+    with mqlite.open(path, **TINY_STORE) as broker, Producer(broker) as producer:
         for first in range(0, count, 100):
             producer.send_batch([Message("uniform", b"x" * 60) for _ in range(min(100, count - first))])
 
