@@ -82,19 +82,19 @@ def oracle(path: str, topic: str, queue_id: int, start: int = 0, end: int | None
     """The rocketmq-schema rows of a queue range, decoded by tests/refformat.py."""
     records = {r["physical_offset"]: r for r in rf.decode_commitlog(path)}
     rows = []
-    for qoff, phys, size, _ in rf.decode_consumequeue(path, topic, queue_id):
-        if qoff < start or (end is not None and qoff >= end):
+    for queue_offset, commit_log_offset, size, _ in rf.decode_consumequeue(path, topic, queue_id):
+        if queue_offset < start or (end is not None and queue_offset >= end):
             continue
-        rec = records[phys]
+        rec = records[commit_log_offset]
         props = rec["properties"]
         rows.append({
-            "topic": topic, "queueId": queue_id, "queueOffset": qoff,
-            "msgId": props.get("UNIQ_KEY") or rf.offset_msg_id(rec["store_host"], phys),
+            "topic": topic, "queueId": queue_id, "queueOffset": queue_offset,
+            "msgId": props.get("UNIQ_KEY") or rf.offset_msg_id(rec["store_host"], commit_log_offset),
             "tags": props.get("TAGS"), "keys": [k for k in props.get("KEYS", "").split(" ") if k],
             "body": rec["body_decompressed"] if rec["body_decompressed"] is not None else rec["body"],
             "properties": props, "flag": rec["flag"], "bornTimestamp": rec["born_timestamp"],
             "storeTimestamp": rec["store_timestamp"], "reconsumeTimes": rec["reconsume_times"],
-            "commitLogOffset": phys, "storeSize": size,
+            "commitLogOffset": commit_log_offset, "storeSize": size,
         })
     return rows
 
