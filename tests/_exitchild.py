@@ -28,13 +28,12 @@ import sys
 import threading
 
 import mqlite
+from support import SMALL_STORE  # run as a script: tests/ is sys.path[0]
 
 TOPIC = "t"
 SENT = 20
 LATE = 10
 READER: mqlite.Broker | None = None
-SETTINGS = {"commitlog_file_size": 1 << 20, "consumequeue_file_size": 20 * 1000,
-            "max_hash_slot_num": 64, "max_index_num": 256}
 
 
 def _clients(target: mqlite.Broker | str) -> mqlite.Producer:
@@ -50,7 +49,7 @@ def _clients(target: mqlite.Broker | str) -> mqlite.Producer:
 
 
 def _writer(path: str, flush: str) -> mqlite.Producer:
-    broker = mqlite.open(path, flush_disk_type=flush, **SETTINGS)
+    broker = mqlite.open(path, flush_disk_type=flush, **SMALL_STORE)
     broker.create_topic(TOPIC, 2)
     return _clients(broker)
 
@@ -58,7 +57,7 @@ def _writer(path: str, flush: str) -> mqlite.Producer:
 def _signal_during_open(path: str) -> None:
     from mqlite import _service
 
-    first = mqlite.open(os.path.join(path, "a"), **SETTINGS)
+    first = mqlite.open(os.path.join(path, "a"), **SMALL_STORE)
     register = _service._hook_interpreter_exit
 
     def interrupted_register() -> None:  # runs under the exit machinery's lock
@@ -67,7 +66,7 @@ def _signal_during_open(path: str) -> None:
 
     signal.signal(signal.SIGUSR1, lambda signum, frame: first.close())
     _service._hook_interpreter_exit = interrupted_register  # type: ignore[assignment]
-    second = mqlite.open(os.path.join(path, "b"), **SETTINGS)
+    second = mqlite.open(os.path.join(path, "b"), **SMALL_STORE)
     print("CLOSED BY HANDLER", first.closed, flush=True)
     second.close()
 
@@ -88,7 +87,7 @@ def main(path: str, mode: str, *args: str) -> None:
 
         threading.Thread(target=send_after_main, name="late-sender").start()
     elif mode == "paths":  # clients given the store's path share a broker the program never sees
-        with mqlite.open(path, **SETTINGS) as broker:  # the store's settings, recorded for the reopen
+        with mqlite.open(path, **SMALL_STORE) as broker:  # the store's settings, recorded for the reopen
             broker.create_topic(TOPIC, 2)
         _clients(path)
     elif mode == "fork":

@@ -533,8 +533,8 @@ def test_message_was_removing_when_the_segment_is_gone_before_the_minimum_moves(
         for i in range(60):
             store.put("TopicTest", 0, b"m%03d" % i + b"." * 150)
         assert store.wait_dispatched()
-        first_segment_units = sum(1 for _, phys, _, _ in store.consume_queues[("TopicTest", 0)].iter_units(0, 60)
-                                  if phys < 4096)
+        units = store.consume_queues[("TopicTest", 0)].iter_units(0, 60)
+        first_segment_units = sum(1 for _, commit_log_offset, _, _ in units if commit_log_offset < 4096)
         # Delete the first segment without correcting the queues' minimum (clean-up does both).
         assert store.commitlog.mapped_files.delete_files(lambda mf: mf.file_from_offset == 0, 1) == 1
         r = store.get_messages("TopicTest", 0, 0, 2)

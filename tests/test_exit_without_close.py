@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import mqlite
-from _exitchild import LATE, SENT, SETTINGS, TOPIC
+from _exitchild import LATE, SENT, TOPIC
+from support import SMALL_STORE
 
 CHILD = Path(__file__).with_name("_exitchild.py")
 #: Generous for a loaded machine; a child that hangs is killed and fails the test.
@@ -35,7 +36,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def _bodies(path: Path) -> list[bytes]:
     """Every message of the topic; asserts the last writer exited cleanly (no abort marker)."""
     assert not (path / "abort").exists(), "the abort marker is left: the store was not closed"
-    with mqlite.open(str(path), **SETTINGS) as broker:
+    with mqlite.open(str(path), **SMALL_STORE) as broker:
         assert broker.store.last_exit_ok  # type: ignore[attr-defined]
         return [m.body for q in range(2) for m in broker.store.get_messages(TOPIC, q, 0, 1000).messages]
 
@@ -88,7 +89,7 @@ def test_a_forked_child_leaves_the_parents_broker_alone(tmp_path: Path) -> None:
 
 def test_read_only_broker_is_closed_at_exit(tmp_path: Path) -> None:
     path = tmp_path / "mq"
-    with mqlite.open(str(path), **SETTINGS) as broker:
+    with mqlite.open(str(path), **SMALL_STORE) as broker:
         broker.put_message(TOPIC, 0, b"x")
     done = _run(str(path), "reader")
     assert done.returncode == 0, done.stderr
@@ -126,7 +127,7 @@ def test_a_forked_child_never_writes_through_the_parents_shared_broker(tmp_path:
     from support import deadline
 
     path = str(tmp_path / "mq")
-    with mqlite.open(path, **SETTINGS) as broker:
+    with mqlite.open(path, **SMALL_STORE) as broker:
         broker.create_topic(TOPIC, 1)
     producer = mqlite.Producer(path, "pg")
     producer.start()
@@ -165,7 +166,7 @@ def test_a_forked_child_never_writes_through_the_parents_shared_broker(tmp_path:
             producer.send(mqlite.Message(TOPIC, b"after%d" % i))
     finally:
         producer.shutdown()
-    with mqlite.open(path, **SETTINGS) as broker:
+    with mqlite.open(path, **SMALL_STORE) as broker:
         bodies = [m.body for m in broker.store.get_messages(TOPIC, 0, 0, 100).messages]
     assert "SENT" not in outcome or b"child" in bodies, f"the child's acknowledged message is lost: {bodies}"
     # The inherited broker counts as closed; a fresh one is refused: the parent holds the store.

@@ -24,7 +24,8 @@ from mqlite.consumer.litepull import LitePullConsumer
 from mqlite.consumer.offsetstore import local_offsets_path
 from mqlite.consumer.types import ConsumeFromWhere, MessageModel
 from mqlite.filter import MessageSelector
-from support import SMALL_STORE, broker_fixture, no_leftover_threads, over_the_wire  # noqa: F401 - autouse
+from support import (SMALL_STORE, broker_fixture, local, no_leftover_threads,  # noqa: F401 - autouse
+                     over_the_wire, wait_until)
 
 TOPIC = "LitePullConsumerTest"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -649,10 +650,13 @@ def test_a_waiting_poll_gets_a_message_sent_after_it_started(broker: mqlite.Brok
         consumer.assign([mq])
         assert consumer.poll(0.2) == []
         thread, result = _poll_in_thread(consumer)
+        # Sent only once the consumer's pull is parked on the broker: an earlier send would be found by
+        # the pull without any wake-up.
+        wait_until(lambda: local(broker).arrivals.waiting > 0, "the consumer's pull to park on the broker")
         with mqlite.Producer(broker, group="pg") as producer:
             producer.send(mqlite.Message(TOPIC, b"wake up"), queue=mq)
         thread.join(5.0)
-        assert not thread.is_alive()  # woken by the arrival: the poll would have waited 30 s
+        assert not thread.is_alive()  # woken by the arrival: the parked pull would have waited 20 s
         assert [m.body for m in result[0]] == [b"wake up"]
 
 

@@ -57,7 +57,8 @@ def test_long_poll_times_out_with_no_new_message(broker: Any) -> None:
     _put(broker, "T", 2)
     mq = MessageQueue("T", broker.broker_name, 0)
     results: list[Any] = []
-    poller = threading.Thread(target=lambda: results.append(broker.pull("g", mq, 2, wait=0.5)))
+    # A wait long enough that this thread, however late it is scheduled, sees the pull parked before it answers.
+    poller = threading.Thread(target=lambda: results.append(broker.pull("g", mq, 2, wait=2.0)))
     poller.start()
     wait_until(lambda: broker.arrivals.waiting == 1 or results, "the pull to park")
     assert not results  # it parked instead of answering at once

@@ -14,17 +14,14 @@ from mqlite.commitlog import PutMessageStatus
 from mqlite.config import StoreConfig
 from mqlite.store import MessageStore
 from mqlite.storebase import GetMessageStatus
-from support import deadline
+from support import TINY_STORE, deadline
 
-SEGMENT = 64 * 1024
 HOUR_MS = 3_600_000
 
 
 def _config(**overrides: object) -> StoreConfig:
-    settings: dict[str, object] = dict(commitlog_file_size=SEGMENT, consumequeue_file_size=20 * 100,
-                                       max_hash_slot_num=64, max_index_num=256)
-    settings.update(overrides)
-    return StoreConfig(**settings)  # type: ignore[arg-type]
+    """The tiny store (its 64 KiB segments fill in a few dozen 1000-byte puts) with `overrides`."""
+    return StoreConfig(**{**TINY_STORE, **overrides})
 
 
 # -- SYNC_FLUSH --------------------------------------------------------------------------------
@@ -35,22 +32,45 @@ def test_sync_flush_put_returns_once_durable(tmp_path: Path) -> None:
         assert store.commitlog.mapped_files.flushed_where >= result.commit_log_offset + result.wrote_bytes
 
 
+class _FlushClock(ManualClock):
+    """A `ManualClock` whose monotonic time moves only by hand too (`ManualClock`'s is the real one), so
+    a test can let exactly `sync_flush_timeout` pass while a put waits for its flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+
+    def monotonic(self) -> float:
+        return self.seconds
+
+
+#: Manual seconds each failing flush lets pass, and the put's `sync_flush_timeout`: exact in binary.
+FLUSH_STEP = 0.0625
+FLUSH_TIMEOUT = 4 * FLUSH_STEP
+
+
 @pytest.mark.parametrize("failure", ["no progress", "disk error"])
 def test_flush_disk_timeout_keeps_the_message(tmp_path: Path, failure: str) -> None:
-    with MessageStore(str(tmp_path), _config(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0.2)) as store:
-        flushes: list[str] = []
+    clock = _FlushClock()
+    config = _config(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=FLUSH_TIMEOUT)
+    with MessageStore(str(tmp_path), config, clock=clock) as store:
+        flushed_at: list[float] = []
 
         def broken_flush() -> int:
-            flushes.append(failure)
+            flushed_at.append(clock.seconds)
+            clock.seconds += FLUSH_STEP  # the failing flush took this long
             if failure == "disk error":
                 raise OSError(5, "Input/output error")
             return 0  # the disk accepted nothing
 
         store._group_commit._flush_to = broken_flush  # type: ignore[method-assign]
-        with deadline(5):  # gives up after sync_flush_timeout...
+        with deadline(5):
             result = store.put("T", 0, b"stored anyway")
         assert result.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
-        assert len(flushes) > 1  # ...having flushed again and again meanwhile, not given up at the first failure
+        # The put flushed again and again while the clock was short of sync_flush_timeout, and gave up
+        # once it got there: neither at the first failure nor before the timeout.
+        assert flushed_at == [0.0, FLUSH_STEP, 2 * FLUSH_STEP, 3 * FLUSH_STEP]
+        assert clock.seconds == FLUSH_TIMEOUT
         # RocketMQ: the message is stored; only its durability was not confirmed in time.
         assert [m.body for m in store.get_messages("T", 0, 0).messages] == [b"stored anyway"]
 

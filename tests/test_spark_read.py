@@ -24,6 +24,7 @@ pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
 import refformat as rf  # noqa: E402
+from support import TINY_STORE  # noqa: E402
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
 import mqlite  # noqa: E402
@@ -35,7 +36,6 @@ from mqlite.spark.options import parse_read_options  # noqa: E402
 from mqlite.spark.plan import QueueRange, plan_batch  # noqa: E402
 from mqlite.spark.schema import default_schema, full_schema  # noqa: E402
 
-SMALL = {"commitlog_file_size": 64 * 1024, "consumequeue_file_size": 20 * 50, "flush_disk_type": "ASYNC_FLUSH"}
 TAGS = ["TagA", "TagB", None, "Tag-é"]
 
 
@@ -44,7 +44,7 @@ def produce_varied(path: str, count: int, seed: int = 7) -> list[tuple[Message, 
     """`count` messages over topics orders (4 queues) and audit (2): tags, keys, user properties, odd bodies."""
     rng = random.Random(seed)
     sent = []
-    with mqlite.open(path, **SMALL) as broker, Producer(broker) as producer:
+    with mqlite.open(path, **TINY_STORE) as broker, Producer(broker) as producer:
         for i in range(count):
             topic = "orders" if i % 3 else "audit"
             body = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) + b"\x01\x02"
@@ -60,7 +60,7 @@ def produce_varied(path: str, count: int, seed: int = 7) -> list[tuple[Message, 
 
 def produce_uniform(path: str, count: int) -> None:
     """Messages of one layout (send_batch of identical messages): the reader's template path."""
-    with mqlite.open(path, **SMALL) as broker, Producer(broker) as producer:
+    with mqlite.open(path, **TINY_STORE) as broker, Producer(broker) as producer:
         for first in range(0, count, 100):
             producer.send_batch([Message("uniform", b"x" * 60) for _ in range(min(100, count - first))])
 
@@ -82,19 +82,19 @@ def oracle(path: str, topic: str, queue_id: int, start: int = 0, end: int | None
     """The rocketmq-schema rows of a queue range, decoded by tests/refformat.py."""
     records = {r["physical_offset"]: r for r in rf.decode_commitlog(path)}
     rows = []
-    for qoff, phys, size, _ in rf.decode_consumequeue(path, topic, queue_id):
-        if qoff < start or (end is not None and qoff >= end):
+    for queue_offset, commit_log_offset, size, _ in rf.decode_consumequeue(path, topic, queue_id):
+        if queue_offset < start or (end is not None and queue_offset >= end):
             continue
-        rec = records[phys]
+        rec = records[commit_log_offset]
         props = rec["properties"]
         rows.append({
-            "topic": topic, "queueId": queue_id, "queueOffset": qoff,
-            "msgId": props.get("UNIQ_KEY") or rf.offset_msg_id(rec["store_host"], phys),
+            "topic": topic, "queueId": queue_id, "queueOffset": queue_offset,
+            "msgId": props.get("UNIQ_KEY") or rf.offset_msg_id(rec["store_host"], commit_log_offset),
             "tags": props.get("TAGS"), "keys": [k for k in props.get("KEYS", "").split(" ") if k],
             "body": rec["body_decompressed"] if rec["body_decompressed"] is not None else rec["body"],
             "properties": props, "flag": rec["flag"], "bornTimestamp": rec["born_timestamp"],
             "storeTimestamp": rec["store_timestamp"], "reconsumeTimes": rec["reconsume_times"],
-            "commitLogOffset": phys, "storeSize": size,
+            "commitLogOffset": commit_log_offset, "storeSize": size,
         })
     return rows
 

@@ -21,6 +21,7 @@ pytest.importorskip("pyarrow")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
+from support import TINY_STORE  # noqa: E402
 
 import mqlite  # noqa: E402
 from mqlite import Message, Producer  # noqa: E402
@@ -33,11 +34,10 @@ from mqlite.spark.options import parse_read_options  # noqa: E402
 from mqlite.spark.schema import default_schema  # noqa: E402
 from mqlite.spark.stream import MqliteStreamReader, share_budget  # noqa: E402
 
-SETTINGS = {"commitlog_file_size": 64 * 1024, "consumequeue_file_size": 20 * 50, "flush_disk_type": "ASYNC_FLUSH"}
 
 
 def send(path: str, topic: str, count: int, first: int = 0) -> None:
-    with mqlite.open(path, **SETTINGS) as broker, Producer(broker) as producer:
+    with mqlite.open(path, **TINY_STORE) as broker, Producer(broker) as producer:
         for i in range(first, first + count):
             producer.send(Message(topic, f"{topic}-{i}".encode(), tags=f"T{i % 2}"))
 

@@ -52,14 +52,11 @@ from mqlite.verify import VerifyReport, verify_store
 
 sys.path.insert(0, os.path.dirname(__file__))
 import refformat as rf  # noqa: E402
+from support import TINY_STORE  # noqa: E402
 
-SETTINGS: dict[str, Any] = {
-    "commitlog_file_size": 64 * 1024,  # segments roll within an example
-    "consumequeue_file_size": 20 * 64,
-    "max_hash_slot_num": 64,
-    "max_index_num": 256,
-    "clean_file_forcibly_enable": False,  # never let a full disk delete segments mid-test
-}
+#: The tiny store (its segments, consume-queue files and index roll within an example), and never
+#: let a full disk delete segments mid-test.
+SETTINGS: dict[str, Any] = {**TINY_STORE, "clean_file_forcibly_enable": False}
 TOPICS = ["TopicA", "TopicB"]
 ABSENT_TOPIC = "TopicNeverWritten"
 QUEUES = [0, 1]

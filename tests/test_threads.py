@@ -13,10 +13,8 @@ from typing import Any
 import pytest
 
 import mqlite
-from support import no_leftover_threads  # noqa: F401 - an autouse fixture
+from support import TINY_STORE, no_leftover_threads  # noqa: F401 - an autouse fixture
 
-SETTINGS: dict[str, Any] = {"commitlog_file_size": 64 * 1024, "consumequeue_file_size": 20 * 100,
-            "max_hash_slot_num": 64, "max_index_num": 256}
 STORE_SERVICES = {"mqlite-reput", "mqlite-flush", "mqlite-clean"}
 
 
@@ -34,7 +32,7 @@ def _fill(broker: mqlite.Broker) -> None:
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_writer_threads_are_named_services_and_stop_on_close(tmp_path: Path, flush: str) -> None:
-    broker = mqlite.open(str(tmp_path), flush_disk_type=flush, **SETTINGS)
+    broker = mqlite.open(str(tmp_path), flush_disk_type=flush, **TINY_STORE)
     try:
         running = _mqlite_threads()
         assert STORE_SERVICES <= {t.name for t in running}
@@ -47,7 +45,7 @@ def test_writer_threads_are_named_services_and_stop_on_close(tmp_path: Path, flu
 
 
 def test_puts_from_many_threads_then_close(tmp_path: Path) -> None:
-    broker = mqlite.open(str(tmp_path), flush_disk_type="SYNC_FLUSH", **SETTINGS)
+    broker = mqlite.open(str(tmp_path), flush_disk_type="SYNC_FLUSH", **TINY_STORE)
     errors: list[BaseException] = []
 
     def work(n: int) -> None:
@@ -81,12 +79,12 @@ def test_failed_open_bad_config_starts_nothing(tmp_path: Path, settings: dict[st
     with pytest.raises(mqlite.ConfigError):
         mqlite.open(str(tmp_path), **settings)
     assert set(threading.enumerate()) == before
-    with mqlite.open(str(tmp_path), **SETTINGS):  # and left no lock behind
+    with mqlite.open(str(tmp_path), **TINY_STORE):  # and left no lock behind
         pass
 
 
 def test_failed_open_conflicting_format_setting(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), **SETTINGS):
+    with mqlite.open(str(tmp_path), **TINY_STORE):
         pass
     with pytest.raises(mqlite.ConfigError) as info:
         mqlite.open(str(tmp_path), commitlog_file_size=128 * 1024)
@@ -97,7 +95,7 @@ def test_failed_open_conflicting_format_setting(tmp_path: Path) -> None:
 
 
 def test_failed_open_corrupted_store_starts_nothing(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), **SETTINGS) as broker:
+    with mqlite.open(str(tmp_path), **TINY_STORE) as broker:
         _fill(broker)
     segment = tmp_path / "commitlog" / ("0" * 20)
     os.truncate(segment, 1000)
@@ -110,7 +108,7 @@ def test_failed_open_corrupted_store_starts_nothing(tmp_path: Path) -> None:
 
 
 def test_failed_open_locked_store_starts_nothing(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), **SETTINGS):
+    with mqlite.open(str(tmp_path), **TINY_STORE):
         before = set(threading.enumerate())
         with pytest.raises(mqlite.StoreLockedError):
             mqlite.open(str(tmp_path))
@@ -119,7 +117,7 @@ def test_failed_open_locked_store_starts_nothing(tmp_path: Path) -> None:
 
 # -- read-only opens -------------------------------------------------------------------------------------
 def test_read_only_open_starts_no_thread(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), **SETTINGS) as broker:
+    with mqlite.open(str(tmp_path), **TINY_STORE) as broker:
         _fill(broker)
     before = set(threading.enumerate())
     with mqlite.open(str(tmp_path), read_only=True) as reader:
@@ -136,7 +134,7 @@ def test_read_only_open_starts_no_thread(tmp_path: Path) -> None:
 
 
 def test_read_only_open_beside_a_writer_starts_no_thread(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), **SETTINGS) as broker:
+    with mqlite.open(str(tmp_path), **TINY_STORE) as broker:
         _fill(broker)
         before = set(threading.enumerate())
         with mqlite.open(str(tmp_path), read_only=True) as reader:
@@ -146,7 +144,7 @@ def test_read_only_open_beside_a_writer_starts_no_thread(tmp_path: Path) -> None
 
 # -- close ----------------------------------------------------------------------------------------------------
 def test_close_is_idempotent(tmp_path: Path) -> None:
-    with mqlite.open(str(tmp_path), **SETTINGS) as broker:
+    with mqlite.open(str(tmp_path), **TINY_STORE) as broker:
         _fill(broker)
         broker.close()
         assert broker.closed
@@ -163,7 +161,7 @@ def test_close_is_idempotent(tmp_path: Path) -> None:
 
 
 def _closed_writer(tmp_path: Path) -> mqlite.Broker:
-    broker = mqlite.open(str(tmp_path), **SETTINGS)
+    broker = mqlite.open(str(tmp_path), **TINY_STORE)
     _fill(broker)
     broker.close()
     return broker

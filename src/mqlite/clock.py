@@ -42,9 +42,9 @@ class SystemClock:
         """Wall-clock time in epoch milliseconds."""
         return time.time_ns() // 1_000_000
 
-    def monotonic(self) -> float:
-        """Monotonic seconds."""
-        return time.monotonic()
+    #: Monotonic seconds: `time.monotonic` itself, so a deadline read through the clock on a hot path
+    #: (the SYNC_FLUSH group commit) costs no more than calling it directly.
+    monotonic = staticmethod(time.monotonic)
 
 
 SYSTEM_CLOCK = SystemClock()

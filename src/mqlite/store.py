@@ -286,7 +286,7 @@ class MessageStore(StoreFiles):
         self._sync_flush = config.sync_flush
         self.commitlog.unit_queues = self.consume_queues
         self.commitlog.create_unit_queue = self._create_queue
-        self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout)
+        self._group_commit = GroupCommit(self._flush_all_commitlog, config.sync_flush_timeout, clock=self.clock)
         self._group_commit.reset(self.commitlog.max_offset)
         self._reput = ReputService(self)
         self._flush = FlushService(self)

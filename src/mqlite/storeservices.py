@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._service import Service
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import disk_used_ratio
 
 if TYPE_CHECKING:
@@ -122,19 +123,23 @@ class GroupCommit:
     little; many writers reach high durable rates through `put_batch`.
     """
 
-    def __init__(self, flush_to: Callable[[], int], timeout: float) -> None:
+    def __init__(self, flush_to: Callable[[], int], timeout: float, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._flush_to = flush_to  # flushes the log; returns the offset now durable
         self._timeout = timeout
+        # The deadline runs on the store's clock (real monotonic time for the system and manual
+        # clocks), so a test clock can let exactly `timeout` pass during a failing flush.
+        self._monotonic = clock.monotonic
         self._cv = threading.Condition()
         self._flushed = 0
         self._leader = False
 
     def wait(self, end_offset: int) -> bool:
         """Block until `end_offset` is durable; False after the timeout (the data stays written)."""
-        deadline = time.monotonic() + self._timeout
+        monotonic = self._monotonic
+        deadline = monotonic() + self._timeout
         with self._cv:
             while self._flushed < end_offset:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - monotonic()
                 if remaining <= 0:
                     return False  # also a leader whose flushes make no progress (a failing disk)
                 if not self._leader:
