@@ -22,7 +22,7 @@ Offsets are for IPv4 born and store hosts; an IPv6 host (sysflag 0x10 / 0x20) is
     |     76 | 8     | PREPARED TRANSACTION OFFSET                        |
     |     84 | 4     | BODY length, then the body bytes                   |
     |        | 1 / 2 | TOPIC length (V1: byte, V2: short), then UTF-8     |
-    |        | 2     | PROPERTIES length (signed short), then UTF-8       |
+    |        | 2     | PROPERTIES length (a short), then UTF-8            |
 
 A record fits in a segment only if 8 bytes remain after it; otherwise the
 segment is closed with an 8-byte BLANK record `[int remaining][int 0xCBD43194]`
@@ -68,6 +68,7 @@ from .message import (
 
 __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "MAGIC_BYTES", "HEADER", "PREFIX", "BLANK", "RECORD_KEY",
+    "TOTAL_AND_MAGIC", "PROPERTIES_LENGTH", "EMPTY_PROPERTIES", "record_tail",
     "END_FILE_MIN_BLANK_LENGTH", "MIN_RECORD_SIZE", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_BYTES", "HOST_V6_EXTRA",
     "HOST_V6_FLAGS", "STORE_HOST", "HEADER_DTYPE", "HEADER_DTYPE_BORN_V6",
     "TOTAL_SIZE_POS", "MAGIC_POS", "BODY_CRC_POS", "QUEUE_ID_POS", "FLAG_POS", "QUEUE_OFFSET_POS",
@@ -89,16 +90,24 @@ HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 #: The fields before the born host, common to every host kind.
 PREFIX = struct.Struct(">iiiiiqqiq")
 BLANK = struct.Struct(">ii")
+#: TOTALSIZE and MAGICCODE, the first fields of every record (and of a BLANK): what lies at a position.
+TOTAL_AND_MAGIC = struct.Struct(">ii")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
-_SHORT = struct.Struct(">h")
-_USHORT = struct.Struct(">H")
+_USHORT = struct.Struct(">H")  # V2's TOPIC length
+#: PROPERTIES length, after the topic; the properties follow it. Every writer and reader packs and
+#: unpacks it with this struct. RocketMQ writes and reads it as a Java short, so it is signed here too.
+#: A written length is at most MAX_PROPERTIES_LENGTH (32767, checked before packing), where a signed
+#: and an unsigned big-endian short are the same two bytes; a damaged length reads negative.
+PROPERTIES_LENGTH = struct.Struct(">h")
+#: The PROPERTIES length of a record without properties (nothing follows it).
+EMPTY_PROPERTIES = PROPERTIES_LENGTH.pack(0)
 END_FILE_MIN_BLANK_LENGTH = BLANK.size
 #: The extra header bytes of each IPv6 host: an IPv6 address is 16 bytes where IPv4 takes 4.
 HOST_V6_EXTRA = 16 - 4
 #: The smallest record: empty body, empty topic, empty properties (IPv4 hosts, V1).
 MIN_RECORD_SIZE = HEADER.size + 1 + 2
-MAX_PROPERTIES_LENGTH = 32767  # a signed short
+MAX_PROPERTIES_LENGTH = 2**15 - 1  # the largest PROPERTIES length a (signed) short holds
 MAX_TOPIC_BYTES = 255  # HookUtils: MAX_TOPIC_LENGTH
 _V1_TOPIC_BYTES = 127  # V1's topic length is a signed byte: longer topics need V2's short
 #: MAGICCODE as it lies in a record (V1, V2): what a search of damaged bytes looks for.
@@ -193,7 +202,7 @@ def pack_header_born_v6(buf: Any, pos: int, total: int, magic: int, crc: int, qu
 def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool = False) -> int:
     """`calMsgLength`: the total size of a record (91 + body + topic + props for IPv4/V1)."""
     topic_len_size = _USHORT.size if v2 else 1
-    return HEADER.size + host_shift(sys_flag) + body_len + topic_len_size + topic_len + _SHORT.size + props_len
+    return HEADER.size + host_shift(sys_flag) + body_len + topic_len_size + topic_len + PROPERTIES_LENGTH.size + props_len
 
 
 def topic_prefix(topic: str) -> tuple[bytes, bool]:
@@ -209,6 +218,19 @@ def topic_prefix(topic: str) -> tuple[bytes, bool]:
     if len(data) > _V1_TOPIC_BYTES:
         return _USHORT.pack(len(data)) + data, True
     return bytes((len(data),)) + data, False
+
+
+def record_tail(prefix: bytes, props: bytes) -> bytes:
+    """What follows a record's body: the topic as `topic_prefix` gives it, PROPERTIES length and the
+    encoded properties `props` (at most `MAX_PROPERTIES_LENGTH` bytes).
+
+    The single append (the hot path of every send) packs the same bytes inline with
+    `PROPERTIES_LENGTH.pack`: a call per send costs more than the concatenation.
+
+    >>> record_tail(topic_prefix("T")[0], b"TAGS\\x01a\\x02")
+    b'\\x01T\\x00\\x07TAGS\\x01a\\x02'
+    """
+    return prefix + PROPERTIES_LENGTH.pack(len(props)) + props
 
 
 def host_bytes(host: str) -> tuple[bytes, int]:
@@ -347,7 +369,7 @@ def encode_record(msg: MessageExt) -> bytes:
                     msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp),
         born_ip, _INT.pack(born_port), _LONG.pack(msg.store_timestamp), store_ip,
         _RECORD_TAIL.pack(store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
-        body, prefix, _USHORT.pack(len(props)), props))
+        body, record_tail(prefix, props)))
 
 
 _RECORD_TAIL = struct.Struct(">iiqi")  # store port, reconsume times, prepared offset, body length
@@ -399,8 +421,8 @@ def _decode_into(msg: MessageExt, raw: bytes) -> None:
             pos = body_end + 1
         topic = raw[pos : pos + topic_len].decode("utf-8", "replace")
         pos += topic_len
-        (props_len,) = _SHORT.unpack_from(raw, pos)
-        props = raw[pos + 2 : pos + 2 + max(props_len, 0)].decode("utf-8", "replace")
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(raw, pos)
+        props = raw[pos + PROPERTIES_LENGTH.size : pos + PROPERTIES_LENGTH.size + max(props_len, 0)].decode("utf-8", "replace")
     except (struct.error, IndexError, ValueError) as exc:
         raise StoreCorruptedError(f"cannot decode the commit-log record of {len(raw)} bytes: {exc}") from None
     msg.topic = topic
@@ -449,8 +471,8 @@ def record_properties(raw: bytes | memoryview) -> dict[str, str]:
             topic_pos = body_end + _USHORT.size + _USHORT.unpack_from(raw, body_end)[0]
         else:
             topic_pos = body_end + 1 + raw[body_end]
-        (props_len,) = _SHORT.unpack_from(raw, topic_pos)
-        start = topic_pos + _SHORT.size
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(raw, topic_pos)
+        start = topic_pos + PROPERTIES_LENGTH.size
         if start + max(props_len, 0) > len(raw):
             raise ValueError("the properties run past the record")
         text = bytes(raw[start : start + max(props_len, 0)]).decode("utf-8", "replace")
@@ -475,7 +497,7 @@ def check_record(
     if limit - pos <= 4:
         return -1, None
     try:
-        total, magic = BLANK.unpack_from(buf, pos)  # type: ignore[arg-type]
+        total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)  # type: ignore[arg-type]
         if magic == BLANK_MAGIC:
             return 0, None
         end = pos + total
@@ -500,9 +522,9 @@ def check_record(
             topic_len = buf[body_end]  # type: ignore[index]
             topic_pos = body_end + 1
         props_pos = topic_pos + topic_len
-        if props_pos + _SHORT.size > end:
+        if props_pos + PROPERTIES_LENGTH.size > end:
             return -1, None
-        (props_len,) = _SHORT.unpack_from(buf, props_pos)  # type: ignore[arg-type]
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)  # type: ignore[arg-type]
         if total != record_length(sys_flag, body_len, topic_len, props_len, v2):
             return -1, None
         if props_len > 0 and buf[end - 1] == 0:  # type: ignore[index]
@@ -512,7 +534,7 @@ def check_record(
         if not describe:
             return total, None
         topic = bytes(buf[topic_pos:props_pos]).decode("utf-8", "replace")  # type: ignore[index]
-        props_start = props_pos + _SHORT.size
+        props_start = props_pos + PROPERTIES_LENGTH.size
         props = decode_properties(
             bytes(buf[props_start : props_start + props_len]).decode("utf-8", "replace")) if props_len > 0 else {}  # type: ignore[index]
     except (struct.error, IndexError, ValueError, TypeError):
@@ -651,11 +673,13 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
                             f"into the body")
     index = np.zeros(count, dtype=np.int64) if block_index is None else np.asarray(block_index, dtype=np.int64)
     body_lengths = np.diff(offsets)
-    sizes = body_lengths + block_lengths[index] + (HEADER.size + len(prefix) + _SHORT.size)
+    sizes = body_lengths + block_lengths[index] + (HEADER.size + len(prefix) + PROPERTIES_LENGTH.size)
     if not count:
         return memoryview(b""), sizes
     data = bytes(bodies)  # slices of bytes are the cheapest per-body objects (measured against memoryviews)
-    tails = [prefix + _USHORT.pack(len(b) + width) + b for b in blocks]
+    # The suffixes follow each block: the length counts them (`record_tail` without its copy of them).
+    pack_length = PROPERTIES_LENGTH.pack
+    tails = [prefix + pack_length(len(b) + width) + b for b in blocks]
     # Tails of one length (one head, say) are columns of a 2-D array, like the headers and suffixes.
     tail_table = np.frombuffer(b"".join(tails), dtype=np.uint8).reshape(len(tails), -1) \
         if len(set(map(len, tails))) == 1 else None
@@ -721,14 +745,15 @@ def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tupl
     tails = starts + HEADER.size + body_lengths
     if ((headers["total"] != sizes).any() or (headers["magic"] != (MAGIC_V2 if v2 else MAGIC_V1)).any()
             or (headers["sys_flag"] != 0).any() or (body_lengths < 0).any()
-            or (tails + len(prefix) + _USHORT.size > starts + sizes).any()):
+            or (tails + len(prefix) + PROPERTIES_LENGTH.size > starts + sizes).any()):
         raise MQClientError(f"encoded records for {topic!r} are damaged (a size, magic code, host flag or body "
                             f"length disagrees with the record); nothing was stored")
     same_body = int(body_lengths.min()) == int(body_lengths.max())
-    topic_rows = _Rows(buf, tails, len(prefix) + _USHORT.size, step if same_body else None).get()
+    topic_rows = _Rows(buf, tails, len(prefix) + PROPERTIES_LENGTH.size, step if same_body else None).get()
+    # Read unsigned: a negative (damaged) length reads above 32767 and fails the sum below.
     props_lengths = _ints(topic_rows[:, len(prefix):], ">u2")
     if ((topic_rows[:, : len(prefix)] != np.frombuffer(prefix, dtype=np.uint8)).any()
-            or (tails + len(prefix) + _USHORT.size + props_lengths != starts + sizes).any()):
+            or (tails + len(prefix) + PROPERTIES_LENGTH.size + props_lengths != starts + sizes).any()):
         raise MQClientError(f"encoded records are not all of topic {topic!r} or their property lengths "
                             f"disagree with their sizes; nothing was stored")
     return headers, header_rows, v2
@@ -783,13 +808,11 @@ def _ints(rows: Any, dtype: str) -> Any:
 # reader's batch path and its vectorised property parser, moved here unchanged).
 # ==================================================================================================
 
-__all__ += ["BODY_LENGTH", "PROPERTIES_LENGTH", "unwritten_at", "headers_at", "properties_length_pos",
+__all__ += ["BODY_LENGTH", "unwritten_at", "headers_at", "properties_length_pos",
             "properties_lengths", "PropertyLayout", "PropertyEntries"]
 
 #: BODY length as it lies at `body_length_pos(sys_flag)` (a reader cutting bodies out of records).
 BODY_LENGTH = struct.Struct(">i")
-#: PROPERTIES length (a signed short), after the topic; the properties follow it.
-PROPERTIES_LENGTH = _SHORT
 #: The bytes of TOPIC length: V1 one, V2 one more (a short).
 _TOPIC_LENGTH_V1 = 1
 assert BODY_LENGTH.size == HEADER_DTYPE["body_length"].itemsize and _USHORT.size == _TOPIC_LENGTH_V1 + 1
