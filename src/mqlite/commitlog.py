@@ -51,6 +51,7 @@ from .record import (
     PROPERTIES_LENGTH,
     STORE_HOST,
     TOTAL_AND_MAGIC,
+    ByteRows,
     DispatchRequest,
     StoredMessage,
     TagsCodeFn,
@@ -482,7 +483,7 @@ class CommitLog:
         self.store_host = (socket.inet_aton(host), port)
 
     def _append_placed(self, topic: str, queue_id: int, headers: np.ndarray, starts: Any, total: int, sizes: Any,
-                       records: Any, header_rows: Any = None, *, properties: Any = None, codes: Any = None,
+                       records: Any, header_rows: ByteRows | None = None, *, properties: Any = None, codes: Any = None,
                        keys: Any = None, uniqs: Any = None, key_hashes: Any = None, key_rows: Any = None,
                        born_now: bool = False, store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
         """The batch appends' one place-and-pack core, for records of one queue whose `headers` (`record.pack_headers`)

@@ -75,7 +75,7 @@ __all__ = [
     "COMMIT_LOG_OFFSET_POS", "SYSFLAG_POS", "SYSFLAG_LOW_POS", "BORN_TIMESTAMP_POS", "BORN_HOST_POS",
     "STORE_TIMESTAMP_POS", "STORE_HOST_POS", "RECONSUME_TIMES_POS", "PREPARED_TRANSACTION_OFFSET_POS",
     "BODY_LENGTH_POS", "BODY_POS", "pack_header_born_v6", "pack_headers", "place_headers",
-    "check_encoded_records", "host_shift", "body_length_pos", "store_timestamp_pos",
+    "check_encoded_records", "ByteRows", "host_shift", "body_length_pos", "store_timestamp_pos",
     "record_length", "topic_prefix", "host_bytes", "host_text", "TagsCodeFn", "default_tags_code",
     "DispatchRequest", "StoredMessage", "record_body", "record_properties", "stored_record", "stored_body",
     "decode_message", "check_record", "framed_at", "find_frame", "encode_record", "encode_records",
@@ -728,10 +728,10 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
     return memoryview(joined), sizes
 
 
-def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tuple[np.ndarray, _Rows, bool]:
+def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tuple[np.ndarray, ByteRows, bool]:
     """The headers of the records `encode_records` built for `topic`, after checking every record's
     structure: `(headers, header_rows, v2)`, the headers a copy (`HEADER_DTYPE`) and `header_rows`
-    where they lie in `buf` (to write back once placed: `header_rows.set(...)`).
+    (`ByteRows`) where they lie in `buf` (to write back once placed: `header_rows.set(...)`).
 
     `buf` is the records back to back (uint8 array), `sizes` their sizes and `starts` where each
     begins. Size, magic, host flags, body length, topic and property length must agree with each
@@ -740,7 +740,7 @@ def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tupl
     """
     prefix, v2 = topic_prefix(topic)
     step = int(sizes[0]) if int(sizes.min()) == int(sizes.max()) else None
-    header_rows = _Rows(buf, starts, HEADER.size, step)
+    header_rows = ByteRows(buf, starts, HEADER.size, step)
     headers = np.ascontiguousarray(header_rows.get()).view(HEADER_DTYPE)[:, 0]
     body_lengths = headers["body_length"].astype(np.int64)
     tails = starts + HEADER.size + body_lengths
@@ -750,7 +750,7 @@ def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tupl
         raise MQClientError(f"encoded records for {topic!r} are damaged (a size, magic code, host flag or body "
                             f"length disagrees with the record); nothing was stored")
     same_body = int(body_lengths.min()) == int(body_lengths.max())
-    topic_rows = _Rows(buf, tails, len(prefix) + PROPERTIES_LENGTH.size, step if same_body else None).get()
+    topic_rows = ByteRows(buf, tails, len(prefix) + PROPERTIES_LENGTH.size, step if same_body else None).get()
     # Read unsigned: a negative (damaged) length reads above 32767 and fails the sum below.
     props_lengths = _ints(topic_rows[:, len(prefix):], ">u2")
     if ((topic_rows[:, : len(prefix)] != np.frombuffer(prefix, dtype=np.uint8)).any()
@@ -760,12 +760,21 @@ def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tupl
     return headers, header_rows, v2
 
 
-class _Rows:
-    """`width` bytes at each of `positions` in the uint8 array `buf`, to read or overwrite.
+class ByteRows:
+    """`width` bytes at each of `positions` in the uint8 array `buf`, to read (`get`) or overwrite (`set`):
+    the headers of encoded records that `check_encoded_records` checked, which the commit log
+    fills in once it has placed them.
 
     A strided view when the positions are `step` apart (records of one size: no index
     array at all), else an (n, width) fancy index. Built outside the put lock, so the
     writes under it are single numpy assignments.
+
+    >>> buf = np.arange(12, dtype=np.uint8)
+    >>> rows = ByteRows(buf, np.array([0, 4, 8]), 2, 4)
+    >>> rows.get().tolist()
+    [[0, 1], [4, 5], [8, 9]]
+    >>> rows.set(np.array([7, 7], dtype=np.uint8)); buf.tolist()[:6]
+    [7, 7, 2, 3, 7, 7]
     """
 
     __slots__ = ("buf", "view", "index")
