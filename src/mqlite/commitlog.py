@@ -38,6 +38,7 @@ from .message import (
 from .record import (
     BLANK,
     BLANK_MAGIC,
+    COMMIT_LOG_OFFSET,
     COMMIT_LOG_OFFSET_POS,
     EMPTY_PROPERTIES,
     END_FILE_MIN_BLANK_LENGTH,
@@ -128,8 +129,7 @@ class BatchDispatch(NamedTuple):
 
 
 _new_tuple = tuple.__new__
-_INT = struct.Struct(">i")
-_LONG = struct.Struct(">q")
+_INT = struct.Struct(">i")  # the range of a header's int fields (`_INT.pack` raises as `HEADER.pack` would)
 # `record.PROPERTIES_LENGTH.pack` bound once: `append` builds a record's tail inline with it (see there).
 _pack_properties_length = PROPERTIES_LENGTH.pack
 _STORE_IP = socket.inet_aton(STORE_HOST[0])
@@ -635,7 +635,7 @@ class CommitLog:
         total, magic = TOTAL_AND_MAGIC.unpack_from(mf.mm, pos)
         if magic not in (MAGIC_V1, MAGIC_V2) or total < PREFIX.size or pos + total > mf.file_size \
                 or offset + total > self.max_offset \
-                or _LONG.unpack_from(mf.mm, pos + COMMIT_LOG_OFFSET_POS)[0] != offset:
+                or COMMIT_LOG_OFFSET.unpack_from(mf.mm, pos + COMMIT_LOG_OFFSET_POS)[0] != offset:
             return 0
         return total
 

@@ -72,7 +72,7 @@ __all__ = [
     "END_FILE_MIN_BLANK_LENGTH", "MIN_RECORD_SIZE", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_BYTES", "HOST_V6_EXTRA",
     "HOST_V6_FLAGS", "STORE_HOST", "HEADER_DTYPE", "HEADER_DTYPE_BORN_V6",
     "TOTAL_SIZE_POS", "MAGIC_POS", "BODY_CRC_POS", "QUEUE_ID_POS", "FLAG_POS", "QUEUE_OFFSET_POS",
-    "COMMIT_LOG_OFFSET_POS", "SYSFLAG_POS", "SYSFLAG_LOW_POS", "BORN_TIMESTAMP_POS", "BORN_HOST_POS",
+    "COMMIT_LOG_OFFSET_POS", "COMMIT_LOG_OFFSET", "SYSFLAG_POS", "SYSFLAG_LOW_POS", "BORN_TIMESTAMP_POS", "BORN_HOST_POS",
     "STORE_TIMESTAMP_POS", "STORE_HOST_POS", "RECONSUME_TIMES_POS", "PREPARED_TRANSACTION_OFFSET_POS",
     "BODY_LENGTH_POS", "BODY_POS", "pack_header_born_v6", "pack_headers", "place_headers",
     "check_encoded_records", "ByteRows", "host_shift", "body_length_pos", "store_timestamp_pos",
@@ -161,6 +161,9 @@ BODY_POS = HEADER.size  # the body follows its length
 #: TOTALSIZE, MAGICCODE (as bytes: compare with `MAGIC_BYTES`), QUEUEID, QUEUEOFFSET: what ties a
 #: record to its consume-queue unit, in one unpack.
 RECORD_KEY = struct.Struct(f">i4s{QUEUE_ID_POS - BODY_CRC_POS}xi{QUEUE_OFFSET_POS - FLAG_POS}xq")
+#: PHYSICALOFFSET as it lies at `COMMIT_LOG_OFFSET_POS`: whether a record says it lies where it was found.
+COMMIT_LOG_OFFSET = struct.Struct(">q")
+assert COMMIT_LOG_OFFSET.size == HEADER_DTYPE["commit_log_offset"].itemsize
 assert HEADER.size == HEADER_DTYPE.itemsize == 88 and PREFIX.size == BORN_HOST_POS == 48 and BLANK.size == 8
 assert HEADER_DTYPE_BORN_V6.itemsize == HEADER.size + HOST_V6_EXTRA and RECORD_KEY.size == QUEUE_OFFSET_POS + 8
 assert (COMMIT_LOG_OFFSET_POS, SYSFLAG_POS, BODY_LENGTH_POS) == (28, 36, 84)
@@ -559,10 +562,10 @@ def framed_at(buf: bytes | memoryview | object, pos: int, limit: int, position: 
     random match of the magic code, a sane size and the right 8-byte offset is practically
     impossible. The body CRC is not checked here (`check_record` does).
     """
-    if pos < 0 or limit - pos < COMMIT_LOG_OFFSET_POS + _LONG.size:
+    if pos < 0 or limit - pos < COMMIT_LOG_OFFSET_POS + COMMIT_LOG_OFFSET.size:
         return False
     try:
-        if _LONG.unpack_from(buf, pos + COMMIT_LOG_OFFSET_POS)[0] != position:  # type: ignore[arg-type]
+        if COMMIT_LOG_OFFSET.unpack_from(buf, pos + COMMIT_LOG_OFFSET_POS)[0] != position:  # type: ignore[arg-type]
             return False
     except struct.error:
         return False
