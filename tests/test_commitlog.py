@@ -29,6 +29,7 @@ from mqlite.record import (
     HEADER,
     MAGIC_V1,
     MAGIC_V2,
+    DispatchRequest,
     StoredMessage,
     check_record,
     decode_message,
@@ -699,3 +700,87 @@ def test_put_then_read_back_equal(store: MessageStore, topic: str, queue_id: int
     assert decoded["computed_crc_ok"] and decoded["computed_length_ok"]
     assert (decoded["topic"], decoded["body"], decoded["properties"]) == (topic, body, properties)
     assert decoded["version"] == (2 if len(topic) > 127 else 1)
+
+
+def _unit_log(path: Path, clock: ManualClock) -> CommitLog:
+    """A commit log that writes consume-queue units with each append, as a recovered store's does."""
+    from mqlite.consumequeue import ConsumeQueue
+
+    config = _config()
+    queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def create(topic: str, queue_id: int) -> ConsumeQueue:
+        queues[topic, queue_id] = ConsumeQueue(str(path / "consumequeue"), topic, queue_id,
+                                               config.consumequeue_file_size)
+        return queues[topic, queue_id]
+
+    log = CommitLog(str(path / "commitlog"), config, clock,
+                    tags_code_fn=lambda topic, props, now: len(props) * 1_000_000 + now % 997)
+    log.unit_queues, log.create_unit_queue = queues, create
+    return log
+
+
+def _encoded_properties(properties: dict[str, str]) -> Any:
+    """A producer's properties: encoded once, before the put."""
+    from mqlite.message import EncodedProperties, encode_properties
+
+    encoded = EncodedProperties(properties)
+    encoded.encoded = encode_properties(encoded).encode()
+    return encoded
+
+
+ONE_MESSAGE_CASES = {
+    "keys and tags": dict(properties={"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "0A" * 16}, flag=7),
+    "a producer's send": dict(properties=_encoded_properties({"UNIQ_KEY": "0B" * 16, "WAIT": "true"})),
+    "no properties": dict(properties=None, born_timestamp=T0 - 9),
+    "an ipv6 born host": dict(properties={"KEYS": "k"}, born_host="[::1]:4000"),
+    "a v2 topic": dict(topic="\u00e9" * 70, properties={"TAGS": "\u00e9"}),
+}
+
+
+@pytest.mark.parametrize("case", list(ONE_MESSAGE_CASES))
+def test_append_and_a_batch_of_one_write_the_same_record_unit_and_dispatch(tmp_path: Path, case: str) -> None:
+    # The single append does inline what the batches share (`_append_placed`, `_batch_written`): the two
+    # copies must not drift. The same message, at the same place of two logs, by each path.
+    args: dict[str, Any] = dict(ONE_MESSAGE_CASES[case])
+    topic = args.pop("topic", "T")
+    properties = args.pop("properties")
+    single, batch = _unit_log(tmp_path / "single", ManualClock(T0)), _unit_log(tmp_path / "batch", ManualClock(T0))
+    try:
+        for clog in (single, batch):  # both mid-segment, at queue offset 1
+            clog.append(topic, 2, b"before", {"KEYS": "first"})
+            clog.clock.advance(5)  # type: ignore[attr-defined]
+        dispatched = len(single.dispatch_queue), len(batch.dispatch_queue)
+        one = single.append(topic, 2, b"the body", properties, **args)
+        many = batch.append_batch(topic, 2, [b"the body"], None if properties is None else [properties], **args)
+        assert (one.commit_log_offset, one.wrote_bytes, one.queue_offset, one.store_timestamp, one.offset_msg_id) \
+            == (many.commit_log_offset, many.wrote_bytes, many.queue_offset, many.store_timestamp, many.offset_msg_id)
+        assert one.queue_offset == 1
+        assert _raw(single, one.commit_log_offset, one.wrote_bytes) == _raw(batch, many.commit_log_offset,
+                                                                             many.wrote_bytes)
+        assert single.unit_queues is not None and batch.unit_queues is not None
+        unit = single.unit_queues[topic, 2].unit_at(1)
+        assert unit is not None and unit == batch.unit_queues[topic, 2].unit_at(1)
+        new_single = list(single.dispatch_queue)[dispatched[0]:]
+        new_batch = list(batch.dispatch_queue)[dispatched[1]:]
+        keyed = bool(properties) and bool({"KEYS", "UNIQ_KEY"} & set(properties))  # type: ignore[arg-type]
+        assert len(new_single) == keyed
+        if not keyed:
+            # A batch with properties queues its entry even when no record has an index key (as before
+            # issue 13: `_batch_written` is told `keys is not None`); the reput thread indexes nothing for it.
+            assert all(isinstance(e, BatchDispatch) and not any(e.keys or []) and not any(e.uniq_keys or [])
+                       for e in new_batch)
+        else:
+            assert len(new_batch) == 1
+            request = DispatchRequest._make(new_single[0])
+            entry = new_batch[0]
+            assert isinstance(entry, BatchDispatch)
+            assert (request.topic, request.queue_id, request.queue_offset, request.commit_log_offset, request.size,
+                    request.tags_code, request.store_timestamp, request.keys, request.uniq_key) == \
+                (entry.topic, entry.queue_id, entry.first_queue_offset, entry.first_commit_log_offset,
+                 entry.sizes[0], entry.tags_codes[0], entry.store_timestamp,  # type: ignore[index]
+                 entry.keys[0], entry.uniq_keys[0])  # type: ignore[index]
+            assert request.tags_code == unit[2] != 0
+    finally:
+        single.close()
+        batch.close()

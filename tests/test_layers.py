@@ -38,6 +38,7 @@ PACKAGE_DIR = Path(mqlite.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     # L0 basics
     "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0, "compression": 0, "validators": 0,
+    "propertybatch": 0,
     # L1 storage
     "mappedfile": 1, "record": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1, "offsetfile": 1,
@@ -487,6 +488,7 @@ SPARK_MAY_IMPORT: dict[str, frozenset[str] | None] = {
     # L0 basics
     "mqlite.errors": ANY_PUBLIC, "mqlite.config": ANY_PUBLIC, "mqlite.message": ANY_PUBLIC,
     "mqlite.clock": ANY_PUBLIC, "mqlite.compression": ANY_PUBLIC,
+    "mqlite.propertybatch": ANY_PUBLIC,  # PropertyEntries: the Spark reader's property columns
     "mqlite.validators": ANY_PUBLIC,  # validate_message, check_topic, check_send_topic, ... (RocketMQ's Validators)
     # storage's public read surface: the reader, where the files lie, the record and unit codecs
     "mqlite.reader": frozenset({"StoreReader", "StoreLayout", "store_config"}),

@@ -38,7 +38,9 @@ from .message import (
 from .record import (
     BLANK,
     BLANK_MAGIC,
+    COMMIT_LOG_OFFSET,
     COMMIT_LOG_OFFSET_POS,
+    EMPTY_PROPERTIES,
     END_FILE_MIN_BLANK_LENGTH,
     HEADER,
     HOST_V6_EXTRA,
@@ -47,7 +49,10 @@ from .record import (
     MAGIC_V2,
     MAX_PROPERTIES_LENGTH,
     PREFIX,
+    PROPERTIES_LENGTH,
     STORE_HOST,
+    TOTAL_AND_MAGIC,
+    ByteRows,
     DispatchRequest,
     StoredMessage,
     TagsCodeFn,
@@ -58,6 +63,7 @@ from .record import (
     pack_header_born_v6,
     pack_headers,
     place_headers,
+    record_tail,
     topic_prefix,
 )
 
@@ -123,9 +129,9 @@ class BatchDispatch(NamedTuple):
 
 
 _new_tuple = tuple.__new__
-_INT = struct.Struct(">i")
-_LONG = struct.Struct(">q")
-_USHORT = struct.Struct(">H")
+_INT = struct.Struct(">i")  # the range of a header's int fields (`_INT.pack` raises as `HEADER.pack` would)
+# `record.PROPERTIES_LENGTH.pack` bound once: `append` builds a record's tail inline with it (see there).
+_pack_properties_length = PROPERTIES_LENGTH.pack
 _STORE_IP = socket.inet_aton(STORE_HOST[0])
 _STORE_PORT = STORE_HOST[1]
 _HOST_V6_FLAGS = HOST_V6_FLAGS
@@ -245,10 +251,12 @@ class CommitLog:
         if properties:
             if type(properties) is EncodedProperties and len(properties.encoded) <= MAX_PROPERTIES_LENGTH:
                 props = properties.encoded  # a producer's send: encoded already
-                tail = (self._topic_bytes.get(topic) or self._topic_prefix(topic)) + _USHORT.pack(len(props)) + props
+                # `record.record_tail` inline: a call per send costs more than the concatenation.
+                tail = ((self._topic_bytes.get(topic) or self._topic_prefix(topic))
+                        + _pack_properties_length(len(props)) + props)
             else:
                 prefix, props = self._encode_tail(topic, properties)
-                tail = prefix + _USHORT.pack(len(props)) + props
+                tail = prefix + _pack_properties_length(len(props)) + props
             keys = properties.get(PROPERTY_KEYS)
             uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
         else:
@@ -325,7 +333,7 @@ class CommitLog:
 
     def _empty_tail(self, topic: str) -> bytes:
         """Topic bytes plus an empty property block, cached per topic."""
-        tail = self._topic_prefix(topic) + b"\0\0"
+        tail = record_tail(self._topic_prefix(topic), b"")
         if len(self._empty_tails) < 100_000:
             self._empty_tails[topic] = tail
         return tail
@@ -367,8 +375,8 @@ class CommitLog:
         blocks: list[bytes] | None = None
         if properties is None or not any(properties):
             properties = None
-            tail_heads: Iterable[bytes] = itertools.repeat(prefix + b"\0\0", count)
-            tail_lengths = len(prefix) + 2
+            tail_heads: Iterable[bytes] = itertools.repeat(prefix + EMPTY_PROPERTIES, count)
+            tail_lengths = len(prefix) + len(EMPTY_PROPERTIES)
         else:
             blocks = self._property_blocks(properties)
             if set(map(type, properties)) <= _DICT_TYPES:  # C-level gets (most batches)
@@ -380,12 +388,13 @@ class CommitLog:
                 uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
             block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=count)
             shortest, longest = int(block_lengths.min()), int(block_lengths.max())
-            pack_len = _USHORT.pack
+            # `record.record_tail` without the block (joined after it, not copied into it).
+            pack_len = PROPERTIES_LENGTH.pack
             if shortest == longest:
                 tail_heads = itertools.repeat(prefix + pack_len(shortest), count)
             else:
                 tail_heads = list(map(prefix.__add__, map(pack_len, block_lengths.tolist())))
-            tail_lengths = block_lengths + (len(prefix) + 2)
+            tail_lengths = block_lengths + (len(prefix) + PROPERTIES_LENGTH.size)
         born = self._born_default if not born_host else host_bytes(born_host)
         header_size = HEADER.size if len(born[0]) == 4 else HEADER.size + HOST_V6_EXTRA
         body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=count)
@@ -474,7 +483,7 @@ class CommitLog:
         self.store_host = (socket.inet_aton(host), port)
 
     def _append_placed(self, topic: str, queue_id: int, headers: np.ndarray, starts: Any, total: int, sizes: Any,
-                       records: Any, header_rows: Any = None, *, properties: Any = None, codes: Any = None,
+                       records: Any, header_rows: ByteRows | None = None, *, properties: Any = None, codes: Any = None,
                        keys: Any = None, uniqs: Any = None, key_hashes: Any = None, key_rows: Any = None,
                        born_now: bool = False, store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
         """The batch appends' one place-and-pack core, for records of one queue whose `headers` (`record.pack_headers`)
@@ -597,9 +606,9 @@ class CommitLog:
             return None
         pos = offset - mf.file_from_offset
         raw = mf.mm[pos : pos + size]
-        if len(raw) != size or size < 8:
+        if len(raw) != size or size < TOTAL_AND_MAGIC.size:
             return None
-        total, magic = BLANK.unpack_from(raw, 0)
+        total, magic = TOTAL_AND_MAGIC.unpack_from(raw, 0)
         if total != size or (magic != MAGIC_V1 and magic != MAGIC_V2):
             return None
         if self.set_aside and offset in self.set_aside:
@@ -623,10 +632,10 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + PREFIX.size > mf.file_size:
             return 0
-        total, magic = BLANK.unpack_from(mf.mm, pos)
+        total, magic = TOTAL_AND_MAGIC.unpack_from(mf.mm, pos)
         if magic not in (MAGIC_V1, MAGIC_V2) or total < PREFIX.size or pos + total > mf.file_size \
                 or offset + total > self.max_offset \
-                or _LONG.unpack_from(mf.mm, pos + COMMIT_LOG_OFFSET_POS)[0] != offset:
+                or COMMIT_LOG_OFFSET.unpack_from(mf.mm, pos + COMMIT_LOG_OFFSET_POS)[0] != offset:
             return 0
         return total
 

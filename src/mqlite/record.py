@@ -22,7 +22,7 @@ Offsets are for IPv4 born and store hosts; an IPv6 host (sysflag 0x10 / 0x20) is
     |     76 | 8     | PREPARED TRANSACTION OFFSET                        |
     |     84 | 4     | BODY length, then the body bytes                   |
     |        | 1 / 2 | TOPIC length (V1: byte, V2: short), then UTF-8     |
-    |        | 2     | PROPERTIES length (signed short), then UTF-8       |
+    |        | 2     | PROPERTIES length (a short), then UTF-8            |
 
 A record fits in a segment only if 8 bytes remain after it; otherwise the
 segment is closed with an 8-byte BLANK record `[int remaining][int 0xCBD43194]`
@@ -68,16 +68,18 @@ from .message import (
 
 __all__ = [
     "MAGIC_V1", "MAGIC_V2", "BLANK_MAGIC", "MAGIC_BYTES", "HEADER", "PREFIX", "BLANK", "RECORD_KEY",
+    "TOTAL_AND_MAGIC", "COMMIT_LOG_OFFSET", "PROPERTIES_LENGTH", "EMPTY_PROPERTIES", "record_tail",
     "END_FILE_MIN_BLANK_LENGTH", "MIN_RECORD_SIZE", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_BYTES", "HOST_V6_EXTRA",
     "HOST_V6_FLAGS", "STORE_HOST", "HEADER_DTYPE", "HEADER_DTYPE_BORN_V6",
     "TOTAL_SIZE_POS", "MAGIC_POS", "BODY_CRC_POS", "QUEUE_ID_POS", "FLAG_POS", "QUEUE_OFFSET_POS",
     "COMMIT_LOG_OFFSET_POS", "SYSFLAG_POS", "SYSFLAG_LOW_POS", "BORN_TIMESTAMP_POS", "BORN_HOST_POS",
     "STORE_TIMESTAMP_POS", "STORE_HOST_POS", "RECONSUME_TIMES_POS", "PREPARED_TRANSACTION_OFFSET_POS",
     "BODY_LENGTH_POS", "BODY_POS", "pack_header_born_v6", "pack_headers", "place_headers",
-    "check_encoded_records", "host_shift", "body_length_pos", "store_timestamp_pos",
+    "check_encoded_records", "ByteRows", "host_shift", "body_length_pos", "store_timestamp_pos",
     "record_length", "topic_prefix", "host_bytes", "host_text", "TagsCodeFn", "default_tags_code",
     "DispatchRequest", "StoredMessage", "record_body", "record_properties", "stored_record", "stored_body",
     "decode_message", "check_record", "framed_at", "find_frame", "encode_record", "encode_records",
+    "BODY_LENGTH", "unwritten_at", "headers_at", "properties_length_pos", "properties_lengths",
 ]
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
@@ -89,16 +91,24 @@ HEADER = struct.Struct(">iiiiiqqiq4siq4siiqi")
 #: The fields before the born host, common to every host kind.
 PREFIX = struct.Struct(">iiiiiqqiq")
 BLANK = struct.Struct(">ii")
+#: TOTALSIZE and MAGICCODE, the first fields of every record (and of a BLANK): what lies at a position.
+TOTAL_AND_MAGIC = struct.Struct(">ii")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
-_SHORT = struct.Struct(">h")
-_USHORT = struct.Struct(">H")
+_USHORT = struct.Struct(">H")  # V2's TOPIC length
+#: PROPERTIES length, after the topic; the properties follow it. Every writer and reader packs and
+#: unpacks it with this struct. RocketMQ writes and reads it as a Java short, so it is signed here too.
+#: A written length is at most MAX_PROPERTIES_LENGTH (32767, checked before packing), where a signed
+#: and an unsigned big-endian short are the same two bytes; a damaged length reads negative.
+PROPERTIES_LENGTH = struct.Struct(">h")
+#: The PROPERTIES length of a record without properties (nothing follows it).
+EMPTY_PROPERTIES = PROPERTIES_LENGTH.pack(0)
 END_FILE_MIN_BLANK_LENGTH = BLANK.size
 #: The extra header bytes of each IPv6 host: an IPv6 address is 16 bytes where IPv4 takes 4.
 HOST_V6_EXTRA = 16 - 4
 #: The smallest record: empty body, empty topic, empty properties (IPv4 hosts, V1).
 MIN_RECORD_SIZE = HEADER.size + 1 + 2
-MAX_PROPERTIES_LENGTH = 32767  # a signed short
+MAX_PROPERTIES_LENGTH = 2**15 - 1  # the largest PROPERTIES length a (signed) short holds
 MAX_TOPIC_BYTES = 255  # HookUtils: MAX_TOPIC_LENGTH
 _V1_TOPIC_BYTES = 127  # V1's topic length is a signed byte: longer topics need V2's short
 #: MAGICCODE as it lies in a record (V1, V2): what a search of damaged bytes looks for.
@@ -151,6 +161,9 @@ BODY_POS = HEADER.size  # the body follows its length
 #: TOTALSIZE, MAGICCODE (as bytes: compare with `MAGIC_BYTES`), QUEUEID, QUEUEOFFSET: what ties a
 #: record to its consume-queue unit, in one unpack.
 RECORD_KEY = struct.Struct(f">i4s{QUEUE_ID_POS - BODY_CRC_POS}xi{QUEUE_OFFSET_POS - FLAG_POS}xq")
+#: PHYSICALOFFSET as it lies at `COMMIT_LOG_OFFSET_POS`: whether a record says it lies where it was found.
+COMMIT_LOG_OFFSET = struct.Struct(">q")
+assert COMMIT_LOG_OFFSET.size == HEADER_DTYPE["commit_log_offset"].itemsize
 assert HEADER.size == HEADER_DTYPE.itemsize == 88 and PREFIX.size == BORN_HOST_POS == 48 and BLANK.size == 8
 assert HEADER_DTYPE_BORN_V6.itemsize == HEADER.size + HOST_V6_EXTRA and RECORD_KEY.size == QUEUE_OFFSET_POS + 8
 assert (COMMIT_LOG_OFFSET_POS, SYSFLAG_POS, BODY_LENGTH_POS) == (28, 36, 84)
@@ -193,7 +206,7 @@ def pack_header_born_v6(buf: Any, pos: int, total: int, magic: int, crc: int, qu
 def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool = False) -> int:
     """`calMsgLength`: the total size of a record (91 + body + topic + props for IPv4/V1)."""
     topic_len_size = _USHORT.size if v2 else 1
-    return HEADER.size + host_shift(sys_flag) + body_len + topic_len_size + topic_len + _SHORT.size + props_len
+    return HEADER.size + host_shift(sys_flag) + body_len + topic_len_size + topic_len + PROPERTIES_LENGTH.size + props_len
 
 
 def topic_prefix(topic: str) -> tuple[bytes, bool]:
@@ -209,6 +222,19 @@ def topic_prefix(topic: str) -> tuple[bytes, bool]:
     if len(data) > _V1_TOPIC_BYTES:
         return _USHORT.pack(len(data)) + data, True
     return bytes((len(data),)) + data, False
+
+
+def record_tail(prefix: bytes, props: bytes) -> bytes:
+    """What follows a record's body: the topic as `topic_prefix` gives it, PROPERTIES length and the
+    encoded properties `props` (at most `MAX_PROPERTIES_LENGTH` bytes).
+
+    The single append (the hot path of every send) packs the same bytes inline with
+    `PROPERTIES_LENGTH.pack`: a call per send costs more than the concatenation.
+
+    >>> record_tail(topic_prefix("T")[0], b"TAGS\\x01a\\x02")
+    b'\\x01T\\x00\\x07TAGS\\x01a\\x02'
+    """
+    return prefix + PROPERTIES_LENGTH.pack(len(props)) + props
 
 
 def host_bytes(host: str) -> tuple[bytes, int]:
@@ -347,7 +373,7 @@ def encode_record(msg: MessageExt) -> bytes:
                     msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp),
         born_ip, _INT.pack(born_port), _LONG.pack(msg.store_timestamp), store_ip,
         _RECORD_TAIL.pack(store_port, msg.reconsume_times, msg.prepared_transaction_offset, len(body)),
-        body, prefix, _USHORT.pack(len(props)), props))
+        body, record_tail(prefix, props)))
 
 
 _RECORD_TAIL = struct.Struct(">iiqi")  # store port, reconsume times, prepared offset, body length
@@ -399,8 +425,8 @@ def _decode_into(msg: MessageExt, raw: bytes) -> None:
             pos = body_end + 1
         topic = raw[pos : pos + topic_len].decode("utf-8", "replace")
         pos += topic_len
-        (props_len,) = _SHORT.unpack_from(raw, pos)
-        props = raw[pos + 2 : pos + 2 + max(props_len, 0)].decode("utf-8", "replace")
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(raw, pos)
+        props = raw[pos + PROPERTIES_LENGTH.size : pos + PROPERTIES_LENGTH.size + max(props_len, 0)].decode("utf-8", "replace")
     except (struct.error, IndexError, ValueError) as exc:
         raise StoreCorruptedError(f"cannot decode the commit-log record of {len(raw)} bytes: {exc}") from None
     msg.topic = topic
@@ -449,8 +475,8 @@ def record_properties(raw: bytes | memoryview) -> dict[str, str]:
             topic_pos = body_end + _USHORT.size + _USHORT.unpack_from(raw, body_end)[0]
         else:
             topic_pos = body_end + 1 + raw[body_end]
-        (props_len,) = _SHORT.unpack_from(raw, topic_pos)
-        start = topic_pos + _SHORT.size
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(raw, topic_pos)
+        start = topic_pos + PROPERTIES_LENGTH.size
         if start + max(props_len, 0) > len(raw):
             raise ValueError("the properties run past the record")
         text = bytes(raw[start : start + max(props_len, 0)]).decode("utf-8", "replace")
@@ -475,7 +501,7 @@ def check_record(
     if limit - pos <= 4:
         return -1, None
     try:
-        total, magic = BLANK.unpack_from(buf, pos)  # type: ignore[arg-type]
+        total, magic = TOTAL_AND_MAGIC.unpack_from(buf, pos)  # type: ignore[arg-type]
         if magic == BLANK_MAGIC:
             return 0, None
         end = pos + total
@@ -500,9 +526,9 @@ def check_record(
             topic_len = buf[body_end]  # type: ignore[index]
             topic_pos = body_end + 1
         props_pos = topic_pos + topic_len
-        if props_pos + _SHORT.size > end:
+        if props_pos + PROPERTIES_LENGTH.size > end:
             return -1, None
-        (props_len,) = _SHORT.unpack_from(buf, props_pos)  # type: ignore[arg-type]
+        (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_pos)  # type: ignore[arg-type]
         if total != record_length(sys_flag, body_len, topic_len, props_len, v2):
             return -1, None
         if props_len > 0 and buf[end - 1] == 0:  # type: ignore[index]
@@ -512,7 +538,7 @@ def check_record(
         if not describe:
             return total, None
         topic = bytes(buf[topic_pos:props_pos]).decode("utf-8", "replace")  # type: ignore[index]
-        props_start = props_pos + _SHORT.size
+        props_start = props_pos + PROPERTIES_LENGTH.size
         props = decode_properties(
             bytes(buf[props_start : props_start + props_len]).decode("utf-8", "replace")) if props_len > 0 else {}  # type: ignore[index]
     except (struct.error, IndexError, ValueError, TypeError):
@@ -536,10 +562,10 @@ def framed_at(buf: bytes | memoryview | object, pos: int, limit: int, position: 
     random match of the magic code, a sane size and the right 8-byte offset is practically
     impossible. The body CRC is not checked here (`check_record` does).
     """
-    if pos < 0 or limit - pos < COMMIT_LOG_OFFSET_POS + _LONG.size:
+    if pos < 0 or limit - pos < COMMIT_LOG_OFFSET_POS + COMMIT_LOG_OFFSET.size:
         return False
     try:
-        if _LONG.unpack_from(buf, pos + COMMIT_LOG_OFFSET_POS)[0] != position:  # type: ignore[arg-type]
+        if COMMIT_LOG_OFFSET.unpack_from(buf, pos + COMMIT_LOG_OFFSET_POS)[0] != position:  # type: ignore[arg-type]
             return False
     except struct.error:
         return False
@@ -651,11 +677,13 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
                             f"into the body")
     index = np.zeros(count, dtype=np.int64) if block_index is None else np.asarray(block_index, dtype=np.int64)
     body_lengths = np.diff(offsets)
-    sizes = body_lengths + block_lengths[index] + (HEADER.size + len(prefix) + _SHORT.size)
+    sizes = body_lengths + block_lengths[index] + (HEADER.size + len(prefix) + PROPERTIES_LENGTH.size)
     if not count:
         return memoryview(b""), sizes
     data = bytes(bodies)  # slices of bytes are the cheapest per-body objects (measured against memoryviews)
-    tails = [prefix + _USHORT.pack(len(b) + width) + b for b in blocks]
+    # The suffixes follow each block: the length counts them (`record_tail` without its copy of them).
+    pack_length = PROPERTIES_LENGTH.pack
+    tails = [prefix + pack_length(len(b) + width) + b for b in blocks]
     # Tails of one length (one head, say) are columns of a 2-D array, like the headers and suffixes.
     tail_table = np.frombuffer(b"".join(tails), dtype=np.uint8).reshape(len(tails), -1) \
         if len(set(map(len, tails))) == 1 else None
@@ -703,10 +731,10 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
     return memoryview(joined), sizes
 
 
-def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tuple[np.ndarray, _Rows, bool]:
+def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tuple[np.ndarray, ByteRows, bool]:
     """The headers of the records `encode_records` built for `topic`, after checking every record's
     structure: `(headers, header_rows, v2)`, the headers a copy (`HEADER_DTYPE`) and `header_rows`
-    where they lie in `buf` (to write back once placed: `header_rows.set(...)`).
+    (`ByteRows`) where they lie in `buf` (to write back once placed: `header_rows.set(...)`).
 
     `buf` is the records back to back (uint8 array), `sizes` their sizes and `starts` where each
     begins. Size, magic, host flags, body length, topic and property length must agree with each
@@ -715,31 +743,41 @@ def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tupl
     """
     prefix, v2 = topic_prefix(topic)
     step = int(sizes[0]) if int(sizes.min()) == int(sizes.max()) else None
-    header_rows = _Rows(buf, starts, HEADER.size, step)
+    header_rows = ByteRows(buf, starts, HEADER.size, step)
     headers = np.ascontiguousarray(header_rows.get()).view(HEADER_DTYPE)[:, 0]
     body_lengths = headers["body_length"].astype(np.int64)
     tails = starts + HEADER.size + body_lengths
     if ((headers["total"] != sizes).any() or (headers["magic"] != (MAGIC_V2 if v2 else MAGIC_V1)).any()
             or (headers["sys_flag"] != 0).any() or (body_lengths < 0).any()
-            or (tails + len(prefix) + _USHORT.size > starts + sizes).any()):
+            or (tails + len(prefix) + PROPERTIES_LENGTH.size > starts + sizes).any()):
         raise MQClientError(f"encoded records for {topic!r} are damaged (a size, magic code, host flag or body "
                             f"length disagrees with the record); nothing was stored")
     same_body = int(body_lengths.min()) == int(body_lengths.max())
-    topic_rows = _Rows(buf, tails, len(prefix) + _USHORT.size, step if same_body else None).get()
+    topic_rows = ByteRows(buf, tails, len(prefix) + PROPERTIES_LENGTH.size, step if same_body else None).get()
+    # Read unsigned: a negative (damaged) length reads above 32767 and fails the sum below.
     props_lengths = _ints(topic_rows[:, len(prefix):], ">u2")
     if ((topic_rows[:, : len(prefix)] != np.frombuffer(prefix, dtype=np.uint8)).any()
-            or (tails + len(prefix) + _USHORT.size + props_lengths != starts + sizes).any()):
+            or (tails + len(prefix) + PROPERTIES_LENGTH.size + props_lengths != starts + sizes).any()):
         raise MQClientError(f"encoded records are not all of topic {topic!r} or their property lengths "
                             f"disagree with their sizes; nothing was stored")
     return headers, header_rows, v2
 
 
-class _Rows:
-    """`width` bytes at each of `positions` in the uint8 array `buf`, to read or overwrite.
+class ByteRows:
+    """`width` bytes at each of `positions` in the uint8 array `buf`, to read (`get`) or overwrite (`set`):
+    the headers of encoded records that `check_encoded_records` checked, which the commit log
+    fills in once it has placed them.
 
     A strided view when the positions are `step` apart (records of one size: no index
     array at all), else an (n, width) fancy index. Built outside the put lock, so the
     writes under it are single numpy assignments.
+
+    >>> buf = np.arange(12, dtype=np.uint8)
+    >>> rows = ByteRows(buf, np.array([0, 4, 8]), 2, 4)
+    >>> rows.get().tolist()
+    [[0, 1], [4, 5], [8, 9]]
+    >>> rows.set(np.array([7, 7], dtype=np.uint8)); buf.tolist()[:6]
+    [7, 7, 2, 3, 7, 7]
     """
 
     __slots__ = ("buf", "view", "index")
@@ -777,19 +815,13 @@ def _ints(rows: Any, dtype: str) -> Any:
     return np.ascontiguousarray(rows).view(dtype)[:, 0].astype(np.int64)
 
 
-# ==================================================================================================
-# For the readers (storebase, recovery, verify, the Spark reader): what they knew of a record's
-# bytes on their own before issue 13, and reads of many records at once with numpy (the Spark
-# reader's batch path and its vectorised property parser, moved here unchanged).
-# ==================================================================================================
-
-__all__ += ["BODY_LENGTH", "PROPERTIES_LENGTH", "unwritten_at", "headers_at", "properties_length_pos",
-            "properties_lengths", "PropertyLayout", "PropertyEntries"]
+# -- reading many records at once --------------------------------------------------------------------
+# Readers that cut fields out of records without decoding them (the pull path's bodies, recovery's
+# end of log, the Spark reader's numpy batches) take the positions from here, so that no reader
+# knows an offset of its own. `mqlite.propertybatch` splits the properties found this way.
 
 #: BODY length as it lies at `body_length_pos(sys_flag)` (a reader cutting bodies out of records).
 BODY_LENGTH = struct.Struct(">i")
-#: PROPERTIES length (a signed short), after the topic; the properties follow it.
-PROPERTIES_LENGTH = _SHORT
 #: The bytes of TOPIC length: V1 one, V2 one more (a short).
 _TOPIC_LENGTH_V1 = 1
 assert BODY_LENGTH.size == HEADER_DTYPE["body_length"].itemsize and _USHORT.size == _TOPIC_LENGTH_V1 + 1
@@ -820,244 +852,3 @@ def properties_lengths(u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """PROPERTIES length at each of `pos` in `u8` (the bytes as uint8), read unsigned: a negative
     (damaged) length reads above 32767, so it fails any check that the record's lengths add up."""
     return (u8[pos].astype(np.int64) << 8) | u8[pos + 1]
-
-
-class PropertyLayout:
-    """One layout shared by every properties string of a batch (one producer's messages, say).
-
-    Applies when every row has the same length and its separators at the same
-    places as the first row, whose entries are all well-formed: then entries
-    are found by arithmetic, and a value or name "column" is a strided view of
-    the rows (`column`), copied with one memcpy per row. `buffer` is any object
-    with the buffer protocol (a mapped file, an Arrow buffer).
-    """
-
-    __slots__ = ("buffer", "base", "n", "width", "starts", "splits", "ends", "names", "same_names", "_values")
-
-    def __init__(self, buffer: Any, base: int, n: int, width: int, starts: list[int], splits: list[int],
-                 ends: list[int], names: list[bytes]) -> None:
-        self.buffer, self.base, self.n, self.width = buffer, base, n, width
-        self.starts, self.splits, self.ends, self.names = starts, splits, ends, names
-        self.same_names = all(self._equal(s, name) for s, name in zip(starts, names))
-        self._values: np.ndarray | None = None
-
-    @classmethod
-    def of(cls, buffer: Any, data: np.ndarray, offsets: np.ndarray) -> PropertyLayout | None:
-        """The layout of the rows [offsets[i], offsets[i + 1]) of `buffer` (`data`: their bytes), or None."""
-        n = len(offsets) - 1
-        width = int(offsets[1] - offsets[0]) if n else 0
-        if width < 8 or len(data) != width * n or not (np.diff(offsets) == width).all():
-            return None
-        first = data[:width].tobytes()
-        if not first.endswith(b"\x02"):
-            return None
-        starts, splits, ends, names = [], [], [], []
-        position = 0
-        for entry in first[:-1].split(b"\x02"):
-            name, _, value = entry.partition(b"\x01")
-            if not name or not value or b"\x01" in value or b"\x00" in entry:
-                return None  # an entry the general parser drops or splits differently
-            starts.append(position)
-            splits.append(position + len(name))
-            ends.append(position + len(entry))
-            names.append(name)
-            position += len(entry) + 1
-        for column, byte in [*((p, 1) for p in splits), *((e, 2) for e in ends)]:
-            if not (data[column::width] == byte).all():
-                return None
-        template = cls(buffer, int(offsets[0]), n, width, starts, splits, ends, names)
-        # No separator (nor NUL) anywhere else: with every name equal to the first row's, only the
-        # values need looking at, and they are copied out anyway (a word-wise test, 8 bytes a step).
-        if template.same_names:
-            if _has_byte_below_3(template.values()):
-                return None
-        elif np.count_nonzero(data < 3) != n * 2 * len(names):
-            return None
-        return template
-
-    def column(self, start: int, length: int) -> np.ndarray:
-        """Bytes [start, start + length) of every row, as a strided view (one item per row)."""
-        return np.ndarray((self.n,), dtype=f"V{length}", buffer=self.buffer, offset=self.base + start,
-                          strides=(self.width,))
-
-    def _equal(self, start: int, key: bytes) -> bool:
-        """Whether every row holds `key` at `start` (compared 8 bytes at a time, as integers)."""
-        n, width = self.n, self.width
-        last = self.base + (n - 1) * width + start
-        if bytes(memoryview(self.buffer)[last : last + len(key)]) != key:
-            return False
-        for c in range(0, len(key), 8):  # the rows before the last: 8 bytes from there stay in the buffer
-            chunk = key[c : c + 8]
-            words = np.ndarray((n - 1,), dtype="<u8", buffer=self.buffer, offset=self.base + start + c,
-                               strides=(width,))
-            mask = np.uint64((1 << 8 * len(chunk)) - 1)
-            if not ((words & mask) == np.uint64(int.from_bytes(chunk, "little"))).all():
-                return False
-        return True
-
-    def values(self) -> np.ndarray:
-        """Every row's values, row after row, as one byte array (copied once)."""
-        if self._values is None:
-            lengths = [e - p - 1 for p, e in zip(self.splits, self.ends)]
-            out = np.empty(self.n, dtype=[(f"v{j}", f"V{w}") for j, w in enumerate(lengths)])
-            for j, (p, w) in enumerate(zip(self.splits, lengths)):
-                out[f"v{j}"] = self.column(p + 1, w)
-            self._values = out.view(np.uint8)
-        return self._values
-
-
-def _has_byte_below_3(data: np.ndarray) -> bool:
-    """Whether any byte is 0, 1 or 2; a word-wise test (`hasless(x, 3)`, exact for "any")."""
-    whole = len(data) // 8 * 8
-    words = data[:whole].view("<u8")
-    low = np.uint64(0x0303030303030303)
-    high = np.uint64(0x8080808080808080)
-    return bool(((words - low) & ~words & high).any()) or bool((data[whole:] < 3).any())
-
-
-class PropertyEntries:
-    """Properties strings (`name 0x01 value 0x02`...) split with numpy over their bytes.
-
-    An entry runs from a row start or a 0x02 to the next 0x02 or the row end;
-    its first 0x01 splits name from value; RocketMQ drops entries with an empty
-    name or value. `starts`, `splits`, `ends` are byte positions in `buffer`
-    (names are [start, split), values [split + 1, end)), in row order, so
-    every gather is of ascending, disjoint ranges. Java writes a 0x02 after
-    every entry and names hold no 0x01: that common case takes no sort and no
-    search. Shortcuts, each checked before it is taken: one layout for the
-    whole batch (`PropertyLayout`), and the same names in the same order in every
-    row (`slot_names`: names are then repeated, not copied, and a property's
-    values are every k-th entry). The Spark reader builds Arrow columns on it
-    (`mqlite.spark.arrowread`); measured in bench/bench_spark.py.
-
-    `buffer` holds the rows (any object with the buffer protocol); row i is
-    bytes [offsets[i], offsets[i + 1]), `offsets` int64 and ascending.
-    """
-
-    def __init__(self, buffer: Any, offsets: np.ndarray) -> None:
-        self.n = n = len(offsets) - 1
-        self.row_offsets = offsets
-        self.buffer = buffer
-        self.size = memoryview(buffer).nbytes
-        base, stop = int(offsets[0]), int(offsets[-1])
-        data = np.frombuffer(buffer, dtype=np.uint8)[base:stop] if stop > base else np.empty(0, np.uint8)
-        self._prefix: np.ndarray | None = None
-        self._positions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._slots: list[bytes] | None | bool = False  # False: not looked at yet
-        self.template = PropertyLayout.of(buffer, data, offsets)
-        if self.template is not None:
-            t = self.template
-            self.per_row = len(t.names)
-            return  # entry positions only if asked for (`_entries`)
-        # One pass over the bytes finds both separators (measured: a fifth cheaper than one pass each).
-        marks = np.flatnonzero(data < 3)
-        kinds = data[marks]
-        seps = marks[np.flatnonzero(kinds == 2)] + base
-        ones = marks[np.flatnonzero(kinds == 1)] + base
-        rows_end = offsets[1:][offsets[1:] > offsets[:-1]]
-        #: Entries in every row when all rows have as many (the usual batch), else 0.
-        self.per_row = 0
-        self._counts: np.ndarray | None = None
-        if (data[rows_end - base - 1] == 2).all():  # every row ends with 0x02: entries end at the 0x02s
-            starts, ends = np.empty_like(seps), seps
-            starts[:1], starts[1:] = base, seps[:-1] + 1
-            per_row = len(seps) // n if n else 0
-            if per_row and len(seps) == per_row * n and (seps[per_row - 1 :: per_row] == offsets[1:] - 1).all():
-                self.per_row = per_row
-            else:
-                self._counts = np.diff(np.searchsorted(seps, offsets))
-        else:
-            starts = np.sort(np.concatenate([offsets[:-1], seps + 1]), kind="stable")
-            ends = np.sort(np.concatenate([seps, offsets[1:]]), kind="stable")
-        if len(ones) == len(starts) and ((ones >= starts) & (ones < ends)).all():
-            splits = ones  # exactly one 0x01 in every entry
-        else:
-            splits = np.append(ones, stop + 1)[np.searchsorted(ones, starts)]
-        ok = (splits > starts) & (splits + 1 < ends)
-        if not ok.all():
-            starts, splits, ends = starts[ok], splits[ok], ends[ok]
-            self.per_row, self._counts = 0, None
-        self._positions = (starts, splits, ends)
-
-    @property
-    def starts(self) -> np.ndarray:
-        return self._entries()[0]
-
-    @property
-    def splits(self) -> np.ndarray:
-        return self._entries()[1]
-
-    @property
-    def ends(self) -> np.ndarray:
-        return self._entries()[2]
-
-    def _entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Byte positions of every entry: where its name starts, its 0x01, its end."""
-        if self._positions is None:
-            t = self.template
-            assert t is not None
-            rows = np.repeat(np.arange(self.n, dtype=np.int64) * t.width + t.base, self.per_row)
-            self._positions = tuple(rows + np.tile(np.array(column), self.n)  # type: ignore[assignment]
-                                    for column in (t.starts, t.splits, t.ends))
-        return self._positions
-
-    def slot_names(self) -> list[bytes] | None:
-        """The names of every row when all rows have the same names in the same order, else None."""
-        if self._slots is False:
-            self._slots = self._find_slot_names()
-        return self._slots  # type: ignore[return-value]
-
-    def _find_slot_names(self) -> list[bytes] | None:
-        k = self.per_row
-        if not k:
-            return None
-        if self.template is not None:
-            return self.template.names if self.template.same_names else None
-        starts, splits, size = self.starts, self.splits, self.size
-        view = memoryview(self.buffer)
-        first = [bytes(view[a:b]) for a, b in zip(starts[:k].tolist(), splits[:k].tolist())]
-        for j, name in enumerate(first):
-            at = starts[j::k]
-            if not (splits[j::k] - at == len(name)).all():
-                return None
-            for c in range(0, len(name), 8):  # 8 bytes at a time, as integers (shifted near the buffer end)
-                chunk = name[c : c + 8]
-                if size < 8:
-                    return None
-                words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
-                where = np.minimum(at + c, size - 8)
-                found = words[where] >> ((at + c - where) * 8).astype(np.uint64)
-                mask = np.uint64((1 << 8 * len(chunk)) - 1)
-                if not ((found & mask) == np.uint64(int.from_bytes(chunk, "little"))).all():
-                    return None
-        return first
-
-    def counts(self) -> np.ndarray:
-        """Entries per row."""
-        if self.per_row:
-            return np.full(self.n, self.per_row)
-        if self._counts is None:
-            rows = np.searchsorted(self.row_offsets, self.starts, side="right") - 1
-            self._counts = np.bincount(rows, minlength=self.n)
-        return self._counts
-
-    def matching(self, key: bytes) -> np.ndarray:
-        """Entries whose name is `key`: their first 8 bytes as an integer, compared once for all."""
-        size = self.size
-        if size < 8:
-            view = memoryview(self.buffer)
-            return np.flatnonzero([bytes(view[s:p]) == key
-                                   for s, p in zip(self.starts.tolist(), self.splits.tolist())])
-        if self._prefix is None:
-            # One little-endian 8-byte word per byte position; entries in the last 7 bytes are shifted down.
-            words = np.ndarray((size - 7,), dtype="<u8", buffer=self.buffer, strides=(1,))
-            at = np.minimum(self.starts, size - 8)
-            self._prefix = words[at] >> ((self.starts - at) * 8).astype(np.uint64)
-        head = key[:8]
-        mask = np.uint64((1 << 8 * len(head)) - 1)
-        hits = np.flatnonzero((self._prefix & mask == np.uint64(int.from_bytes(head, "little")))
-                              & (self.splits - self.starts == len(key)))
-        if len(key) > 8 and len(hits):
-            names = np.ndarray((size - len(key) + 1,), dtype=f"S{len(key)}", buffer=self.buffer, strides=(1,))
-            hits = hits[names[self.starts[hits]] == key]
-        return hits

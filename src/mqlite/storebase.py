@@ -45,9 +45,10 @@ _FILTER_SCAN_BYTES = 16000  # maxFilterMessageSize: CQ bytes scanned per filtere
 _REPAIR_REACH = 1024  # units looked at on each side of a damaged unit for a good neighbour (read repair)
 #: Records whose body a read does not cut at BODY_POS: compressed, or moved by IPv6 hosts.
 _SLOW_BODY_FLAGS = SysFlag.COMPRESSED | HOST_V6_FLAGS
-#: The broker's default index shape: max_index_num = 4 * max_hash_slot_num, so a file is
-#: INDEX_HEADER.size + slots * (INDEX_SLOT.size + 4 * INDEX_ENTRY.size) bytes.
-_ENTRIES_PER_SLOT = 4
+#: The default index shape (StoreConfig's defaults, RocketMQ's maxIndexNum / maxHashSlotNum: 4 entries a
+#: slot), so a file of that shape is INDEX_HEADER.size + slots * (INDEX_SLOT.size + 4 * INDEX_ENTRY.size) bytes.
+_ENTRIES_PER_SLOT, _ENTRIES_REST = divmod(StoreConfig.max_index_num, StoreConfig.max_hash_slot_num)
+assert _ENTRIES_REST == 0, "infer_format_settings needs a whole number of index entries per hash slot"
 _INDEX_BYTES_PER_SLOT = INDEX_SLOT.size + _ENTRIES_PER_SLOT * INDEX_ENTRY.size
 _new_object = object.__new__
 

@@ -16,8 +16,8 @@ no lock), and for each slice of up to `BATCH_ROWS` units:
    with one memcpy per row when they are all of one length, else with one
    Arrow `take` (the wanted ranges are every other element of a binary array
    over the whole segment);
-4. parses properties with the record codec's vectorised parser
-   (`record.PropertyEntries`, numpy over their bytes): the positions of the
+4. parses properties with the vectorised properties parser
+   (`propertybatch.PropertyEntries`, numpy over their bytes): the positions of the
    0x01 and 0x02 separators give every entry. A batch whose property strings
    all share one layout (one producer's messages: same names, same value
    lengths) is parsed by arithmetic instead, and its values are columns of the
@@ -50,7 +50,6 @@ from ..record import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     PROPERTIES_LENGTH,
-    PropertyEntries,
     decode_message,
     headers_at,
     properties_length_pos,
@@ -67,6 +66,7 @@ from ..message import (
     decode_properties,
     encode_properties,
 )
+from ..propertybatch import PropertyEntries
 from ..reader import StoreLayout
 from .options import ReadOptions
 from .plan import QueueRange, data_loss
@@ -179,7 +179,7 @@ def _tiled(data: bytes | np.ndarray, lengths: list[int], n: int) -> pa.Array:
 class _Properties(PropertyEntries):
     """A batch's properties strings as Arrow columns: names, values, per-row offsets, one property.
 
-    The entries are found by the codec's vectorised parser (`PropertyEntries`); this adds
+    The entries are found by the vectorised properties parser (`propertybatch.PropertyEntries`); this adds
     only the Arrow arrays built from their positions.
     """
 
