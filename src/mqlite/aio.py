@@ -57,7 +57,7 @@ from .errors import IllegalStateError, MQClientError
 from .filter import MessageSelector
 from .message import Message, MessageExt, MessageQueue
 from .port import BrokerPort
-from .producer import MessageQueueSelector, SendResult
+from .producer import DEFAULT_PRODUCER_GROUP, MessageQueueSelector, SendResult
 from .producer import Producer as _Producer
 
 __all__ = ["open", "Producer", "LitePullConsumer", "PushConsumer", "AsyncMessageListener"]
@@ -157,7 +157,7 @@ class Producer:
     for the store there, never on the loop.
     """
 
-    def __init__(self, broker: BrokerLike, group: str = "DEFAULT_PRODUCER", *, executor: Executor | None = None,
+    def __init__(self, broker: BrokerLike, group: str = DEFAULT_PRODUCER_GROUP, *, executor: Executor | None = None,
                  **options: Any) -> None:
         self.sync = _Producer(broker, group, **options)
         self._executor = executor

@@ -67,6 +67,7 @@ __all__ = [
     "SelectMessageQueueByHash",
     "SelectMessageQueueByRandom",
     "COMPRESS_MSG_BODY_OVER_HOWMUCH",
+    "DEFAULT_PRODUCER_GROUP",
     "TransactionProducer",
     "TransactionSendResult",
     "LocalTransactionState",
@@ -76,6 +77,8 @@ __all__ = [
 log = logging.getLogger("mqlite")
 
 COMPRESS_MSG_BODY_OVER_HOWMUCH = 4096  # DefaultMQProducer.compressMsgBodyOverHowmuch
+#: The producer group of a producer given none (`MixAll.DEFAULT_PRODUCER_GROUP`).
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 _COMPRESS_LEVEL = 5  # compressLevel default
 _RETRY_PREFIX = "%RETRY%"
 _ID_GENERATOR = UniqIdGenerator()  # one per process, as MessageClientIDSetter
@@ -207,7 +210,7 @@ class Producer:
     `trace=True` records each send in `RMQ_SYS_TRACE_TOPIC` (`mqlite.trace`; see `Broker.query_trace`).
     """
 
-    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str = "DEFAULT_PRODUCER", *,
+    def __init__(self, broker: BrokerPort | str | os.PathLike[str], group: str = DEFAULT_PRODUCER_GROUP, *,
                  send_msg_timeout: float = 3.0, compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
                  default_topic_queue_nums: int = 4, async_thread_nums: int = 4,
                  max_message_size: int | None = None, trace: bool = False) -> None:

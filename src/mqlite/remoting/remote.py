@@ -51,6 +51,7 @@ from ..message import (
     encode_properties,
 )
 from ..port import BrokerPort, QueueKey, Subscription, TransactionChecker
+from ..producer import DEFAULT_PRODUCER_GROUP
 from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
 from .client import RemotingClient
 from .pullahead import PullAhead
@@ -70,8 +71,6 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4
 #: `MQClientInstance`: heartbeat to every broker, and refresh the routes in use, every 30 s.
 HEARTBEAT_INTERVAL = 30.0
 ROUTE_TTL = 30.0
-#: The producer group a send names when the caller gives none (`MixAll.DEFAULT_PRODUCER_GROUP`).
-DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
 
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,

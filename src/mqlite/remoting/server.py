@@ -547,7 +547,6 @@ class Server:
         if isinstance(peer, _Connection):
             peer.unpark()
 
-    # -- dispatch (loop thread) --------------------------------------------------------------------------------------
     # -- for the connections (loop thread unless said otherwise) ---------------------------------------------------
     def connection_opened(self, conn: _Connection) -> None:
         """Count `conn` among the live connections (`close()` drains them)."""
@@ -570,6 +569,7 @@ class Server:
         except RuntimeError:
             pass  # the loop is gone: so is the connection
 
+    # -- dispatch (loop thread) --------------------------------------------------------------------------------------
     def _refused(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """The answer to a request the ACL refuses, or None when it passes."""
         acl = self._acl
