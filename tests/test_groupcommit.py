@@ -343,7 +343,7 @@ def test_aio_completes_a_group_with_one_loop_call(broker: mqlite.Broker) -> None
             futures = [producer.send_async(mqlite.Message("T", b"%d" % i)) for i in range(100)]
             await loop.run_in_executor(None, gate.next_target)
             calls[0] = 0
-            gate.open()
+            gate.open(2)  # the flush that began (with some of the sends written) and the one after it
             results = await asyncio.gather(*futures)
             return results, calls[0]
 
@@ -351,4 +351,33 @@ def test_aio_completes_a_group_with_one_loop_call(broker: mqlite.Broker) -> None
         results, loop_calls = asyncio.run(main())
     assert [r.queue_offset for r in results] == list(range(100))
     assert {r.send_status for r in results} == {mqlite.SendStatus.SEND_OK}
-    assert loop_calls <= 5  # one a group (wrap_future made one a future: 100)
+    assert loop_calls <= 5  # one a group, at most two groups (wrap_future made one a future: 100)
+
+
+def test_close_fails_the_writers_it_did_not_flush() -> None:
+    durable = threading.Semaphore(0)
+
+    def flush_to() -> int:  # the group commit's flush, held until the test lets it report offset 100
+        durable.acquire(timeout=30)
+        return 100
+
+    group_commit = GroupCommit(flush_to, 30.0)
+    answers: dict[str, bool] = {}
+
+    def wait(name: str, end: int) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.__setitem__(name, group_commit.wait(end)))
+        thread.start()
+        return thread
+
+    with deadline(10):
+        leader = wait("leader", 100)
+        wait_until(lambda: group_commit._flushing, "the first writer leads")
+        late = [wait("covered", 150), wait("beyond", 300)]
+        wait_until(_parked(group_commit, 2), "two writers parked")
+        group_commit.close(200)  # the store's last flush reached 200, then it closed
+        for thread in late:
+            thread.join()
+        durable.release()
+        leader.join()
+    assert answers == {"covered": True, "beyond": False, "leader": True}
+    assert group_commit.wait(300) is False and group_commit.wait(200) is True  # after close: at once
