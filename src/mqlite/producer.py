@@ -796,9 +796,11 @@ class _DurableSends:
         try:
             with self._deferral:
                 result, put = producer._send_put(msg, mq, "ASYNC")
-        except Exception as exc:  # a full disk, a closed broker: the future's exception, as on the pool
+        except BaseException as exc:
             self._settled(1)
-            future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            future.set_exception(exc)  # a full disk, a closed broker: the future's exception, as on the pool
             return future
         if put.status is not _PUT_OK:
             self._settled(1)
@@ -815,7 +817,10 @@ class _DurableSends:
                 if self._resolver is None:
                     self._resolver = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
                 resolver = self._resolver
-        resolver.submit(self._resolve, durable, failed)
+        try:
+            resolver.submit(self._resolve, durable, failed)
+        except RuntimeError:  # shut down from one of its own callbacks: complete them here instead
+            self._resolve(durable, failed)
 
     def _resolve(self, durable: list[Any], failed: list[Any]) -> None:
         """Complete a group's futures in end order; their callbacks run here."""
