@@ -317,7 +317,8 @@ def test_close_answers_every_pipelined_send(tmp_path: Path) -> None:
 
 
 def test_sends_keep_their_order_behind_queued_oneway_sends(broker: mqlite.Broker) -> None:
-    with mqlite.Producer(broker) as producer, deadline(30):
+    # One pool thread runs queued sends in order: the async send must queue behind them, not overtake.
+    with mqlite.Producer(broker, async_thread_nums=1) as producer, deadline(30):
         for i in range(20):
             producer.send_oneway(mqlite.Message("T", b"oneway-%d" % i))
         producer.send_async(mqlite.Message("T", b"async")).result(10)

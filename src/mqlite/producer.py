@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import logging
 import operator
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol, Self, cast
 
-from .broker import Broker, acquire, check_broker_target
+from .broker import acquire, check_broker_target
 from .clock import SYSTEM_CLOCK
 from .commitlog import PutMessageStatus, PutResult
 from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
@@ -55,7 +56,6 @@ from .message import (
     java_string_hash,
 )
 from .port import BrokerPort
-from .store import MessageStore
 from .storeservices import GroupCommit
 from .validators import check_group, validate_message
 from .trace import ProducerTracer
@@ -460,7 +460,7 @@ class Producer:
         durable = self._durable
         if durable is not None and not self._hooked and not self._pool_pending:
             # Not while oneway or hooked sends wait on the pool: sends keep their order.
-            return durable.send(self, msg, mq, callback)
+            return durable.send(functools.partial(self._send_put, msg, mq, "ASYNC"), callback)
         future = self._submit(self._send, msg, mq, "ASYNC", queued=True)
         if callback is not None:
             future.add_done_callback(callback)
@@ -769,6 +769,7 @@ class _DurableSends:
     def __init__(self, group_commit: GroupCommit, group: str) -> None:
         self._group_commit = group_commit
         self._deferral = group_commit.deferring()
+        self._group = group
         self._name = f"mqlite-producer-{group}-results"
         self._cv = threading.Condition()
         self._outstanding = 0  # sends stored and not yet settled
@@ -778,35 +779,35 @@ class _DurableSends:
     @classmethod
     def of(cls, broker: BrokerPort, group: str) -> _DurableSends | None:
         """A pipeline for a producer of `broker` when it is local and flushes synchronously, else None."""
-        store = broker.store if isinstance(broker, Broker) else None
-        group_commit = store.group_commit if isinstance(store, MessageStore) else None
+        group_commit = broker.group_commit
         return cls(group_commit, group) if group_commit is not None else None
 
-    def send(self, producer: Producer, msg: Message, mq: MessageQueue,
+    def send(self, put: Callable[[], tuple[SendResult, PutResult]],
              callback: Callable[[concurrent.futures.Future[SendResult]], None] | None) -> concurrent.futures.Future[SendResult]:
-        """Store `msg` now; the future completes once it is durable (or FLUSH_DISK_TIMEOUT)."""
+        """Store with `put()` now (the producer's `_send_put`); the future completes once the record
+        is durable (or FLUSH_DISK_TIMEOUT). Raises `IllegalStateError` once closed."""
         future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()  # the send has begun: it cannot be cancelled (as a pool task)
         if callback is not None:
             future.add_done_callback(callback)
         with self._cv:
             if self._closed:
-                raise IllegalStateError(f"producer {producer.group!r} was shut down")
+                raise IllegalStateError(f"producer {self._group!r} was shut down")
             self._outstanding += 1
         try:
             with self._deferral:
-                result, put = producer._send_put(msg, mq, "ASYNC")
+                result, stored = put()
         except BaseException as exc:
             self._settled(1)
             if not isinstance(exc, Exception):
                 raise
             future.set_exception(exc)  # a full disk, a closed broker: the future's exception, as on the pool
             return future
-        if put.status is not _PUT_OK:
+        if stored.status is not _PUT_OK:
             self._settled(1)
             future.set_result(result)
             return future
-        self._group_commit.when_durable(put.commit_log_offset + put.wrote_bytes, (future, result, put), self._sink)
+        self._group_commit.when_durable(stored.commit_log_offset + stored.wrote_bytes, (future, result), self._sink)
         return future
 
     def _sink(self, durable: list[Any], failed: list[Any]) -> None:
@@ -824,11 +825,11 @@ class _DurableSends:
 
     def _resolve(self, durable: list[Any], failed: list[Any]) -> None:
         """Complete a group's futures in end order; their callbacks run here."""
-        for future, result, _ in durable:
+        for future, result in durable:
             future.set_result(result)
-        for future, result, put in failed:
-            future.set_result(SendResult(SendStatus.FLUSH_DISK_TIMEOUT, result.msg_id, result.message_queue,
-                                         result.queue_offset, put._replace(status=PutMessageStatus.FLUSH_DISK_TIMEOUT)))
+        for future, result in failed:
+            result.send_status = SendStatus.FLUSH_DISK_TIMEOUT  # stored, its durability not confirmed in time
+            future.set_result(result)
         self._settled(len(durable) + len(failed))
 
     def _settled(self, n: int) -> None:
