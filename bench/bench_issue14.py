@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -67,14 +68,15 @@ perf = time.perf_counter
 cpu = time.process_time
 BODY = b"x" * 100
 TOPIC = "BenchTopic"
+RowRun = Callable[[str, int, argparse.Namespace], dict]  # (scratch dir, count, options) -> measurement
 
 
 # --------------------------------------------------------------------------- what each row is
 class Row:
     """One row: its default count, what it runs, and the rows its ratio is taken against."""
 
-    def __init__(self, name: str, n: int, run: Callable[[str, int, argparse.Namespace], dict], refs: tuple[str, ...] = (),
-                 goal: str = "", label: str = "", minimum: int = 1) -> None:
+    def __init__(self, name: str, n: int, run: RowRun, refs: tuple[str, ...] = (), goal: str = "", label: str = "",
+                 minimum: int = 1) -> None:
         self.name, self.n, self.run, self.refs = name, n, run, refs
         self.goal, self.label, self.minimum = goal, label or name, minimum
 
@@ -118,7 +120,7 @@ def proto_batch(root: str, n: int, args: argparse.Namespace) -> dict:
         cl.close()
 
 
-# ---------------------------------------------------------------- ASYNC producer and consumer rows (other benches' loops)
+# ---------------------------------------------------------------- ASYNC producer and consumer rows (others' loops)
 def send(root: str, n: int, args: argparse.Namespace) -> dict:
     import bench_producer
     return _rate_cpu(n, bench_producer.send(root, n))
@@ -149,7 +151,7 @@ def poll(root: str, n: int, args: argparse.Namespace) -> dict:
         return _rate_cpu(n, bench_consumer.drain_poll(broker, "T", n))
 
 
-def push(threads: int | None, listener: str) -> Callable[[str, int, argparse.Namespace], dict]:
+def push(threads: int | None, listener: str) -> RowRun:
     def run(root: str, n: int, args: argparse.Namespace) -> dict:
         import bench_consumer
         with _backlog(root, n) as broker:
@@ -261,7 +263,7 @@ class _SyncBroker:
         self.broker.close()
 
 
-def sync_threads(threads: int) -> Callable[[str, int, argparse.Namespace], dict]:
+def sync_threads(threads: int) -> RowRun:
     def run(root: str, n: int, args: argparse.Namespace) -> dict:
         sb = _SyncBroker(root)
         per = max(1, n // threads)
@@ -366,7 +368,7 @@ class Skip(Exception):
     """The row cannot run here (a module is missing); the reason goes into the output."""
 
 
-def persist_queue(adapter: str) -> Callable[[str, int, argparse.Namespace], dict]:
+def persist_queue(adapter: str) -> RowRun:
     def run(root: str, n: int, args: argparse.Namespace) -> dict:
         try:
             import persistqueue  # noqa: F401
@@ -486,7 +488,7 @@ def run(args: argparse.Namespace, names: list[str]) -> str:
                 n = max(row.minimum, int(row.n * args.scale))
                 root = os.path.join(scratch, f"{name}-{rnd}")
                 benchlib.quiesce()
-                record = {"name": f"issue14.{name}", "bench": "issue14", "row": name, "round": rnd,
+                record: dict[str, Any] = {"name": f"issue14.{name}", "bench": "issue14", "row": name, "round": rnd,
                           "payload_bytes": len(BODY), "tree": measured}
                 try:
                     result = row.run(root, n, args)
@@ -495,6 +497,9 @@ def run(args: argparse.Namespace, names: list[str]) -> str:
                     record["MB_per_s"] = record["msgs_per_s"] * len(BODY) / 1e6
                 except Skip as skip:
                     record["skipped"] = str(skip)
+                except Exception as exc:  # one failing row does not end the run: the report names it
+                    traceback.print_exc()
+                    record["error"] = repr(exc)
                 finally:
                     shutil.rmtree(root, ignore_errors=True)
                     shutil.rmtree(root + "-size", ignore_errors=True)
@@ -578,8 +583,9 @@ def report(paths: list[str]) -> str:
                 continue
             done = [r for r in recs.values() if r.get("msgs_per_s")]
             if not done:
-                reason = next(iter(recs.values())).get("skipped", "no measurement")
-                out.append(f"| {row.label} | skipped: {reason} | | | {row.goal} |")
+                first = next(iter(recs.values()))
+                reason = f"skipped: {first['skipped']}" if "skipped" in first else f"failed: {first.get('error')}"
+                out.append(f"| {row.label} | {reason} | | | {row.goal} |")
                 continue
             rate = _median_range([r["msgs_per_s"] for r in done], _rate)
             cpu_us = statistics.median(r["cpu_us_per_msg"] for r in done)
@@ -646,7 +652,8 @@ def main() -> None:
     parser.add_argument("--inflight", type=int, default=1000, help="futures outstanding in async1000 / aio1000")
     parser.add_argument("--dir", default="", help="scratch directory (default: a new one under the system tmp, "
                         "removed at the end)")
-    parser.add_argument("--out", default="", help="JSON lines appended here (default results/scratch/issue14-<stamp>.jsonl)")
+    parser.add_argument("--out", default="",
+                        help="JSON lines appended here (default results/scratch/issue14-<stamp>.jsonl)")
     parser.add_argument("--report", nargs="+", metavar="FILE", help="only print the markdown report of these files")
     parser.add_argument("--trees", default="", metavar="SRC,SRC",
                         help="before/after: run every round once per source tree (a src directory each, put on "
