@@ -187,6 +187,12 @@ def _until(n: int, seconds: float, step: Callable[[], None]) -> int:
     return n
 
 
+def _floor(n: int, args: argparse.Namespace, size: int, step: Callable[[], None]) -> dict:
+    """Time up to n durable writes of one record (the first one, which allocates, outside the clock)."""
+    step()
+    return dict(_timed(n, lambda: _until(n, args.sync_seconds, step)), record_bytes=size)
+
+
 def floor_append(root: str, n: int, args: argparse.Namespace) -> dict:
     os.makedirs(root, exist_ok=True)
     size = record_size(root + "-size")
@@ -198,8 +204,7 @@ def floor_append(root: str, n: int, args: argparse.Namespace) -> dict:
         write(fd, buf)
         fdatasync(fd)
     try:
-        step()  # the file's first block and inode update, outside the clock
-        return dict(_timed(n, lambda: _until(n, args.sync_seconds, step)), record_bytes=size)
+        return _floor(n, args, size, step)
     finally:
         os.close(fd)
 
@@ -221,8 +226,7 @@ def floor_mmap(root: str, n: int, args: argparse.Namespace) -> dict:
         position[0] = at + size
         fdatasync(fd)
     try:
-        step()
-        return dict(_timed(n, lambda: _until(n, args.sync_seconds, step)), record_bytes=size)
+        return _floor(n, args, size, step)
     finally:
         mm.close()
         os.close(fd)
@@ -326,40 +330,28 @@ def aio1000(root: str, n: int, args: argparse.Namespace) -> dict:
     import mqlite.aio
     sb = _SyncBroker(root)
     message, check, inflight = sb.mqlite.Message, sb.check, args.inflight
+    loop = asyncio.new_event_loop()
+    producer = mqlite.aio.Producer(sb.broker, "bench-aio")
 
-    async def main() -> dict:
-        producer = mqlite.aio.Producer(sb.broker, "bench-aio")
-        await producer.start()
-        check(await producer.send(message(TOPIC, BODY)))
+    async def body() -> int:
         deadline = perf() + args.sync_seconds
-
-        async def body() -> int:
-            pending: collections.deque[Any] = collections.deque()
-            sent = 0
-            while sent < n and perf() <= deadline:
-                if len(pending) >= inflight:
-                    check(await pending.popleft())
-                pending.append(producer.send_async(message(TOPIC, BODY)))
-                sent += 1
-            for future in pending:
-                check(await future)
-            return sent
-
-        t0, c0 = perf(), cpu()
-        with sb.syncs:
-            sent = await body()
-        elapsed, used = perf() - t0, cpu() - c0
-        await producer.shutdown()
-        row = {"n": sent, "seconds": elapsed, "msgs_per_s": sent / elapsed, "cpu_us_per_msg": used / sent * 1e6,
-               "fdatasync_calls": sb.syncs.n, "inflight": inflight}
-        if sb.syncs.n:
-            row["mean_group"] = sent / sb.syncs.n
-        if sb.not_ok:
-            row["not_send_ok"] = dict(sb.not_ok)
-        return row
+        pending: collections.deque[Any] = collections.deque()
+        sent = 0
+        while sent < n and perf() <= deadline:
+            if len(pending) >= inflight:
+                check(await pending.popleft())
+            pending.append(producer.send_async(message(TOPIC, BODY)))
+            sent += 1
+        for future in pending:
+            check(await future)
+        return sent
     try:
-        return asyncio.run(main())
+        loop.run_until_complete(producer.start())  # its send pool's first thread, outside the clock
+        check(loop.run_until_complete(producer.send(message(TOPIC, BODY))))
+        return dict(sb.measure(n, lambda: loop.run_until_complete(body())), inflight=inflight)
     finally:
+        loop.run_until_complete(producer.shutdown())
+        loop.close()
         sb.close()
 
 
