@@ -34,7 +34,7 @@ flush service). ASYNC and consumer rows have fixed counts; SYNC and persist-queu
 their count or after --sync-seconds, whichever comes first (the rate is over what was done).
 
   PY=../.venv-bench/bin/python     # or /work/main/.venv/bin/python (persist-queue rows skip)
-  PYTHONPATH=/path/to/src $PY bench_issue14.py [--rounds 3] [--scale 0.1] [--only send,sync1,...]
+  PYTHONPATH=/path/to/src $PY bench_issue14.py [--rounds 5] [--scale 0.1] [--only send,sync1,...]
   python3 bench_issue14.py --report results/scratch/issue14-<stamp>.jsonl   # the markdown again
 
 Output: one JSON line per row and round (benchlib's format plus `row`, `cpu_us_per_msg`, `tree`)
@@ -636,7 +636,7 @@ def _before_after(rows: dict[str, dict[str, dict[tuple[str, int], dict]]]) -> li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (every row once a round)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every row's count (0.1: a quick check)")
     parser.add_argument("--only", default="", help="comma list of rows (default all): " + ",".join(BY_NAME))
     parser.add_argument("--sync-seconds", type=float, default=5.0,
