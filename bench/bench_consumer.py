@@ -9,6 +9,7 @@ Prints one JSON line per measurement (msgs/s or latency in ms) and a summary tab
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -42,6 +43,8 @@ def fill(broker: mqlite.Broker, topic: str, n: int, queues: int = 4) -> None:
 
 
 class Counter:
+    """A counting listener that takes a `threading.Lock` per call: a fair model of a user's listener."""
+
     def __init__(self, target: int) -> None:
         self.n = 0
         self.target = target
@@ -55,16 +58,64 @@ class Counter:
                 self.done.set()
 
 
+class FreeCounter:
+    """A lock-free counting listener (`next` of an `itertools.count` is atomic under the GIL)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.done = threading.Event()
+        self._count = itertools.count(1)
+
+    def __call__(self, msgs: list, ctx: object) -> None:
+        seen = 0
+        for _ in msgs:
+            seen = next(self._count)
+        if seen >= self.target:
+            self.done.set()
+
+
+LISTENERS = {"lock": Counter, "free": FreeCounter}
+
+
+def drain_push(broker: mqlite.Broker, topic: str, n: int, threads: int | None = 4, batch: int = 1,
+               listener: str = "lock", group: str = "bench") -> tuple[float, float, int]:
+    """Consume a backlog of n with a PushConsumer (None threads: its default); msgs/s, CPU us a message, threads.
+
+    The clock runs from the consumer's start until the listener has seen n messages (process CPU: every thread).
+    """
+    counter = LISTENERS[listener](n)
+    options = {} if threads is None else {"consume_thread_nums": threads}
+    t0, c0 = time.perf_counter(), time.process_time()
+    with PushConsumer(broker, group, consume_from_where=FIRST, consume_message_batch_max_size=batch,
+                      subscription={topic: "*"}, listener=counter, **options) as consumer:
+        if not counter.done.wait(600):
+            raise RuntimeError(f"push consumer did not see {n} messages in 600 s")
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return n / elapsed, cpu / n * 1e6, consumer.consume_thread_nums
+
+
+def drain_poll(broker: mqlite.Broker, topic: str, n: int, batch: int = 32,
+               group: str = "bench") -> tuple[float, float]:
+    """Consume a backlog of n with `LitePullConsumer.poll`; msgs/s and CPU us a message (every thread)."""
+    from mqlite.consumer.litepull import LitePullConsumer
+
+    got = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    with LitePullConsumer(broker, group, consume_from_where=FIRST, pull_batch_size=batch,
+                          auto_commit=True) as consumer:
+        consumer.subscribe(topic, "*")
+        while got < n:
+            got += len(consumer.poll(timeout=5.0))
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return n / elapsed, cpu / n * 1e6
+
+
 def push_backlog(root: str, n: int, threads: int = 4, batch: int = 1) -> dict:
     with mqlite.open(os.path.join(root, "pb"), **SETTINGS) as broker:
         fill(broker, "T", n)
-        counter = Counter(n)
-        t0 = time.perf_counter()
-        with PushConsumer(broker, "bench", consume_from_where=FIRST, consume_thread_nums=threads,
-                          consume_message_batch_max_size=batch, subscription={"T": "*"}, listener=counter):
-            counter.done.wait(600)
-            elapsed = time.perf_counter() - t0
-        return emit("push_backlog", n=n, threads=threads, batch=batch, msgs_per_s=round(n / elapsed))
+        rate, cpu, _ = drain_push(broker, "T", n, threads, batch)
+        return emit("push_backlog", n=n, threads=threads, batch=batch, msgs_per_s=round(rate),
+                    cpu_us_per_msg=round(cpu, 2))
 
 
 def push_e2e(root: str, n: int, threads: int = 4) -> dict:
@@ -85,20 +136,13 @@ def push_e2e(root: str, n: int, threads: int = 4) -> dict:
 
 def poll_backlog(root: str, n: int, batch: int = 32) -> dict | None:
     try:
-        from mqlite.consumer.litepull import LitePullConsumer
+        from mqlite.consumer.litepull import LitePullConsumer  # noqa: F401 - trees before the lite pull consumer
     except ImportError:
         return None
     with mqlite.open(os.path.join(root, "lp"), **SETTINGS) as broker:
         fill(broker, "T", n)
-        got = 0
-        t0 = time.perf_counter()
-        with LitePullConsumer(broker, "bench", consume_from_where=FIRST, pull_batch_size=batch,
-                              auto_commit=True) as consumer:
-            consumer.subscribe("T", "*")
-            while got < n:
-                got += len(consumer.poll(timeout=5.0))
-            elapsed = time.perf_counter() - t0
-        return emit("litepull_poll", n=n, pull_batch_size=batch, msgs_per_s=round(n / elapsed))
+        rate, cpu = drain_poll(broker, "T", n, batch)
+        return emit("litepull_poll", n=n, pull_batch_size=batch, msgs_per_s=round(rate), cpu_us_per_msg=round(cpu, 2))
 
 
 def latency(root: str, samples: int = 2000) -> dict:
