@@ -12,7 +12,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from mqlite.consumer.processqueue import ProcessQueue
+from mqlite.errors import MQClientError
 from mqlite.message import PROPERTY_CONSUME_START_TIMESTAMP, MessageExt
 
 BODY_SIZE = 123
@@ -258,3 +261,42 @@ def test_concurrent_puts_and_removes_keep_the_counters_exact() -> None:
     assert not errors
     assert pq.msg_count == 0 and pq.msg_size == 0 and pq.max_span == 0
     assert pq.remove_messages(msgs[:1]) == -1
+
+
+# -- a lite pull consumer's whole pull results (runs) ----------------------------------------------------
+def test_runs_commit_the_first_message_not_handed_out_of_the_oldest_run() -> None:
+    pq = ProcessQueue()
+    first = pq.put_run(_messages(10))
+    second = pq.put_run(_messages(5, first=12))  # 10 and 11 were filtered out by the pull
+    assert pq.msg_count == 15 and pq.msg_size == 15 * BODY_SIZE and pq.max_span == 16
+    # Two pollers: the later result is handed out first; the offset stays at the older one's front.
+    assert pq.remove_from_run(second, second.msgs) == 0
+    assert pq.msg_count == 10 and pq.msg_size == 10 * BODY_SIZE and pq.first_offset() == 0
+    assert pq.remove_from_run(first, first.msgs[:3]) == 3  # an iteration hands out a part
+    assert pq.msg_size == 7 * BODY_SIZE and pq.max_span == 16 - 3
+    assert pq.remove_from_run(first, first.msgs[3:]) == 17  # everything handed out: queue_offset_max + 1
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.max_span == 0 and pq.first_offset() is None
+
+
+def test_a_run_is_handed_out_from_its_front_only() -> None:
+    pq = ProcessQueue()
+    run = pq.put_run(_messages(4))
+    with pytest.raises(MQClientError, match="in order"):
+        pq.remove_from_run(run, run.msgs[1:2])
+    with pytest.raises(MQClientError, match="in order"):
+        pq.remove_from_run(run, run.msgs + _messages(1, first=4))
+    assert pq.msg_count == 4  # a refused hand-out changes nothing
+    assert pq.remove_from_run(run, run.msgs[:2]) == 2
+    with pytest.raises(MQClientError, match="expected offset 2"):
+        pq.remove_from_run(run, run.msgs[:2])  # twice
+    assert pq.remove_from_run(run, []) == -1
+
+
+def test_runs_of_a_cleared_queue_count_nothing_when_handed_out_late() -> None:
+    pq = ProcessQueue()
+    stale = pq.put_run(_messages(3))
+    pq.clear()  # a seek: the result in a poller's hands is stale
+    fresh = pq.put_run(_messages(2, first=7))
+    assert pq.remove_from_run(stale, stale.msgs) == -1
+    assert pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE and pq.first_offset() == 7
+    assert pq.remove_from_run(fresh, fresh.msgs) == 9
