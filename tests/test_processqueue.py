@@ -300,3 +300,68 @@ def test_runs_of_a_cleared_queue_count_nothing_when_handed_out_late() -> None:
     assert pq.remove_from_run(stale, stale.msgs) == -1
     assert pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE and pq.first_offset() == 7
     assert pq.remove_from_run(fresh, fresh.msgs) == 9
+
+
+# -- a push consumer's acks: noted lock-free by consume threads, folded in by the pull thread -----------------
+def test_acks_fold_in_and_never_commit_past_a_message_not_acked() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(10)
+    pq.put_messages(msgs)
+    assert pq.fold_acked() == -1  # nothing noted
+    assert pq.ack(msgs[3:5]) is False
+    assert pq.msg_count == 10 and pq.acked_pending == 2  # noted, not folded: still cached
+    assert pq.fold_acked() == 0 and pq.pending_offset == 0
+    assert pq.msg_count == 8 and pq.msg_size == 8 * BODY_SIZE and pq.acked_pending == 0
+    pq.ack(msgs[0:3])
+    pq.ack(msgs[6:])
+    assert pq.fold_acked() == 5 and pq.pending_offset == 5
+    assert pq.ack(msgs[5:6]) is True  # every cached message is acknowledged now: the owner is poked
+    assert pq.fold_acked() == 10 and pq.msg_count == 0 and pq.msg_size == 0
+
+
+def test_acks_count_duplicates_once_and_a_clear_forgets_them() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(3))
+    pq.ack([_message(0), _message(0)])
+    assert pq.fold_acked() == 1 and pq.msg_count == 2
+    pq.ack([_message(1)])
+    pq.clear()  # an illegal offset: everything cached is forgotten, acks noted before too
+    pq.put_messages(_messages(2, first=7))
+    assert pq.fold_acked() == -1 and pq.msg_count == 2 and pq.first_offset() == 7
+
+
+def test_acks_from_many_threads_while_the_owner_folds() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(4000)
+    pq.put_messages(msgs)
+    acked: set[int] = set()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def fold() -> None:
+        try:
+            while not done.is_set() or pq.acked_pending:
+                offset = pq.fold_acked()
+                # Never past a message some thread has not acknowledged yet.
+                assert offset == -1 or all(o in acked for o in range(offset))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def consume_noting(part: list[MessageExt]) -> None:
+        for i in range(0, len(part), 3):
+            acked.update(m.queue_offset for m in part[i:i + 3])  # noted before the ack is visible
+            pq.ack(part[i:i + 3])
+
+    folder = threading.Thread(target=fold, name="test-pq-fold")
+    folder.start()
+    threads = [threading.Thread(target=consume_noting, args=(msgs[k::4],), name=f"test-pq-ack-{k}")
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    done.set()
+    folder.join(30)
+    assert not errors
+    assert pq.fold_acked() in (-1, 4000)
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.pending_offset == 4000

@@ -12,7 +12,11 @@ Orderly consumption moves a batch into a second map while it is being
 consumed (`take_messages`), then `commit`s it or puts it back (`rollback`,
 `make_message_to_consume_again`).
 
-One lock per queue, taken once per batch, never while user code runs.
+One lock per queue, taken once per batch, never while user code runs. A
+push consumer's consume threads do not take it for a batch they finished:
+they `ack` it into a deque, which the pull thread folds in (`fold_acked`) on
+its next round, before it commits; so the committed offset still never
+passes a message not folded in.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class ProcessQueue:
         self._order: deque[int] = deque()  # offsets of _msgs ascending, plus removed ones not yet skipped
         self._consuming: dict[int, MessageExt] = {}
         self._runs: deque[PulledRun] = deque()  # a lite pull consumer's pull results, oldest first
+        self._acked: deque[MessageExt] = deque()  # consumed, not folded yet (`ack`, `fold_acked`)
         self.msg_count = 0
         self.msg_size = 0
         self.queue_offset_max = 0
@@ -198,11 +203,54 @@ class ProcessQueue:
                     size += len(msg.body)
             self.msg_count -= removed
             self.msg_size -= size
-            first = self._first()
-            offset = first if first is not None else self.queue_offset_max + 1
-            if offset > self.pending_offset:
-                self.pending_offset = offset
-            return offset
+            return self._note_committable()
+
+    def _note_committable(self) -> int:
+        """The smallest offset still cached, or `queue_offset_max + 1`; noted as pending (`lock` held)."""
+        first = self._first()
+        offset = first if first is not None else self.queue_offset_max + 1
+        if offset > self.pending_offset:
+            self.pending_offset = offset
+        return offset
+
+    def ack(self, msgs: Iterable[MessageExt]) -> bool:
+        """Consumed messages, noted without the lock (a consume thread); `fold_acked` removes them.
+
+        The hand-off of a consume thread's successful batch: a `deque.extend`,
+        atomic under the GIL, so consume threads never queue on `lock`. True
+        when every cached message may be acknowledged now (the owner should
+        fold and commit soon): `len(acked) >= msg_count`, read after the
+        append, which `fold_acked` keeps exact by counting down one message at
+        a time as it takes them.
+        """
+        acked = self._acked
+        acked.extend(msgs)
+        return len(acked) >= self.msg_count
+
+    def fold_acked(self) -> int:
+        """Remove what `ack` noted (the owner's thread): the offset to commit, or -1 when nothing was noted.
+
+        Like `remove_messages`: the smallest offset still cached (an acked
+        message not folded yet counts as cached, so the offset never passes
+        it), or `queue_offset_max + 1` once nothing is left.
+        """
+        acked = self._acked
+        if not acked:
+            return -1
+        with self.lock:
+            pop = self._msgs.pop
+            take = acked.popleft
+            while acked:  # until empty: an ack appended meanwhile is folded too (see `ack`)
+                msg = take()
+                if pop(msg.queue_offset, None) is not None:
+                    self.msg_count -= 1
+                    self.msg_size -= len(msg.body)
+            return self._note_committable()
+
+    @property
+    def acked_pending(self) -> int:
+        """Messages `ack` noted that `fold_acked` has not removed yet."""
+        return len(self._acked)
 
     # -- orderly consumption ---------------------------------------------------------------------------------
     def take_messages(self, batch_size: int) -> list[MessageExt]:
@@ -263,6 +311,7 @@ class ProcessQueue:
             for run in self._runs:
                 run.live = False
             self._runs.clear()
+            self._acked.clear()
             self.msg_count = 0
             self.msg_size = 0
             self.queue_offset_max = 0

@@ -541,7 +541,7 @@ class PushConsumer(ConsumerBase):
         loop.call_later(period, tick)
 
     def _commit_offsets(self, only: ProcessQueue | None = None) -> None:
-        """Commit what the consume threads noted (`ProcessQueue.pending_offset`), increase-only.
+        """Fold in what consume threads acknowledged, then commit `ProcessQueue.pending_offset`, increase-only.
 
         Concurrent consumption commits from the pull thread, so consume threads
         share no offset-table lock (RocketMQ's client, too, batches its
@@ -553,6 +553,7 @@ class PushConsumer(ConsumerBase):
         for mq, pq in self._process_queue_items():
             if only is not None and pq is not only:
                 continue
+            pq.fold_acked()  # what consume threads acknowledged since the last round
             pending = pq.pending_offset
             # A queue being given up still commits what was consumed before (`only`).
             if pending > pq.committed_offset and (only is not None or not pq.dropped):
@@ -619,10 +620,13 @@ class PushConsumer(ConsumerBase):
         if pq.dropped:
             return
         if (status is None or status is _SUCCESS) and context.ack_index >= len(msgs) - 1:
-            # The common case, kept short: everything acknowledged.
-            pq.remove_messages(msgs)  # notes the committable offset; the pull thread commits it
-            if pq.msg_count == 0 or pq.flow_blocked:
-                self._drained_or_unblocked(pq)
+            # The common case, kept short: everything acknowledged. No lock: the pull thread folds the
+            # ack in and commits; it is poked when the cache may be drained or the queue was blocked.
+            if pq.ack(msgs) or pq.flow_blocked:
+                pq.flow_blocked = False
+                loop = self._loop
+                if loop is not None:
+                    loop.poke()
             return
         if status is None:
             status = _SUCCESS
