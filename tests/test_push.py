@@ -147,6 +147,37 @@ def test_a_queue_given_up_with_acks_not_folded_commits_below_the_unacked_message
         a.shutdown()
 
 
+def test_a_deep_backlog_goes_several_messages_a_task_but_one_listener_call_each(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    broker.put_messages("T", 0, [b"%d" % i for i in range(300)], [None] * 300)
+    gate = threading.Event()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[Any], context: Any) -> None:
+        assert gate.wait(10)  # the first calls hold every thread until the backlog is deep
+        with lock:
+            calls.extend(m.queue_offset for m in msgs)
+            assert len(msgs) == 1
+
+    consumer = PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2,
+                            subscription={"T": "*"}, listener=listener)
+    grouped = []
+    each = consumer._consume_each
+
+    def counting(task: Any) -> None:
+        grouped.append(len(task[0]))
+        each(task)
+
+    consumer._consume_each = counting  # type: ignore[method-assign]
+    with consumer:
+        wait_until(lambda: consumer._pool is not None and consumer._pool.backlog >= 8, "a deep backlog")
+        gate.set()
+        assert consumer.join(10)
+    assert sorted(calls) == list(range(300))  # each once, each in its own listener call
+    assert grouped and max(grouped) > 1
+
+
 @over_the_wire
 def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> None:
     broker.create_topic("T", 2)
