@@ -178,6 +178,34 @@ def test_a_deep_backlog_goes_several_messages_a_task_but_one_listener_call_each(
     assert grouped and max(grouped) > 1
 
 
+def test_a_failure_that_drains_the_cache_behind_unfolded_acks_wakes_the_pull_thread(broker: Any, tmp_path: Path) -> None:
+    """BROADCASTING drops a failed message; with the one before it acked but not folded in, the cache is
+    drained: the consume thread wakes the pull thread, whose round folds and commits at once."""
+    broker.create_topic("T", 1)
+    mq = MessageQueue("T", broker.broker_name, 0)
+    listener = Collector(lambda msgs, ctx: ConsumeConcurrentlyStatus.RECONSUME_LATER if msgs[0].body == b"fails"
+                         else None)
+    consumer = PushConsumer(broker, "cg", message_model=MessageModel.BROADCASTING, consume_from_where=FIRST,
+                            consume_thread_nums=1, offset_store_dir=str(tmp_path), subscription={"T": "*"},
+                            listener=listener)
+    with consumer:
+        loop = consumer._loop
+        assert loop is not None
+        pokes: list[str] = []
+        poke = loop.poke
+
+        def counting() -> None:
+            pokes.append(threading.current_thread().name)
+            poke()
+
+        loop.poke = counting  # type: ignore[method-assign]
+        broker.put_messages("T", 0, [b"ok", b"fails"], [None, None])
+        listener.wait_for(lambda seen: len(seen) == 2)
+        wait_until(lambda: consumer.offset_store is not None and consumer.offset_store.read(mq) == 2,
+                   "the offset past both committed")
+        assert any(name.startswith("mqlite-consume-cg") for name in pokes), pokes
+
+
 @over_the_wire
 def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> None:
     broker.create_topic("T", 2)

@@ -686,7 +686,7 @@ class PushConsumer(ConsumerBase):
 
     def _drained_or_unblocked(self, pq: ProcessQueue) -> None:
         """Wake the pull loop when a queue's cache drained (commit its offset now) or freed room."""
-        if pq.msg_count == 0 and not pq.dropped:
+        if pq.msg_count <= pq.acked_pending and not pq.dropped:  # drained once the acks are folded in
             loop = self._loop
             if loop is not None:
                 loop.poke()
