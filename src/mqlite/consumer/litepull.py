@@ -460,9 +460,12 @@ class LitePullConsumer(ConsumerBase):
     def hand_out(self, request: ConsumeRequest, msgs: list[MessageExt]) -> bool:
         """`msgs` of `request` (from `take`) go to the application: the queue's consume offset moves past them.
 
-        False when the request went stale since it was taken (a seek, a reset,
-        the queue given up or a shutdown): its offset then stays where it is.
-        Traced, a hand-out is recorded here (every way of polling comes here).
+        `msgs` are the front of what `request` has not handed out yet, in order
+        (all of `request.msgs`, or the next few as an iteration goes); anything
+        else raises `MQClientError`. False when the request went stale since it
+        was taken (a seek, a reset, the queue given up or a shutdown): its
+        offset then stays where it is. Traced, a hand-out is recorded here
+        (every way of polling comes here).
         """
         with self._cv:
             state = self._hand_out_locked(request, msgs)
