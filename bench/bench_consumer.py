@@ -2,6 +2,7 @@
 and end-to-end produce->consume against persist-queue's ack queue and litequeue in the same run.
 
     .venv-bench/bin/python bench/bench_consumer.py [--n 200000] [--only push_backlog,push_e2e,poll,latency,peers]
+        [--push-threads 1,4,20] [--listeners lock,free]
 
 Prints one JSON line per measurement (msgs/s or latency in ms) and a summary table.
 """
@@ -110,11 +111,13 @@ def drain_poll(broker: mqlite.Broker, topic: str, n: int, batch: int = 32,
     return n / elapsed, cpu / n * 1e6
 
 
-def push_backlog(root: str, n: int, threads: int = 4, batch: int = 1) -> dict:
+def push_backlog(root: str, n: int, threads: int = 4, batch: int = 1, listener: str = "lock") -> dict:
+    """`listener` "lock" (the bench's `Counter`) or "free" (`FreeCounter`, reported as push_backlog_free)."""
     with mqlite.open(os.path.join(root, "pb"), **SETTINGS) as broker:
         fill(broker, "T", n)
-        rate, cpu, _ = drain_push(broker, "T", n, threads, batch)
-        return emit("push_backlog", n=n, threads=threads, batch=batch, msgs_per_s=round(rate),
+        rate, cpu, _ = drain_push(broker, "T", n, threads, batch, listener)
+        name = "push_backlog" if listener == "lock" else "push_backlog_free"
+        return emit(name, n=n, threads=threads, batch=batch, msgs_per_s=round(rate),
                     cpu_us_per_msg=round(cpu, 2))
 
 
@@ -220,12 +223,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--peer-n", type=int, default=20_000)
     parser.add_argument("--only", default="push_backlog,push_e2e,poll,latency,peers")
+    parser.add_argument("--push-threads", default="1,4,20", help="consume_thread_nums of the push_backlog rows")
+    parser.add_argument("--listeners", default="lock,free", help="push_backlog listeners: lock (Counter), free")
     args = parser.parse_args()
     only = set(args.only.split(","))
     root = tempfile.mkdtemp(prefix="mqlite-bench-consumer-")
     try:
         if "push_backlog" in only:
-            push_backlog(root, args.n)
+            for listener in args.listeners.split(","):
+                for threads in map(int, args.push_threads.split(",")):
+                    push_backlog(f"{root}/{listener}{threads}", args.n, threads=threads, listener=listener)
             push_backlog(root + "/b32", args.n, batch=32)
         if "push_e2e" in only:
             push_e2e(root, args.n)
