@@ -460,10 +460,12 @@ class CommitLog:
             key_rows, key_hashes = index_key_rows(topic, columns.head_maps, index,
                                                   index_key_hashes(f"{topic}#", suffixes[:, :-1]))
         # A tags code per distinct map, from the map of its first message (the code reads no UNIQ_KEY).
-        heads_used, first_of = np.unique(index, return_index=True)
-        samples: list[Mapping[str, str] | None] = [None] * len(columns.heads)
-        for head, first_message in zip(heads_used.tolist(), first_of.tolist()):
-            samples[head] = columns[first_message]
+        samples: list[Mapping[str, str] | None] = [columns[0]]
+        if columns.head_index is not None:
+            heads_used, first_of = np.unique(index, return_index=True)
+            samples = [None] * len(columns.heads)
+            for head, first_message in zip(heads_used.tolist(), first_of.tolist()):
+                samples[head] = columns[first_message]
         return self._append_placed(topic, queue_id, headers, starts, total, sizes, records, header_rows,
                                    properties=samples, code_index=index, key_hashes=key_hashes, key_rows=key_rows,
                                    born_now=born_timestamp is None, store_host=self.store_host)

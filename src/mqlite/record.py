@@ -741,25 +741,21 @@ def _encode(topic: str, body_list: Any, body_lengths: np.ndarray, body_rows: Any
             _INT.pack(value)  # out of an int's range: struct.error, as HEADER.pack would raise
     headers = pack_headers(sizes, MAGIC_V2 if v2 else MAGIC_V1, map(zlib.crc32, body_list), body_lengths,
                            queue_id=queue_id, flag=flag_array, born_timestamp=born_timestamp, store_host=store_host)
-    # `fixed` row i: header_i, then the tail (when of one length) and suffix_i that follow body_i.
+    header_bytes = headers.view(np.uint8).reshape(count, HEADER.size)
     trailer = (0 if tail_table is None else tail_table.shape[1]) + width
-    fixed = np.empty((count, HEADER.size + trailer), dtype=np.uint8)
-    fixed[:, : HEADER.size] = headers.view(np.uint8).reshape(count, HEADER.size)
-    if tail_table is not None:
-        fixed[:, HEADER.size : fixed.shape[1] - width] = tail_table[0] if len(tails) == 1 else tail_table[index]
-    if width:
-        fixed[:, fixed.shape[1] - width :] = suffixes
-    if one_size:  # every record the same size: a 2-D array, three column copies
+    if one_size:  # every record the same size: a 2-D array, a column copy per part
         if body_rows is None:
             body_rows = np.frombuffer(b"".join(body_list), dtype=np.uint8).reshape(count, length)
         out = np.empty((count, int(sizes[0])), dtype=np.uint8)
-        out[:, : HEADER.size] = fixed[:, : HEADER.size]
         out[:, HEADER.size : HEADER.size + length] = body_rows
-        out[:, HEADER.size + length :] = fixed[:, HEADER.size :]
+        _fill_rows(out, header_bytes, tail_table, index, suffixes)
         return out.reshape(-1), sizes, headers
-    # Else one join: each trailer and the next header are one piece (a row of `fixed` read from a
+    # Else one join. `fixed` row i: header_i, then the tail (when of one length) and suffix_i that
+    # follow body_i. Each trailer and the next header are one piece (a row of `fixed` read from a
     # header further on), so a record takes two pieces (body, that row), or three when tails differ
     # in length (body, its shared tail, that row). A bytearray: the commit log fills headers in place.
+    fixed = np.empty((count, HEADER.size + trailer), dtype=np.uint8)
+    _fill_rows(fixed, header_bytes, tail_table, index, suffixes)
     flat = fixed.reshape(-1)
     step = fixed.shape[1]
     gaps = list(flat[HEADER.size : HEADER.size + (count - 1) * step].reshape(count - 1, step))
@@ -833,6 +829,20 @@ class EncodedBatchProperties(Sequence[EncodedProperties]):
 
 
 _PROPERTY_END = b"\x02"
+
+
+def _fill_rows(rows: np.ndarray, header_bytes: np.ndarray, tail_table: np.ndarray | None, index: np.ndarray,
+               suffixes: np.ndarray | None) -> None:
+    """Write each record's header at the start of its row of `rows` and, at the row's end, its tail
+    (from `tail_table`, when tails have one length: row `index[i]`) and then its suffix."""
+    rows[:, : HEADER.size] = header_bytes
+    end = rows.shape[1]
+    width = 0 if suffixes is None else suffixes.shape[1]
+    if tail_table is not None:
+        start = end - width - tail_table.shape[1]
+        rows[:, start : end - width] = tail_table[0] if len(tail_table) == 1 else tail_table[index]
+    if width:
+        rows[:, end - width :] = suffixes
 
 
 def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tuple[np.ndarray, ByteRows, bool]:
