@@ -21,8 +21,12 @@ import pytest
 
 import mqlite
 from mqlite.clock import ManualClock
-from mqlite.commitlog import CommitLog
+from mqlite.commitlog import BatchDispatch, CommitLog
+from mqlite.config import StoreConfig
+from mqlite.indexfile import index_key_hash, index_key_names
 from mqlite.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX as UNIQ_KEY
+from mqlite.message import encode_properties, java_string_hash
+from mqlite.record import EncodedBatchProperties
 
 from support import SMALL_STORE
 
@@ -119,3 +123,84 @@ def test_a_column_wise_batch_writes_the_bytes_of_the_per_record_path(tmp_path: P
                     expected = [m for m in warm + msgs if key in m.keys]
                     assert len(with_key) == len(expected)
     assert _store_files(roots[0]) == _store_files(roots[1])
+
+
+def _columns(heads: list[dict[str, str]], head_index: list[int] | None, ids: list[str]) -> EncodedBatchProperties:
+    """What the producer passes down: each head encoded with the UNIQ_KEY name after it, copies of the maps."""
+    blocks = [encode_properties(h).encode() + UNIQ_KEY.encode() + b"\x01" for h in heads]
+    return EncodedBatchProperties(blocks, [dict(h) for h in heads], head_index, ids)
+
+
+FALLBACK_CASES: dict[str, dict[str, Any]] = {
+    # Read by the general path, as the maps they stand for: an IPv6 born host (a longer header) ...
+    "ipv6 born host": dict(ids=[f"{i:032X}" for i in range(4)], born_host="[::1]:4000"),
+    # ... ids of several lengths, or not ASCII (not rows of one array).
+    "ids of two lengths": dict(ids=["A1", "B22", "C1", "D1"]),
+    "non-ASCII ids": dict(ids=["\u00e91", "\u00e92", "\u00e93", "\u00e94"]),
+    "column-wise": dict(ids=[f"{i:032X}" for i in range(4)]),
+}
+
+
+@pytest.mark.parametrize("case", list(FALLBACK_CASES))
+def test_append_batch_of_columns_writes_what_the_maps_write(tmp_path: Path, case: str) -> None:
+    args = dict(FALLBACK_CASES[case])
+    ids = args.pop("ids")
+    heads = [{"TAGS": "A", "KEYS": "k1 k2"}, {"WAIT": "true"}]
+    columns = _columns(heads, [0, 1, 1, 0], ids)
+    maps = [dict(m) for m in columns]  # the maps it stands for, as plain dicts: encoded one by one
+    assert maps[3] == {"TAGS": "A", "KEYS": "k1 k2", UNIQ_KEY: ids[3]} and list(maps[3])[-1] == UNIQ_KEY
+    assert [p.encoded for p in columns] == [encode_properties(m).encode() for m in maps]
+    bodies = [b"one", b"two" * 40, b"3", b"four"]
+    logs = [CommitLog(str(tmp_path / name), StoreConfig(commitlog_file_size=1 << 20), ManualClock(T0))
+            for name in ("columns", "maps")]
+    try:
+        results = [log.append_batch("T", 1, bodies, props, flags=[0, 5, -1, 0], born_timestamp=T0 - 3, **args)
+                   for log, props in zip(logs, (columns, maps))]
+        assert results[0] == results[1]
+        end = results[0].commit_log_offset + results[0].wrote_bytes
+        raws = [bytes(log.mapped_files.find(0).mm[:end]) for log in logs]  # type: ignore[union-attr]
+        assert raws[0] == raws[1]
+        by_columns, by_maps = logs[0].dispatch_queue[-1], logs[1].dispatch_queue[-1]
+        assert isinstance(by_columns, BatchDispatch) and isinstance(by_maps, BatchDispatch)
+        assert list(by_columns.tags_codes) == list(by_maps.tags_codes)  # type: ignore[arg-type]
+        assert list(by_columns.tags_codes)[:2] == [java_string_hash("A"), 0]  # type: ignore[index]
+        offsets = results[0].commit_log_offsets or []
+        names = [index_key_names("T", m[UNIQ_KEY], m.get("KEYS")) for m in maps]
+        if by_columns.key_hashes is not None:  # column-wise: the index keys come hashed, in log order
+            assert case == "column-wise" and by_columns.key_offsets is not None
+            assert by_columns.key_hashes.tolist() == [index_key_hash(k) for n in names for k in n]
+            assert by_columns.key_offsets.tolist() == [o for o, n in zip(offsets, names) for _ in n]
+        else:
+            assert case != "column-wise"
+            assert (by_columns.keys, by_columns.uniq_keys) == (by_maps.keys, by_maps.uniq_keys)
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_send_hooks_run_around_a_column_wise_batch_and_may_change_bodies(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Hooks run as for any batch; the bodies and flags are read after the before-hooks (as before issue 14).
+    seen: list[tuple[str, Any]] = []
+
+    def before(ctx: Any) -> None:
+        seen.append(("before", ctx.message.body))
+        ctx.message.body = b"changed by the hook"
+
+    columns_used: list[int] = []
+    column_append = CommitLog._append_columns
+
+    def counted(self: CommitLog, *args: Any, **kwargs: Any) -> Any:
+        columns_used.append(len(args[2]))
+        return column_append(self, *args, **kwargs)
+
+    monkeypatch.setattr(CommitLog, "_append_columns", counted)
+    with mqlite.open(str(tmp_path), **SMALL_STORE) as broker, mqlite.Producer(broker) as producer:
+        producer.send_batch([mqlite.Message(TOPIC, b"warm", tags="A")])
+        producer.add_send_hook(before=before, after=lambda ctx: seen.append(("after", ctx.send_result.msg_id)))
+        msgs = [mqlite.Message(TOPIC, b"b%d" % i, tags="A") for i in range(3)]
+        result = producer.send_batch(msgs)
+        assert columns_used == [3]
+        assert seen == [("before", b"b0"), ("after", result.msg_id)]
+        stored = broker.store.get_messages(TOPIC, result.message_queue.queue_id, result.queue_offset, 3).messages
+        assert [m.body for m in stored] == [b"changed by the hook", b"b1", b"b2"]

@@ -506,7 +506,9 @@ class Producer:
 
         RocketMQ's batch rules: one topic, no delay level, no retry topic, same
         `WAIT` flag; the encoded batch is limited to `max_message_size`. Bodies are not compressed.
-        Costs about 6 us of CPU a message for 1000 small ones under ASYNC_FLUSH (docs/benchmarks.md, 5b).
+        Messages whose property maps were sent before (checked and encoded then) go down column-wise
+        (docs/design.md, "Batch send"): about 2.5 us of CPU a message for 1000 small ones under
+        ASYNC_FLUSH, building the `Message`s and the key index included (bench/bench_send_batch.py).
         """
         try:
             msgs = list(msgs)
@@ -535,12 +537,11 @@ class Producer:
         context = self._hooks_before(first, mq, "SYNC")
         try:
             broker = self._running()
-            if bodies is None:
-                bodies = [m.body if type(m.body) is bytes else bytes(m.body) for m in msgs]
+            if bodies is None or flags is None or context is not None:  # after the hooks (as ever): they may
+                bodies = [m.body if type(m.body) is bytes else bytes(m.body) for m in msgs]  # change them
                 flags = list(map(_FLAG_OF, msgs))
             put: PutResult = broker.put_messages(mq.topic, mq.queue_id, bodies, properties,
-                                                 flags=flags if any(flags) else None,  # type: ignore[arg-type]
-                                                 born_timestamp=self._now_ms())
+                                                 flags=flags if any(flags) else None, born_timestamp=self._now_ms())
         except BaseException as exc:
             self._hooks_after(context, None, exc)
             raise
