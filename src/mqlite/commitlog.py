@@ -444,7 +444,7 @@ class CommitLog:
         index = np.zeros(count, dtype=np.int64) if columns.head_index is None \
             else np.asarray(columns.head_index, dtype=np.int64)
         records, sizes, headers = encode_batch(
-            topic, bodies, columns.heads, index, suffixes, flags=flag or None,
+            topic, bodies, columns.heads, index, suffixes, flags=None if type(flag) is int and not flag else flag,
             born_timestamp=0 if born_timestamp is None else born_timestamp, queue_id=queue_id,
             store_host=self.store_host)
         total = int(sizes.sum())
