@@ -750,20 +750,28 @@ def _encode(topic: str, body_list: Any, body_lengths: np.ndarray, body_rows: Any
         out[:, HEADER.size : HEADER.size + length] = body_rows
         _fill_rows(out, header_bytes, tail_table, index, suffixes)
         return out.reshape(-1), sizes, headers
-    # Else one join. `fixed` row i: header_i, then the tail (when of one length) and suffix_i that
-    # follow body_i. Each trailer and the next header are one piece (a row of `fixed` read from a
-    # header further on), so a record takes two pieces (body, that row), or three when tails differ
-    # in length (body, its shared tail, that row). A bytearray: the commit log fills headers in place.
+    # Else bodies of many sizes. `fixed` row i: header_i, then the tail (when of one length) and
+    # suffix_i that follow body_i; each trailer and the next header lie together (a row of `fixed`
+    # read from a header further on). A bytearray: the commit log fills headers in place.
     fixed = np.empty((count, HEADER.size + trailer), dtype=np.uint8)
     _fill_rows(fixed, header_bytes, tail_table, index, suffixes)
     flat = fixed.reshape(-1)
     step = fixed.shape[1]
-    gaps = list(flat[HEADER.size : HEADER.size + (count - 1) * step].reshape(count - 1, step))
-    gaps.append(flat[len(flat) - trailer :])
+    between = flat[HEADER.size : HEADER.size + (count - 1) * step].reshape(count - 1, step)
     if tail_table is not None:
-        pieces: Iterable[Any] = zip(body_list, gaps)
-    else:
-        pieces = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
+        # Trailers of one length: the bodies joined around placeholders of that piece's width
+        # (C-level, no object a record), then every placeholder overwritten at once (measured:
+        # a quarter of the cost of a join of (body, row) pieces, whose rows are numpy views).
+        joined = bytearray().join((bytes(HEADER.size), bytes(step).join(body_list), bytes(trailer)))
+        out = np.frombuffer(joined, dtype=np.uint8)
+        out[: HEADER.size] = header_bytes[0]
+        ByteRows(out, np.cumsum(sizes[:-1]) - trailer, step, None).set(between)
+        out[len(out) - trailer :] = flat[len(flat) - trailer :]
+        return out, sizes, headers
+    # Tails of many lengths: one join of three pieces a record (body, its shared tail, that row).
+    gaps = list(between)
+    gaps.append(flat[len(flat) - trailer :])
+    pieces = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
     joined = bytearray().join(itertools.chain((flat[: HEADER.size].data,), itertools.chain.from_iterable(pieces)))
     return np.frombuffer(joined, dtype=np.uint8), sizes, headers
 
