@@ -771,7 +771,7 @@ def _encode(topic: str, body_list: Any, body_lengths: np.ndarray, body_rows: Any
     # Tails of many lengths: one join of three pieces a record (body, its shared tail, that row).
     gaps = list(between)
     gaps.append(flat[len(flat) - trailer :])
-    pieces = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
+    pieces: Iterable[Any] = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
     joined = bytearray().join(itertools.chain((flat[: HEADER.size].data,), itertools.chain.from_iterable(pieces)))
     return np.frombuffer(joined, dtype=np.uint8), sizes, headers
 
