@@ -537,8 +537,8 @@ class CommitLog:
     def _append_placed(self, topic: str, queue_id: int, headers: np.ndarray, starts: Any, total: int, sizes: Any,
                        records: Any, header_rows: ByteRows | None = None, *, properties: Any = None, codes: Any = None,
                        code_index: Any = None, keys: Any = None, uniqs: Any = None, key_hashes: Any = None,
-                       key_rows: Any = None,
-                       born_now: bool = False, store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
+                       key_rows: Any = None, born_now: bool = False,
+                       store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
         """The batch appends' one place-and-pack core, for records of one queue whose `headers` (`record.pack_headers`)
         start `starts` apart and add up to `total` bytes.
 

@@ -32,7 +32,6 @@ from typing import Any, Protocol, Self, cast
 from .broker import acquire, check_broker_target
 from .clock import SYSTEM_CLOCK
 from .commitlog import PutMessageStatus, PutResult
-from .record import EncodedBatchProperties
 from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
 from .errors import DiskFullError, IllegalStateError, MQClientError
 from .message import (
@@ -56,6 +55,7 @@ from .message import (
     java_string_hash,
 )
 from .port import BrokerPort
+from .record import EncodedBatchProperties
 from .validators import check_group, validate_message
 from .trace import ProducerTracer
 
@@ -643,7 +643,7 @@ def _batch_columns(heads: list[bytes], maps: list[dict[str, str]], ids: list[str
     (`MessageClientIDSetter.setUniqID`). C-level passes over the batch (`zip`, `map`), no Python loop:
     the commit log then does Python work per distinct map, not per message."""
     count = len(heads)
-    if heads.count(heads[0]) == count:  # one map (most batches): each message is the same object
+    if heads.count(heads[0]) == count:  # one map (most batches): one cached bytes object, C-level compares
         first = {heads[0]: 0}
     else:
         # Each distinct encoding with its first message: a dict keeps a key's first place and
