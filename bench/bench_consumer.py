@@ -2,6 +2,7 @@
 and end-to-end produce->consume against persist-queue's ack queue and litequeue in the same run.
 
     .venv-bench/bin/python bench/bench_consumer.py [--n 200000] [--only push_backlog,push_e2e,poll,latency,peers]
+        [--push-threads 1,4,20] [--listeners lock,free]
 
 Prints one JSON line per measurement (msgs/s or latency in ms) and a summary table.
 """
@@ -9,6 +10,7 @@ Prints one JSON line per measurement (msgs/s or latency in ms) and a summary tab
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -42,6 +44,8 @@ def fill(broker: mqlite.Broker, topic: str, n: int, queues: int = 4) -> None:
 
 
 class Counter:
+    """A counting listener that takes a `threading.Lock` per call: a fair model of a user's listener."""
+
     def __init__(self, target: int) -> None:
         self.n = 0
         self.target = target
@@ -55,16 +59,66 @@ class Counter:
                 self.done.set()
 
 
-def push_backlog(root: str, n: int, threads: int = 4, batch: int = 1) -> dict:
+class FreeCounter:
+    """A lock-free counting listener (`next` of an `itertools.count` is atomic under the GIL)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.done = threading.Event()
+        self._count = itertools.count(1)
+
+    def __call__(self, msgs: list, ctx: object) -> None:
+        seen = 0
+        for _ in msgs:
+            seen = next(self._count)
+        if seen >= self.target:
+            self.done.set()
+
+
+LISTENERS = {"lock": Counter, "free": FreeCounter}
+
+
+def drain_push(broker: mqlite.Broker, topic: str, n: int, threads: int | None = 4, batch: int = 1,
+               listener: str = "lock", group: str = "bench") -> tuple[float, float, int]:
+    """Consume a backlog of n with a PushConsumer (None threads: its default); msgs/s, CPU us a message, threads.
+
+    The clock runs from the consumer's start until the listener has seen n messages (process CPU: every thread).
+    """
+    counter = LISTENERS[listener](n)
+    options = {} if threads is None else {"consume_thread_nums": threads}
+    t0, c0 = time.perf_counter(), time.process_time()
+    with PushConsumer(broker, group, consume_from_where=FIRST, consume_message_batch_max_size=batch,
+                      subscription={topic: "*"}, listener=counter, **options) as consumer:
+        if not counter.done.wait(600):
+            raise RuntimeError(f"push consumer did not see {n} messages in 600 s")
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return n / elapsed, cpu / n * 1e6, consumer.consume_thread_nums
+
+
+def drain_poll(broker: mqlite.Broker, topic: str, n: int, batch: int = 32,
+               group: str = "bench") -> tuple[float, float]:
+    """Consume a backlog of n with `LitePullConsumer.poll`; msgs/s and CPU us a message (every thread)."""
+    from mqlite.consumer.litepull import LitePullConsumer
+
+    got = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    with LitePullConsumer(broker, group, consume_from_where=FIRST, pull_batch_size=batch,
+                          auto_commit=True) as consumer:
+        consumer.subscribe(topic, "*")
+        while got < n:
+            got += len(consumer.poll(timeout=5.0))
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return n / elapsed, cpu / n * 1e6
+
+
+def push_backlog(root: str, n: int, threads: int = 4, batch: int = 1, listener: str = "lock") -> dict:
+    """`listener` "lock" (the bench's `Counter`) or "free" (`FreeCounter`, reported as push_backlog_free)."""
     with mqlite.open(os.path.join(root, "pb"), **SETTINGS) as broker:
         fill(broker, "T", n)
-        counter = Counter(n)
-        t0 = time.perf_counter()
-        with PushConsumer(broker, "bench", consume_from_where=FIRST, consume_thread_nums=threads,
-                          consume_message_batch_max_size=batch, subscription={"T": "*"}, listener=counter):
-            counter.done.wait(600)
-            elapsed = time.perf_counter() - t0
-        return emit("push_backlog", n=n, threads=threads, batch=batch, msgs_per_s=round(n / elapsed))
+        rate, cpu, _ = drain_push(broker, "T", n, threads, batch, listener)
+        name = "push_backlog" if listener == "lock" else "push_backlog_free"
+        return emit(name, n=n, threads=threads, batch=batch, msgs_per_s=round(rate),
+                    cpu_us_per_msg=round(cpu, 2))
 
 
 def push_e2e(root: str, n: int, threads: int = 4) -> dict:
@@ -85,20 +139,13 @@ def push_e2e(root: str, n: int, threads: int = 4) -> dict:
 
 def poll_backlog(root: str, n: int, batch: int = 32) -> dict | None:
     try:
-        from mqlite.consumer.litepull import LitePullConsumer
+        from mqlite.consumer.litepull import LitePullConsumer  # noqa: F401 - trees before the lite pull consumer
     except ImportError:
         return None
     with mqlite.open(os.path.join(root, "lp"), **SETTINGS) as broker:
         fill(broker, "T", n)
-        got = 0
-        t0 = time.perf_counter()
-        with LitePullConsumer(broker, "bench", consume_from_where=FIRST, pull_batch_size=batch,
-                              auto_commit=True) as consumer:
-            consumer.subscribe("T", "*")
-            while got < n:
-                got += len(consumer.poll(timeout=5.0))
-            elapsed = time.perf_counter() - t0
-        return emit("litepull_poll", n=n, pull_batch_size=batch, msgs_per_s=round(n / elapsed))
+        rate, cpu = drain_poll(broker, "T", n, batch)
+        return emit("litepull_poll", n=n, pull_batch_size=batch, msgs_per_s=round(rate), cpu_us_per_msg=round(cpu, 2))
 
 
 def latency(root: str, samples: int = 2000) -> dict:
@@ -176,12 +223,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--peer-n", type=int, default=20_000)
     parser.add_argument("--only", default="push_backlog,push_e2e,poll,latency,peers")
+    parser.add_argument("--push-threads", default="1,4,20", help="consume_thread_nums of the push_backlog rows")
+    parser.add_argument("--listeners", default="lock,free", help="push_backlog listeners: lock (Counter), free")
     args = parser.parse_args()
     only = set(args.only.split(","))
     root = tempfile.mkdtemp(prefix="mqlite-bench-consumer-")
     try:
         if "push_backlog" in only:
-            push_backlog(root, args.n)
+            for listener in args.listeners.split(","):
+                for threads in map(int, args.push_threads.split(",")):
+                    push_backlog(f"{root}/{listener}{threads}", args.n, threads=threads, listener=listener)
             push_backlog(root + "/b32", args.n, batch=32)
         if "push_e2e" in only:
             push_e2e(root, args.n)

@@ -592,6 +592,44 @@ def test_seek_inside_an_iteration_takes_effect_at_once(broker: mqlite.Broker) ->
         assert seen == [0, 1, 2, 8, 9]
 
 
+def test_results_handed_out_out_of_order_never_commit_past_the_older_one(broker: mqlite.Broker) -> None:
+    """Two pollers took two pulls of one queue; the later one is handed out first."""
+    _put(broker, 20)
+    mq = _mq(broker)
+    with _consumer(broker, auto_commit=False, pull_batch_size=10) as consumer:
+        consumer.assign([mq])
+        wait_until(lambda: len(consumer._requests) == 2, "both pulls cached")
+        older, newer = consumer.take(5.0), consumer.take(5.0)
+        assert older is not None and newer is not None
+        assert [older.msgs[0].queue_offset, newer.msgs[0].queue_offset] == [0, 10]
+        assert consumer.hand_out(newer, newer.msgs)
+        consumer.commit_sync()
+        assert consumer.committed(mq) == 0  # 0..9 are not handed out yet
+        assert consumer.hand_out(older, older.msgs[:4])
+        consumer.commit_sync()
+        assert consumer.committed(mq) == 4
+        consumer.give_back(older, older.msgs[4:])
+        assert [m.queue_offset for m in consumer.poll(5.0)] == list(range(4, 10))
+        consumer.commit_sync()
+        assert consumer.committed(mq) == 20
+        assert consumer._assigned[mq].pq.msg_count == 0
+
+
+def test_a_result_taken_before_a_seek_is_not_handed_out(broker: mqlite.Broker) -> None:
+    _put(broker, 10)
+    mq = _mq(broker)
+    with _consumer(broker, auto_commit=False) as consumer:
+        consumer.assign([mq])
+        taken = consumer.take(5.0)
+        assert taken is not None and len(taken.msgs) == 10
+        consumer.seek(mq, 6)
+        assert not consumer.hand_out(taken, taken.msgs)  # stale: counts and offsets stay
+        assert [m.queue_offset for m in consumer.poll(5.0)] == [6, 7, 8, 9]
+        consumer.commit_sync()
+        assert consumer.committed(mq) == 10
+        assert consumer._assigned[mq].pq.msg_count == 0
+
+
 def test_iteration_without_timeout_ends_at_shutdown(broker: mqlite.Broker) -> None:
     _put(broker, 3)
     consumer = _consumer(broker, poll_timeout=10.0)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from mqlite.consumer.processqueue import ProcessQueue
+from mqlite.errors import MQClientError
 from mqlite.message import PROPERTY_CONSUME_START_TIMESTAMP, MessageExt
 
 BODY_SIZE = 123
@@ -258,3 +261,107 @@ def test_concurrent_puts_and_removes_keep_the_counters_exact() -> None:
     assert not errors
     assert pq.msg_count == 0 and pq.msg_size == 0 and pq.max_span == 0
     assert pq.remove_messages(msgs[:1]) == -1
+
+
+# -- a lite pull consumer's whole pull results (runs) ----------------------------------------------------
+def test_runs_commit_the_first_message_not_handed_out_of_the_oldest_run() -> None:
+    pq = ProcessQueue()
+    first = pq.put_run(_messages(10))
+    second = pq.put_run(_messages(5, first=12))  # 10 and 11 were filtered out by the pull
+    assert pq.msg_count == 15 and pq.msg_size == 15 * BODY_SIZE and pq.max_span == 16
+    # Two pollers: the later result is handed out first; the offset stays at the older one's front.
+    assert pq.remove_from_run(second, second.msgs) == 0
+    assert pq.msg_count == 10 and pq.msg_size == 10 * BODY_SIZE and pq.first_offset() == 0
+    assert pq.remove_from_run(first, first.msgs[:3]) == 3  # an iteration hands out a part
+    assert pq.msg_size == 7 * BODY_SIZE and pq.max_span == 16 - 3
+    assert pq.remove_from_run(first, first.msgs[3:]) == 17  # everything handed out: queue_offset_max + 1
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.max_span == 0 and pq.first_offset() is None
+
+
+def test_a_run_is_handed_out_from_its_front_only() -> None:
+    pq = ProcessQueue()
+    run = pq.put_run(_messages(4))
+    with pytest.raises(MQClientError, match="in order"):
+        pq.remove_from_run(run, run.msgs[1:2])
+    with pytest.raises(MQClientError, match="in order"):
+        pq.remove_from_run(run, run.msgs + _messages(1, first=4))
+    assert pq.msg_count == 4  # a refused hand-out changes nothing
+    assert pq.remove_from_run(run, run.msgs[:2]) == 2
+    with pytest.raises(MQClientError, match="expected offset 2"):
+        pq.remove_from_run(run, run.msgs[:2])  # twice
+    assert pq.remove_from_run(run, []) == -1
+
+
+def test_runs_of_a_cleared_queue_count_nothing_when_handed_out_late() -> None:
+    pq = ProcessQueue()
+    stale = pq.put_run(_messages(3))
+    pq.clear()  # a seek: the result in a poller's hands is stale
+    fresh = pq.put_run(_messages(2, first=7))
+    assert pq.remove_from_run(stale, stale.msgs) == -1
+    assert pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE and pq.first_offset() == 7
+    assert pq.remove_from_run(fresh, fresh.msgs) == 9
+
+
+# -- a push consumer's acks: noted lock-free by consume threads, folded in by the pull thread -----------------
+def test_acks_fold_in_and_never_commit_past_a_message_not_acked() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(10)
+    pq.put_messages(msgs)
+    assert pq.fold_acked() == -1  # nothing noted
+    assert pq.ack(msgs[3:5]) is False
+    assert pq.msg_count == 10 and pq.acked_pending == 2  # noted, not folded: still cached
+    assert pq.fold_acked() == 0 and pq.pending_offset == 0
+    assert pq.msg_count == 8 and pq.msg_size == 8 * BODY_SIZE and pq.acked_pending == 0
+    pq.ack(msgs[0:3])
+    pq.ack(msgs[6:])
+    assert pq.fold_acked() == 5 and pq.pending_offset == 5
+    assert pq.ack(msgs[5:6]) is True  # every cached message is acknowledged now: the owner is poked
+    assert pq.fold_acked() == 10 and pq.msg_count == 0 and pq.msg_size == 0
+
+
+def test_acks_count_duplicates_once_and_a_clear_forgets_them() -> None:
+    pq = ProcessQueue()
+    pq.put_messages(_messages(3))
+    pq.ack([_message(0), _message(0)])
+    assert pq.fold_acked() == 1 and pq.msg_count == 2
+    pq.ack([_message(1)])
+    pq.clear()  # an illegal offset: everything cached is forgotten, acks noted before too
+    pq.put_messages(_messages(2, first=7))
+    assert pq.fold_acked() == -1 and pq.msg_count == 2 and pq.first_offset() == 7
+
+
+def test_acks_from_many_threads_while_the_owner_folds() -> None:
+    pq = ProcessQueue()
+    msgs = _messages(4000)
+    pq.put_messages(msgs)
+    acked: set[int] = set()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def fold() -> None:
+        try:
+            while not done.is_set() or pq.acked_pending:
+                offset = pq.fold_acked()
+                # Never past a message some thread has not acknowledged yet.
+                assert offset == -1 or all(o in acked for o in range(offset))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def consume_noting(part: list[MessageExt]) -> None:
+        for i in range(0, len(part), 3):
+            acked.update(m.queue_offset for m in part[i:i + 3])  # noted before the ack is visible
+            pq.ack(part[i:i + 3])
+
+    folder = threading.Thread(target=fold, name="test-pq-fold")
+    folder.start()
+    threads = [threading.Thread(target=consume_noting, args=(msgs[k::4],), name=f"test-pq-ack-{k}")
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    done.set()
+    folder.join(30)
+    assert not errors
+    assert pq.fold_acked() in (-1, 4000)
+    assert pq.msg_count == 0 and pq.msg_size == 0 and pq.pending_offset == 4000

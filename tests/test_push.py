@@ -84,6 +84,128 @@ def test_concurrent_consumes_everything_and_commits_offsets(broker: Any) -> None
     assert not [t.name for t in threading.enumerate() if "cg" in t.name]  # the consumer's threads are gone
 
 
+class HoldOne:
+    """A listener that holds one queue offset until released; every other message succeeds at once."""
+
+    def __init__(self, queue_id: int, offset: int) -> None:
+        self.held = (queue_id, offset)
+        self.release = threading.Event()
+        self.cond = threading.Condition()
+        self.seen: dict[str, list[tuple[int, int]]] = defaultdict(list)  # client id -> (queue id, offset)
+
+    def listener(self, client: str) -> Callable[[list[Any], Any], None]:
+        def consume(msgs: list[Any], context: Any) -> None:
+            for msg in msgs:
+                with self.cond:
+                    self.seen[client].append((msg.queue_id, msg.queue_offset))
+                    self.cond.notify_all()
+                if (msg.queue_id, msg.queue_offset) == self.held and client == "a":
+                    assert self.release.wait(10)
+        return consume
+
+    def wait_for(self, client: str, predicate: Callable[[list[tuple[int, int]]], bool]) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: predicate(self.seen[client]), 10), self.seen[client]
+
+
+def test_acks_out_of_order_across_consume_threads_commit_below_the_unacked_message(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    mq = MessageQueue("T", broker.broker_name, 0)
+    for i in range(20):
+        broker.put_message("T", 0, b"%d" % i)
+    hold = HoldOne(0, 5)
+    with PushConsumer(broker, "cg", client_id="a", consume_from_where=FIRST, consume_thread_nums=4,
+                      subscription={"T": "*"}, listener=hold.listener("a")) as consumer:
+        hold.wait_for("a", lambda seen: len(seen) == 20)  # 5 is held; the other 19 finished on other threads
+        broker.put_message("T", 0, b"20")  # wakes the pull thread, whose round folds the acks in and commits
+        hold.wait_for("a", lambda seen: len(seen) == 21)
+        wait_until(lambda: broker.query_offset("cg", mq) == 5, lambda: f"offset 5, got {broker.query_offset('cg', mq)}")
+        hold.release.set()
+        assert consumer.join(10)
+        assert broker.query_offset("cg", mq) == 21
+
+
+def test_a_queue_given_up_with_acks_not_folded_commits_below_the_unacked_message(broker: Any) -> None:
+    broker.create_topic("T", 2)
+    for i in range(10):
+        broker.put_message("T", 1, b"%d" % i)
+    hold = HoldOne(1, 3)
+    a = PushConsumer(broker, "cg", client_id="a", consume_from_where=FIRST, consume_thread_nums=4,
+                     subscription={"T": "*"}, listener=hold.listener("a"))
+    b = PushConsumer(broker, "cg", client_id="b", consume_from_where=FIRST, subscription={"T": "*"},
+                     listener=hold.listener("b"))
+    try:
+        a.start()
+        # 3 is held; the others are acked but not folded in (nothing pokes the pull thread: not drained).
+        hold.wait_for("a", lambda seen: len(seen) == 10)
+        b.start()  # queue 1 goes to b: a folds its acks in and commits 3, never past it
+        hold.wait_for("b", lambda seen: len(seen) >= 7)
+        assert sorted(hold.seen["b"]) == [(1, i) for i in range(3, 10)]
+    finally:
+        hold.release.set()
+        b.shutdown()
+        a.shutdown()
+
+
+def test_a_deep_backlog_goes_several_messages_a_task_but_one_listener_call_each(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    broker.put_messages("T", 0, [b"%d" % i for i in range(300)], [None] * 300)
+    gate = threading.Event()
+    calls: list[int] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[Any], context: Any) -> None:
+        assert gate.wait(10)  # the first calls hold every thread until the backlog is deep
+        with lock:
+            calls.extend(m.queue_offset for m in msgs)
+            assert len(msgs) == 1
+
+    consumer = PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2,
+                            subscription={"T": "*"}, listener=listener)
+    grouped = []
+    each = consumer._consume_each
+
+    def counting(task: Any) -> None:
+        grouped.append(len(task[0]))
+        each(task)
+
+    consumer._consume_each = counting  # type: ignore[method-assign]
+    with consumer:
+        wait_until(lambda: consumer._pool is not None and consumer._pool.backlog >= 8, "a deep backlog")
+        gate.set()
+        assert consumer.join(10)
+    assert sorted(calls) == list(range(300))  # each once, each in its own listener call
+    assert grouped and max(grouped) > 1
+
+
+def test_a_failure_that_drains_the_cache_behind_unfolded_acks_wakes_the_pull_thread(broker: Any, tmp_path: Path) -> None:
+    """BROADCASTING drops a failed message; with the one before it acked but not folded in, the cache is
+    drained: the consume thread wakes the pull thread, whose round folds and commits at once."""
+    broker.create_topic("T", 1)
+    mq = MessageQueue("T", broker.broker_name, 0)
+    listener = Collector(lambda msgs, ctx: ConsumeConcurrentlyStatus.RECONSUME_LATER if msgs[0].body == b"fails"
+                         else None)
+    consumer = PushConsumer(broker, "cg", message_model=MessageModel.BROADCASTING, consume_from_where=FIRST,
+                            consume_thread_nums=1, offset_store_dir=str(tmp_path), subscription={"T": "*"},
+                            listener=listener)
+    with consumer:
+        loop = consumer._loop
+        assert loop is not None
+        pokes: list[str] = []
+        poke = loop.poke
+
+        def counting() -> None:
+            pokes.append(threading.current_thread().name)
+            poke()
+
+        loop.poke = counting  # type: ignore[method-assign]
+        broker.put_messages("T", 0, [b"ok", b"fails"], [None, None])
+        listener.wait_for(lambda seen: len(seen) == 2)
+        wait_until(lambda: consumer.offset_store is not None and consumer.offset_store.read(mq) == 2,
+                   "the offset past both committed")
+        assert any(name.startswith("mqlite-consume-cg") for name in pokes), pokes
+
+
 @over_the_wire
 def test_long_poll_delivers_a_message_sent_after_start_quickly(broker: Any) -> None:
     broker.create_topic("T", 2)

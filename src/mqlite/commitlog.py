@@ -26,6 +26,7 @@ from .clock import Clock, SystemClock
 from .config import StoreConfig
 from .errors import MQClientError, StoreCorruptedError
 from .consumequeue import ConsumeQueue
+from .indexfile import index_key_hashes, index_key_rows
 from .mappedfile import MappedFile, MappedFileQueue
 from .message import (
     PROPERTY_KEYS,
@@ -54,11 +55,13 @@ from .record import (
     TOTAL_AND_MAGIC,
     ByteRows,
     DispatchRequest,
+    EncodedBatchProperties,
     StoredMessage,
     TagsCodeFn,
     check_encoded_records,
     check_record,
     default_tags_code,
+    encode_batch,
     host_bytes,
     pack_header_born_v6,
     pack_headers,
@@ -366,6 +369,12 @@ class CommitLog:
         # The numpy header fields take any int: out-of-range ones raise here, as HEADER.pack would.
         for value in (queue_id, flag) if flags is None else (queue_id, min(flags), max(flags)):
             _INT.pack(value)
+        if type(properties) is EncodedBatchProperties:
+            suffixes = properties.id_suffixes()
+            if suffixes is not None and not born_host:
+                return self._append_columns(topic, queue_id, bodies, properties, suffixes,
+                                            flag if flags is None else flags, born_timestamp)
+            properties = list(properties)  # read as the maps it stands for
         # Each record ends with the topic, the property block's length and the block: the first two
         # are one shared object when every block has the same length (no bytes built per record).
         prefix = self._topic_prefix(topic)
@@ -386,6 +395,8 @@ class CommitLog:
             else:
                 keys = [p.get(PROPERTY_KEYS) if p else None for p in properties]
                 uniqs = [p.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) if p else None for p in properties]
+            if not any(keys) and not any(uniqs):
+                keys = uniqs = None  # no index key (an empty id alone is not indexed): no dispatch entry
             block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=count)
             shortest, longest = int(block_lengths.min()), int(block_lengths.max())
             # `record.record_tail` without the block (joined after it, not copied into it).
@@ -417,6 +428,47 @@ class CommitLog:
         return self._append_placed(topic, queue_id, headers, record_starts, total_all, sizes, pieces,
                                    properties=properties, keys=keys, uniqs=uniqs, born_now=born_timestamp is None,
                                    store_host=self.store_host)
+
+    def _append_columns(self, topic: str, queue_id: int, bodies: Sequence[bytes], columns: EncodedBatchProperties,
+                        suffixes: np.ndarray, flag: int | Sequence[int], born_timestamp: int | None) -> PutResult:
+        """`append_batch` of a producer's batch given column-wise: the same bytes, units and index keys,
+        with Python work per distinct property map (tags code, KEYS), not per message.
+
+        The records are built whole outside the lock (`record.encode_batch`: the id suffixes
+        are rows of one array, the headers numpy columns), their UNIQ_KEY index hashes with
+        numpy (`index_key_hashes`); under the lock `_append_placed` fills in the place and
+        copies them into the segment at once. `append_batch` has checked the bodies and flags.
+        """
+        self._topic_prefix(topic)  # a topic too long raises here; a V2 one is remembered
+        count = len(bodies)
+        index = np.zeros(count, dtype=np.int64) if columns.head_index is None \
+            else np.asarray(columns.head_index, dtype=np.int64)
+        records, sizes, headers = encode_batch(
+            topic, bodies, columns.heads, index, suffixes, flags=None if type(flag) is int and not flag else flag,
+            born_timestamp=0 if born_timestamp is None else born_timestamp, queue_id=queue_id,
+            store_host=self.store_host)
+        total = int(sizes.sum())
+        if total + END_FILE_MIN_BLANK_LENGTH > self.config.commitlog_file_size:
+            raise MQClientError(f"the batch is {total} bytes and cannot fit one commit-log segment of "
+                                f"{self.config.commitlog_file_size} bytes; send smaller batches")
+        starts = np.zeros(count, dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        one_size = int(sizes.min()) == int(sizes.max())
+        header_rows = ByteRows(records, starts, HEADER.size, int(sizes[0]) if one_size else None)
+        key_rows = key_hashes = None
+        if self._index_keys:  # UNIQ_KEY and KEYS hashed here, once per head for KEYS (the reput thread's work)
+            key_rows, key_hashes = index_key_rows(topic, columns.head_maps, index,
+                                                  index_key_hashes(f"{topic}#", suffixes[:, :-1]))
+        # A tags code per distinct map, from the map of its first message (the code reads no UNIQ_KEY).
+        samples: list[Mapping[str, str] | None] = [columns[0]]
+        if columns.head_index is not None:
+            heads_used, first_of = np.unique(index, return_index=True)
+            samples = [None] * len(columns.heads)
+            for head, first_message in zip(heads_used.tolist(), first_of.tolist()):
+                samples[head] = columns[first_message]
+        return self._append_placed(topic, queue_id, headers, starts, total, sizes, records, header_rows,
+                                   properties=samples, code_index=index, key_hashes=key_hashes, key_rows=key_rows,
+                                   born_now=born_timestamp is None, store_host=self.store_host)
 
     def append_encoded_records(self, topic: str, queue_id: int, records: Any, sizes: Any, codes: Any = None,
                                key_hashes: Any = None, key_rows: Any = None) -> PutResult:
@@ -484,8 +536,9 @@ class CommitLog:
 
     def _append_placed(self, topic: str, queue_id: int, headers: np.ndarray, starts: Any, total: int, sizes: Any,
                        records: Any, header_rows: ByteRows | None = None, *, properties: Any = None, codes: Any = None,
-                       keys: Any = None, uniqs: Any = None, key_hashes: Any = None, key_rows: Any = None,
-                       born_now: bool = False, store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
+                       code_index: Any = None, keys: Any = None, uniqs: Any = None, key_hashes: Any = None,
+                       key_rows: Any = None, born_now: bool = False,
+                       store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> PutResult:
         """The batch appends' one place-and-pack core, for records of one queue whose `headers` (`record.pack_headers`)
         start `starts` apart and add up to `total` bytes.
 
@@ -496,8 +549,11 @@ class CommitLog:
         without `header_rows`, a tuple of iterables of what follows each header (body, tail, ...),
         joined after the headers. The dispatch entry takes each record's tags code from `codes`,
         or from `properties` by the store's function (a delayed message's code is its due time:
-        known only under the lock), and index keys as strings (`keys`, `uniqs`) or hashes
-        (`key_hashes` of records `key_rows`). Data, not callbacks: with a copy and a dispatch
+        known only under the lock): one map a record, or with `code_index` one map per distinct
+        property block, record i's being `properties[code_index[i]]` (the whole batch has one
+        store time, so a code per block is each of its records' code), and index keys as strings
+        (`keys`, `uniqs`) or hashes (`key_hashes` of records `key_rows`); with neither, the
+        reput thread gets no entry. Data, not callbacks: with a copy and a dispatch
         closure a batch of ten cost 0.5% more instructions than before the core (callgrind).
 
         The single `append` does the same steps inline (the hot path of every send: see its docstring).
@@ -530,11 +586,13 @@ class CommitLog:
             if properties is not None:
                 fn = self.tags_code_fn
                 codes = [fn(topic, p, now) if p else 0 for p in properties]
+                if code_index is not None:
+                    codes = np.asarray(codes, dtype=np.int64)[code_index] if any(codes) else None
             indexed = key_hashes is not None and self._index_keys
             self._batch_written(BatchDispatch(topic, queue_id, first_qoff, first, sizes, codes, now, keys, uniqs,
                                               key_hashes if indexed else None,
                                               commit_log_offsets[key_rows] if indexed else None),
-                                keys is not None or key_hashes is not None)
+                                keys is not None or uniqs is not None or key_hashes is not None)
         return PutResult(first, total, first_qoff, now, count, commit_log_offsets.tolist(), store_host=store_host)
 
     def _batch_written(self, batch: BatchDispatch, has_keys: bool) -> None:

@@ -68,9 +68,8 @@ from ._service import Service
 from .record import MIN_RECORD_SIZE, encode_records
 from .config import read_json, write_json_atomic
 from .errors import MQClientError, MQLiteError, StoreCorruptedError
-from .indexfile import index_key_hash_array, index_key_hashes
+from .indexfile import index_key_hashes, index_key_rows
 from .message import (
-    PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     UniqIdGenerator,
@@ -179,7 +178,7 @@ def write_chunk(f: BinaryIO, topic: str, born_timestamp: int, lengths: Any, bodi
     records, sizes = encode_records(topic, bodies, offsets, blocks, index, suffixes, flags=flags,
                                     born_timestamp=born_timestamp)
     tags, tag_numbers = _tags_table(heads, index)
-    key_rows, key_hashes = _index_keys(topic, heads, index, uniq_hashes)
+    key_rows, key_hashes = index_key_rows(topic, heads, index, uniq_hashes)
     topic_bytes = topic.encode("utf-8")
     tags_bytes = json.dumps(tags, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     f.write(CHUNK.pack(_MAGIC, _VERSION, HAS_ROUTES if routes is not None else 0, len(topic_bytes), count,
@@ -204,33 +203,6 @@ def _tags_table(heads: Sequence[dict[str, str]], head_index: Any) -> tuple[list[
     return table, of_head[head_index] if len(head_index) else np.zeros(0, dtype=np.int64)
 
 
-def _index_keys(topic: str, heads: Sequence[dict[str, str]], head_index: Any, uniq_hashes: Any) -> tuple[Any, Any]:
-    """(row, hash) of every index key, rows ascending: `topic#UNIQ_KEY` (if any), then each `topic#KEY`.
-
-    The order of `indexfile.index_key_names`; keys are hashed once per head.
-    """
-    count = len(head_index)
-    names_of = [[f"{topic}#{k}" for k in (h.get(PROPERTY_KEYS) or "").split(" ") if k] for h in heads]
-    head_counts = np.array([len(n) for n in names_of], dtype=np.int64)
-    uniq = 0 if uniq_hashes is None else 1
-    if not head_counts.any():
-        if uniq:
-            return np.arange(count, dtype=np.int64), uniq_hashes
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    head_hashes = index_key_hash_array([name for names in names_of for name in names])
-    head_first = np.zeros(len(heads), dtype=np.int64)
-    np.cumsum(head_counts[:-1], out=head_first[1:])
-    counts = head_counts[head_index] + uniq
-    rows = np.repeat(np.arange(count, dtype=np.int64), counts)
-    row_first = np.zeros(count, dtype=np.int64)
-    np.cumsum(counts[:-1], out=row_first[1:])
-    within = np.arange(len(rows), dtype=np.int64) - row_first[rows]  # a key's place among its row's keys
-    hashes = np.empty(len(rows), dtype=np.int64)
-    if uniq:
-        hashes[row_first] = uniq_hashes
-    keyed = within >= uniq
-    hashes[keyed] = head_hashes[head_first[head_index[rows[keyed]]] + within[keyed] - uniq]
-    return rows, hashes
 
 
 @dataclass

@@ -47,7 +47,8 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,11 +56,12 @@ from .errors import ConfigError, IllegalStateError, StoreCorruptedError
 from .errors import disk_full_error
 from .mappedfile import reserve_ahead
 from .message import java_string_hash as _java_hash
-from .message import java_string_hash_array
+from .message import PROPERTY_KEYS, java_string_hash_array
 
 __all__ = [
     "INDEX_ENTRY", "INDEX_HEADER", "INDEX_SLOT", "IndexFile", "IndexService",
     "index_file_size", "index_key_hash", "index_key_hash_array", "index_key_hashes", "index_key_names",
+    "index_key_rows",
 ]
 
 _log = logging.getLogger(__name__)
@@ -703,6 +705,41 @@ def index_key_hashes(prefix: str, suffixes: np.ndarray) -> np.ndarray:
 def _java_abs(signed: np.ndarray) -> np.ndarray:
     """``index_key_hash``'s ``abs`` over int64 Java hashes: ``Math.abs(MIN_VALUE)`` stays negative, stored as 0."""
     return np.where(signed == _INT_MIN, 0, np.abs(signed))
+
+
+def index_key_rows(topic: str, heads: Sequence[Mapping[str, str]], head_index: Any,
+                   uniq_hashes: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(row, hash) of every index key of a batch whose row i has the KEYS of `heads[head_index[i]]`
+    (an int64 array) and, unless `uniq_hashes` is None, the UNIQ_KEY hashed as `uniq_hashes[i]`:
+    rows ascending, each row's `topic#UNIQ_KEY` first, then each `topic#KEY` (the order of
+    `index_key_names`). KEYS are hashed once per head, not per row; numpy passes otherwise.
+
+    >>> rows, hashes = index_key_rows("T", [{"KEYS": "a b"}, {}], np.array([0, 1, 0]), None)
+    >>> rows.tolist(), hashes.tolist() == [index_key_hash(k) for k in ["T#a", "T#b", "T#a", "T#b"]]
+    ([0, 0, 2, 2], True)
+    """
+    count = len(head_index)
+    names_of = [[f"{topic}#{k}" for k in (h.get(PROPERTY_KEYS) or "").split(" ") if k] for h in heads]
+    head_counts = np.array([len(n) for n in names_of], dtype=np.int64)
+    uniq = 0 if uniq_hashes is None else 1
+    if not head_counts.any():
+        if uniq:
+            return np.arange(count, dtype=np.int64), uniq_hashes
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    head_hashes = index_key_hash_array([name for names in names_of for name in names])
+    head_first = np.zeros(len(heads), dtype=np.int64)
+    np.cumsum(head_counts[:-1], out=head_first[1:])
+    counts = head_counts[head_index] + uniq
+    rows = np.repeat(np.arange(count, dtype=np.int64), counts)
+    row_first = np.zeros(count, dtype=np.int64)
+    np.cumsum(counts[:-1], out=row_first[1:])
+    within = np.arange(len(rows), dtype=np.int64) - row_first[rows]  # a key's place among its row's keys
+    hashes = np.empty(len(rows), dtype=np.int64)
+    if uniq:
+        hashes[row_first] = uniq_hashes
+    keyed = within >= uniq
+    hashes[keyed] = head_hashes[head_first[head_index[rows[keyed]]] + within[keyed] - uniq]
+    return rows, hashes
 
 
 def index_key_names(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:

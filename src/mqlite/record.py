@@ -49,7 +49,7 @@ import socket
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -58,6 +58,7 @@ from .errors import MQClientError, StoreCorruptedError
 from .message import (
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    EncodedProperties,
     MessageExt,
     SysFlag,
     create_offset_msg_id,
@@ -80,6 +81,7 @@ __all__ = [
     "DispatchRequest", "StoredMessage", "record_body", "record_properties", "stored_record", "stored_body",
     "decode_message", "check_record", "framed_at", "find_frame", "encode_record", "encode_records",
     "BODY_LENGTH", "unwritten_at", "headers_at", "properties_length_pos", "properties_lengths",
+    "encode_batch", "EncodedBatchProperties",
 ]
 
 MAGIC_V1 = -626843481  # 0xDAA320A7: 1-byte topic length
@@ -255,6 +257,9 @@ def host_text(raw: bytes, port: int) -> str:
 
 
 # -- what a record tells the dispatch -----------------------------------------------------------
+#: The store's tags code of a record: `fn(topic, properties, store_timestamp)`. A batch's records share one
+#: store time, and the column-wise `append_batch` calls it once per distinct property map of a batch
+#: (with one message's map): the function must not read UNIQ_KEY, the one property that map has of its own.
 TagsCodeFn = Callable[[str, Mapping[str, str], int], int]
 
 
@@ -662,12 +667,54 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
     for `CommitLog.append_encoded_records` to fill in. Needs no store: the Spark writer's
     tasks call it in parallel. Raises `MQClientError` for a topic or property block too long.
 
-    Cost: a CRC per body (and a slice, unless the bodies have one length) and numpy passes:
-    a 2-D copy when all records have one size, else one `bytes.join` of two pieces a record
-    (three when property blocks differ in length). Measured within `inbox.write_chunk`.
+    Cost: a CRC per body (and a slice, unless the bodies have one length) and numpy passes
+    (`encode_batch`). Measured within `inbox.write_chunk`.
     """
     offsets = np.asarray(body_offsets, dtype=np.int64)
     count = len(offsets) - 1
+    body_lengths = np.diff(offsets)
+    data = bytes(bodies) if count else b""  # slices of bytes are the cheapest per-body objects (measured)
+    body_rows = None
+    if count and int(body_lengths.min()) == int(body_lengths.max()):
+        length = int(body_lengths[0])
+        # Rows of a 2-D array: cheaper than slices for the CRCs, and copied as one column.
+        body_rows = np.frombuffer(data, dtype=np.uint8, count=count * length).reshape(count, length)
+        body_list: Any = body_rows
+    else:
+        ends = offsets.tolist()
+        body_list = [data[s:e] for s, e in zip(ends[:-1], ends[1:])]
+    records, sizes, _ = _encode(topic, body_list, body_lengths, body_rows, blocks, block_index, suffixes, flags,
+                                born_timestamp)
+    return records.data, sizes
+
+
+def encode_batch(topic: str, bodies: Sequence[bytes], blocks: Sequence[bytes], block_index: Any = None,
+                 suffixes: Any = None, *, flags: Any = None, born_timestamp: int = 0, queue_id: int = 0,
+                 store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`encode_records` for bodies given as a list of `bytes` (a producer's batch), also returning the
+    headers: `(records, sizes, headers)`, the records back to back in a writable uint8 array, their
+    sizes (int64) and their `HEADER_DTYPE` headers (QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP 0,
+    for `place_headers`). QUEUEID and the store host are written as given.
+
+    The commit log's column-wise `append_batch` (`EncodedBatchProperties`) builds its records with it;
+    the bytes are those of `encode_records` of the same messages, but for those two fields.
+    """
+    body_lengths = np.fromiter(map(len, bodies), dtype=np.int64, count=len(bodies))
+    return _encode(topic, bodies, body_lengths, None, blocks, block_index, suffixes, flags, born_timestamp,
+                   queue_id, store_host)
+
+
+def _encode(topic: str, body_list: Any, body_lengths: np.ndarray, body_rows: Any, blocks: Sequence[bytes],
+            block_index: Any, suffixes: Any, flags: Any, born_timestamp: int, queue_id: int = 0,
+            store_host: tuple[bytes, int] = (_STORE_IP, _STORE_PORT)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The one encoder of `encode_records` and `encode_batch`: `body_list` (bytes or uint8 rows: what the
+    CRCs read), `body_rows` the bodies as one (n, length) array when they have one length (None: made
+    from `body_list` when needed). Returns (records, sizes, headers).
+
+    A 2-D copy when all records have one size, else one `bytearray.join` of two pieces a record
+    (three when property blocks differ in length).
+    """
+    count = len(body_lengths)
     prefix, v2 = topic_prefix(topic)
     width = 0 if suffixes is None else int(suffixes.shape[1])
     block_lengths = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks)) + width
@@ -676,11 +723,9 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
                             f"{MAX_PROPERTIES_LENGTH} (RocketMQ's PROPERTIES_SIZE_EXCEEDED): move large values "
                             f"into the body")
     index = np.zeros(count, dtype=np.int64) if block_index is None else np.asarray(block_index, dtype=np.int64)
-    body_lengths = np.diff(offsets)
     sizes = body_lengths + block_lengths[index] + (HEADER.size + len(prefix) + PROPERTIES_LENGTH.size)
     if not count:
-        return memoryview(b""), sizes
-    data = bytes(bodies)  # slices of bytes are the cheapest per-body objects (measured against memoryviews)
+        return np.zeros(0, dtype=np.uint8), sizes, np.zeros(0, dtype=HEADER_DTYPE)
     # The suffixes follow each block: the length counts them (`record_tail` without its copy of them).
     pack_length = PROPERTIES_LENGTH.pack
     tails = [prefix + pack_length(len(b) + width) + b for b in blocks]
@@ -689,46 +734,123 @@ def encode_records(topic: str, bodies: Any, body_offsets: Any, blocks: Sequence[
         if len(set(map(len, tails))) == 1 else None
     length = int(body_lengths[0])
     one_size = tail_table is not None and int(body_lengths.min()) == int(body_lengths.max())
-    if one_size:
-        body_rows = np.frombuffer(data, dtype=np.uint8, count=count * length).reshape(count, length)
-        body_list: Any = body_rows  # rows of a 2-D array: cheaper than slices for the CRCs
-    else:
-        ends = offsets.tolist()
-        body_list = [data[s:e] for s, e in zip(ends[:-1], ends[1:])]
     flag_array = None
     if flags is not None:
         flag_array = np.asarray(flags, dtype=np.int64)
         for value in (int(flag_array.min()), int(flag_array.max())):
             _INT.pack(value)  # out of an int's range: struct.error, as HEADER.pack would raise
     headers = pack_headers(sizes, MAGIC_V2 if v2 else MAGIC_V1, map(zlib.crc32, body_list), body_lengths,
-                           flag=flag_array, born_timestamp=born_timestamp)
-    # `fixed` row i: header_i, then the tail (when of one length) and suffix_i that follow body_i.
+                           queue_id=queue_id, flag=flag_array, born_timestamp=born_timestamp, store_host=store_host)
+    header_bytes = headers.view(np.uint8).reshape(count, HEADER.size)
     trailer = (0 if tail_table is None else tail_table.shape[1]) + width
-    fixed = np.empty((count, HEADER.size + trailer), dtype=np.uint8)
-    fixed[:, : HEADER.size] = headers.view(np.uint8).reshape(count, HEADER.size)
-    if tail_table is not None:
-        fixed[:, HEADER.size : fixed.shape[1] - width] = tail_table[0] if len(tails) == 1 else tail_table[index]
-    if width:
-        fixed[:, fixed.shape[1] - width :] = suffixes
-    if one_size:  # every record the same size: a 2-D array, three column copies
+    if one_size:  # every record the same size: a 2-D array, a column copy per part
+        if body_rows is None:
+            body_rows = np.frombuffer(b"".join(body_list), dtype=np.uint8).reshape(count, length)
         out = np.empty((count, int(sizes[0])), dtype=np.uint8)
-        out[:, : HEADER.size] = fixed[:, : HEADER.size]
         out[:, HEADER.size : HEADER.size + length] = body_rows
-        out[:, HEADER.size + length :] = fixed[:, HEADER.size :]
-        return out.reshape(-1).data, sizes
-    # Else one `bytes.join`: each trailer and the next header are one piece (a row of `fixed`
-    # read from a header further on), so a record takes two pieces (body, that row), or
-    # three when tails differ in length (body, its shared tail, that row).
+        _fill_rows(out, header_bytes, tail_table, index, suffixes)
+        return out.reshape(-1), sizes, headers
+    # Else bodies of many sizes. `fixed` row i: header_i, then the tail (when of one length) and
+    # suffix_i that follow body_i; each trailer and the next header lie together (a row of `fixed`
+    # read from a header further on). A bytearray: the commit log fills headers in place.
+    fixed = np.empty((count, HEADER.size + trailer), dtype=np.uint8)
+    _fill_rows(fixed, header_bytes, tail_table, index, suffixes)
     flat = fixed.reshape(-1)
     step = fixed.shape[1]
-    gaps = list(flat[HEADER.size : HEADER.size + (count - 1) * step].reshape(count - 1, step))
-    gaps.append(flat[len(flat) - trailer :])
+    between = flat[HEADER.size : HEADER.size + (count - 1) * step].reshape(count - 1, step)
     if tail_table is not None:
-        pieces: Iterable[Any] = zip(body_list, gaps)
-    else:
-        pieces = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
-    joined = b"".join(itertools.chain((flat[: HEADER.size].data,), itertools.chain.from_iterable(pieces)))
-    return memoryview(joined), sizes
+        # Trailers of one length: the bodies joined around placeholders of that piece's width
+        # (C-level, no object a record), then every placeholder overwritten at once (measured:
+        # a quarter of the cost of a join of (body, row) pieces, whose rows are numpy views).
+        joined = bytearray().join((bytes(HEADER.size), bytes(step).join(body_list), bytes(trailer)))
+        out = np.frombuffer(joined, dtype=np.uint8)
+        out[: HEADER.size] = header_bytes[0]
+        ByteRows(out, np.cumsum(sizes[:-1]) - trailer, step, None).set(between)
+        out[len(out) - trailer :] = flat[len(flat) - trailer :]
+        return out, sizes, headers
+    # Tails of many lengths: one join of three pieces a record (body, its shared tail, that row).
+    gaps = list(between)
+    gaps.append(flat[len(flat) - trailer :])
+    pieces: Iterable[Any] = zip(body_list, map(tails.__getitem__, index.tolist()), gaps)
+    joined = bytearray().join(itertools.chain((flat[: HEADER.size].data,), itertools.chain.from_iterable(pieces)))
+    return np.frombuffer(joined, dtype=np.uint8), sizes, headers
+
+
+class EncodedBatchProperties(Sequence[EncodedProperties]):
+    """The property maps of a producer's batch, given column-wise: what `append_batch` encodes without
+    a map per message (`encode_batch`), while it still reads as the sequence of maps it stands for.
+
+    Message i's map is `head_maps[h]` followed by `UNIQ_KEY=ids[i]`, where `h = head_index[i]`
+    (`head_index` None: every message has head 0); it encodes to `heads[h] + ids[i] + "\\x02"`,
+    each of `heads` being its `head_maps` entry encoded (`encode_properties`, UTF-8) followed by
+    `UNIQ_KEY\\x01`. Whoever builds one vouches for that (as for `EncodedProperties`): the
+    producer, from the encodings it cached when it validated those maps. `head_maps` have no
+    UNIQ_KEY of their own and are not changed afterwards (the producer passes copies).
+
+    Reading an item builds that message's `EncodedProperties` (for any reader of maps: a remote
+    broker, a store's general path); the commit log reads the columns instead.
+
+    >>> batch = EncodedBatchProperties([b"WAIT\\x01true\\x02UNIQ_KEY\\x01"], [{"WAIT": "true"}], None, ["01", "02"])
+    >>> batch[1], batch[1].encoded, len(batch)
+    ({'WAIT': 'true', 'UNIQ_KEY': '02'}, b'WAIT\\x01true\\x02UNIQ_KEY\\x0102\\x02', 2)
+    """
+
+    __slots__ = ("heads", "head_maps", "head_index", "ids")
+
+    def __init__(self, heads: Sequence[bytes], head_maps: Sequence[Mapping[str, str]], head_index: Sequence[int] | None,
+                 ids: Sequence[str]) -> None:
+        self.heads = heads
+        self.head_maps = head_maps
+        self.head_index = head_index
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> EncodedProperties: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[EncodedProperties]: ...
+
+    def __getitem__(self, i: int | slice) -> EncodedProperties | list[EncodedProperties]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        uniq = self.ids[i]
+        h = 0 if self.head_index is None else self.head_index[i]
+        props = EncodedProperties(self.head_maps[h])
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        props.encoded = self.heads[h] + uniq.encode("utf-8") + _PROPERTY_END
+        return props
+
+    def id_suffixes(self) -> np.ndarray | None:
+        """Each message's id and the `\\x02` closing it, as an (n, w + 1) uint8 array (`encode_batch`'s
+        suffixes; `[:, :-1]` are the ids, for `index_key_hashes`); None unless the ids are ASCII and of
+        one length (a producer's always are)."""
+        ids = self.ids
+        if len(set(map(len, ids))) != 1:
+            return None
+        text = "\x02".join(ids) + "\x02"
+        if not text.isascii():
+            return None
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(len(ids), -1)
+
+
+_PROPERTY_END = b"\x02"
+
+
+def _fill_rows(rows: np.ndarray, header_bytes: np.ndarray, tail_table: np.ndarray | None, index: np.ndarray,
+               suffixes: np.ndarray | None) -> None:
+    """Write each record's header at the start of its row of `rows` and, at the row's end, its tail
+    (from `tail_table`, when tails have one length: row `index[i]`) and then its suffix."""
+    rows[:, : HEADER.size] = header_bytes
+    end = rows.shape[1]
+    width = 0 if suffixes is None else suffixes.shape[1]
+    if tail_table is not None:
+        start = end - width - tail_table.shape[1]
+        rows[:, start : end - width] = tail_table[0] if len(tail_table) == 1 else tail_table[index]
+    if width:
+        rows[:, end - width :] = suffixes
 
 
 def check_encoded_records(buf: Any, sizes: Any, starts: Any, topic: str) -> tuple[np.ndarray, ByteRows, bool]:
@@ -769,8 +891,10 @@ class ByteRows:
     fills in once it has placed them.
 
     A strided view when the positions are `step` apart (records of one size: no index
-    array at all), else an (n, width) fancy index. Built outside the put lock, so the
-    writes under it are single numpy assignments.
+    array at all), else the positions index a view with one `width`-byte item at every
+    byte of `buf` (as `headers_at`; measured: an (n, width) index of byte positions cost
+    a tenth of a send_batch of 1000 records of many sizes). Built outside the put lock, so
+    the writes under it are single numpy assignments.
 
     >>> buf = np.arange(12, dtype=np.uint8)
     >>> rows = ByteRows(buf, np.array([0, 4, 8]), 2, 4)
@@ -778,12 +902,16 @@ class ByteRows:
     [[0, 1], [4, 5], [8, 9]]
     >>> rows.set(np.array([7, 7], dtype=np.uint8)); buf.tolist()[:6]
     [7, 7, 2, 3, 7, 7]
+    >>> rows = ByteRows(buf, np.array([1, 9]), 3, None)
+    >>> rows.set(np.array([[1, 2, 3], [4, 5, 6]], dtype=np.uint8)); rows.get().tolist(), buf.tolist()
+    ([[1, 2, 3], [4, 5, 6]], [7, 1, 2, 3, 7, 7, 6, 7, 7, 4, 5, 6])
     """
 
-    __slots__ = ("buf", "view", "index")
+    __slots__ = ("buf", "view", "index", "items")
 
     view: Any  # the strided view, or None
-    index: Any  # the fancy index, or None
+    index: Any  # the positions, or None
+    items: Any  # the view of `width`-byte items at every byte, or None
 
     def __init__(self, buf: Any, positions: Any, width: int, step: int | None) -> None:
         self.buf = buf
@@ -793,21 +921,24 @@ class ByteRows:
             # batch's bytecodes); it also refuses a view past the buffer's end.
             self.view = np.ndarray((len(positions), width), dtype=np.uint8, buffer=buf, offset=first,
                                    strides=(step or width, 1))
-            self.index = None
+            self.index = self.items = None
         else:
             self.view = None
-            self.index = positions[:, None] + np.arange(width)
+            self.index = np.asarray(positions, dtype=np.int64)
+            self.items = np.ndarray((len(buf) - width + 1,), dtype=f"V{width}", buffer=buf, strides=(1,))
 
     def get(self) -> Any:
         """The bytes as an (n, width) uint8 array."""
-        return self.view if self.index is None else self.buf[self.index]
+        if self.index is None:
+            return self.view
+        return self.items[self.index].view(np.uint8).reshape(len(self.index), -1)
 
     def set(self, values: Any) -> None:
         """Overwrite them with `values` ((n, width) uint8, or one row to broadcast)."""
         if self.index is None:
             self.view[...] = values
         else:
-            self.buf[self.index] = values
+            self.items[self.index] = np.ascontiguousarray(values, dtype=np.uint8).view(self.items.dtype).reshape(-1)
 
 
 def _ints(rows: Any, dtype: str) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 from collections.abc import Mapping
 from enum import Enum
@@ -27,6 +28,7 @@ from .record import (
     MAGIC_BYTES,
     RECORD_KEY,
     SYSFLAG_LOW_POS,
+    SYSFLAG_POS,
     DispatchRequest,
     StoredMessage,
     TagsCodeFn,
@@ -51,6 +53,10 @@ _ENTRIES_PER_SLOT, _ENTRIES_REST = divmod(StoreConfig.max_index_num, StoreConfig
 assert _ENTRIES_REST == 0, "infer_format_settings needs a whole number of index entries per hash slot"
 _INDEX_BYTES_PER_SLOT = INDEX_SLOT.size + _ENTRIES_PER_SLOT * INDEX_ENTRY.size
 _new_object = object.__new__
+#: `RECORD_KEY`, then SYSFLAG and the body length: all an unfiltered read needs of a record, in one call.
+_READ_HEAD = struct.Struct(f"{RECORD_KEY.format}{SYSFLAG_POS - RECORD_KEY.size}xi"
+                           f"{BODY_LENGTH_POS - SYSFLAG_POS - 4}xi")
+assert _READ_HEAD.size == BODY_POS
 
 log = logging.getLogger("mqlite")
 
@@ -289,8 +295,9 @@ class StoreFiles:
         cls = StoredMessage
         find = self.commitlog.mapped_files.find
         unpack_len = BODY_LENGTH.unpack_from
-        unpack_key = RECORD_KEY.unpack_from
-        key_size = RECORD_KEY.size
+        unpack_head = _READ_HEAD.unpack_from
+        head_size = _READ_HEAD.size  # a valid record is longer: topic, properties
+        slow = _SLOW_BODY_FLAGS
         queue_id = cq.queue_id
         own = not cq.is_light  # a light message queue's units point at other queues' records
         min_log = self.commitlog.min_offset
@@ -320,8 +327,8 @@ class StoreFiles:
                        if mm is not None and size > 0 else b"")
                 # The unit must point at its own record (units below max offset are all written,
                 # so anything else is damage, or a record retention deleted): skip it, never stall.
-                if len(raw) == size >= key_size:
-                    total, magic, record_qid, record_qoff = unpack_key(raw)
+                if len(raw) == size > head_size:
+                    total, magic, record_qid, record_qoff, sysflag, body_length = unpack_head(raw)
                     good = total == size and magic in MAGIC_BYTES and (
                         (record_qoff == qoff and record_qid == queue_id) or not own)
                 else:
@@ -343,6 +350,7 @@ class StoreFiles:
                         removed += 1
                         continue
                     size = len(raw)
+                    sysflag, body_length = raw[SYSFLAG_LOW_POS], unpack_len(raw, BODY_LENGTH_POS)[0]
                 if total_bytes + size > max_bytes and messages:
                     stop = qoff  # the budget is spent: this record comes with the next read
                     break
@@ -353,8 +361,7 @@ class StoreFiles:
                 msg.queue_offset = qoff
                 qoff += 1
                 # SYSFLAG's low byte holds the compression and IPv6 host bits.
-                msg._body = raw[BODY_POS : BODY_POS + unpack_len(raw, BODY_LENGTH_POS)[0]] \
-                    if not raw[SYSFLAG_LOW_POS] & _SLOW_BODY_FLAGS else None
+                msg._body = raw[BODY_POS : BODY_POS + body_length] if not sysflag & slow else None
                 append(msg)
                 total_bytes += size
         _log_skips(cq, bad, aside, repair)

@@ -45,7 +45,7 @@ from ..message import MessageExt, MessageQueue
 from ..port import BrokerPort
 from ..rebalance import AllocateMessageQueueStrategy
 from .base import PERSIST_OFFSET_INTERVAL, REBALANCE_INTERVAL, ConsumerBase, check_range
-from .processqueue import ProcessQueue
+from .processqueue import ProcessQueue, PulledRun
 from .service import PullLoop
 from .types import ConsumeFromWhere, MessageModel, MessageQueueListener
 
@@ -76,16 +76,19 @@ class ConsumeRequest:
     """One pull result's messages (`msgs`) from one queue (`mq`), waiting for `poll()` (`ConsumeRequest`).
 
     What `LitePullConsumer.take` returns. `pq` and `epoch` (the queue's seek
-    epoch when it was pulled, see `_Assigned`) tell whether it went stale.
+    epoch when it was pulled, see `_Assigned`) tell whether it went stale;
+    `run` is the pull result in the process queue that `msgs` are the rest of.
     """
 
-    __slots__ = ("msgs", "mq", "pq", "epoch")
+    __slots__ = ("msgs", "mq", "pq", "epoch", "run")
 
-    def __init__(self, msgs: list[MessageExt], mq: MessageQueue, pq: ProcessQueue, epoch: int) -> None:
+    def __init__(self, msgs: list[MessageExt], mq: MessageQueue, pq: ProcessQueue, epoch: int,
+                 run: PulledRun) -> None:
         self.msgs = msgs
         self.mq = mq
         self.pq = pq
         self.epoch = epoch
+        self.run = run
 
 
 class _Assigned:
@@ -403,10 +406,18 @@ class LitePullConsumer(ConsumerBase):
         return self._poll(float(wait))
 
     def _poll(self, timeout: float) -> list[MessageExt]:
-        request = self.take(timeout)
-        if request is None:
-            return []
-        self.hand_out(request, request.msgs)
+        # `take` and `hand_out` under one acquisition of `_cv`, which the pull thread shares.
+        with self._cv:
+            request = self._next_request(time.monotonic() + timeout, None)
+            if request is None:
+                return []
+            state = self._hand_out_locked(request, request.msgs)
+            poke, self._flow_blocked = self._flow_blocked, False
+        if poke:
+            self._poke()
+        tracer = self._tracer
+        if tracer is not None and state is not None:
+            tracer.polled(request.msgs)
         return request.msgs
 
     # -- taking and handing out: `poll()` in two steps, for adapters (`mqlite.aio`) ----------------------------
@@ -429,34 +440,35 @@ class LitePullConsumer(ConsumerBase):
         the wait early: `mqlite.aio` sets it when the coroutine waiting for this
         take is cancelled. Blocks on a condition; any thread may call it.
         """
-        deadline = time.monotonic() + timeout
         with self._cv:
-            while True:
-                while self._requests:
-                    request = self._requests.popleft()
-                    if self._state_of(request) is not None:
-                        return request
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._state != "RUNNING" or (abandoned is not None and abandoned()):
-                    return None
-                self._cv.wait(remaining)
+            return self._next_request(time.monotonic() + timeout, abandoned)
+
+    def _next_request(self, deadline: float, abandoned: Callable[[], bool] | None) -> ConsumeRequest | None:
+        """`take` (caller holds `_cv`)."""
+        requests = self._requests
+        while True:
+            while requests:
+                request = requests.popleft()
+                if self._state_of(request) is not None:
+                    return request
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._state != "RUNNING" or (abandoned is not None and abandoned()):
+                return None
+            self._cv.wait(remaining)
+            requests = self._requests  # `_restart_at` replaces the deque
 
     def hand_out(self, request: ConsumeRequest, msgs: list[MessageExt]) -> bool:
         """`msgs` of `request` (from `take`) go to the application: the queue's consume offset moves past them.
 
-        False when the request went stale since it was taken (a seek, a reset,
-        the queue given up or a shutdown): its offset then stays where it is.
-        Traced, a hand-out is recorded here (every way of polling comes here).
+        `msgs` are the front of what `request` has not handed out yet, in order
+        (all of `request.msgs`, or the next few as an iteration goes); anything
+        else raises `MQClientError`. False when the request went stale since it
+        was taken (a seek, a reset, the queue given up or a shutdown): its
+        offset then stays where it is. Traced, a hand-out is recorded here
+        (every way of polling comes here).
         """
         with self._cv:
-            offset = request.pq.remove_messages(msgs)
-            state = self._state_of(request)
-            if state is not None and offset >= 0:
-                if request.pq.msg_count == 0 and state.seek_offset < 0:
-                    # All pulled is handed out: what lies between them and the pull position was
-                    # filtered out (a FOUND pull skips a filtered stretch at its end too).
-                    offset = max(offset, state.pull_offset)
-                state.consume_offset = offset
+            state = self._hand_out_locked(request, msgs)
             poke, self._flow_blocked = self._flow_blocked, False
         if poke:
             self._poke()
@@ -464,6 +476,19 @@ class LitePullConsumer(ConsumerBase):
         if tracer is not None and state is not None:
             tracer.polled(msgs)
         return state is not None
+
+    def _hand_out_locked(self, request: ConsumeRequest, msgs: list[MessageExt]) -> _Assigned | None:
+        """`hand_out` (caller holds `_cv`): the queue's state, or None when `request` went stale."""
+        pq = request.pq
+        offset = pq.remove_from_run(request.run, msgs)
+        state = self._state_of(request)
+        if state is not None and offset >= 0:
+            if pq.msg_count == 0 and state.seek_offset < 0:
+                # All pulled is handed out: what lies between them and the pull position was
+                # filtered out (a FOUND pull skips a filtered stretch at its end too).
+                offset = max(offset, state.pull_offset)
+            state.consume_offset = offset
+        return state
 
     def _state_of(self, request: ConsumeRequest) -> _Assigned | None:
         """The queue state `request` belongs to, or None when it went stale (caller holds `_cv`)."""
@@ -477,7 +502,7 @@ class LitePullConsumer(ConsumerBase):
         coroutine) are polled first next time; dropped when the request went stale meanwhile."""
         with self._cv:
             if msgs and self._state_of(request) is not None:
-                self._requests.appendleft(ConsumeRequest(msgs, request.mq, request.pq, request.epoch))
+                self._requests.appendleft(ConsumeRequest(msgs, request.mq, request.pq, request.epoch, request.run))
                 self._cv.notify()
 
     def wake_takers(self) -> None:
@@ -796,8 +821,8 @@ class LitePullConsumer(ConsumerBase):
             if self._assigned.get(mq) is not state or state.epoch != epoch or state.pq.dropped:
                 return False  # seeked, reset or given up while the pull ran
             if result.pull_status is PullStatus.FOUND and msgs:
-                state.pq.put_messages(msgs)
-                self._requests.append(ConsumeRequest(msgs, mq, state.pq, epoch))
+                run = state.pq.put_run(msgs)
+                self._requests.append(ConsumeRequest(msgs, mq, state.pq, epoch, run))
                 self._cv.notify()
             elif result.pull_status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("%s %s: offset %d of %s is illegal; moving to %d", self._kind, self.group, offset,

@@ -12,7 +12,11 @@ Orderly consumption moves a batch into a second map while it is being
 consumed (`take_messages`), then `commit`s it or puts it back (`rollback`,
 `make_message_to_consume_again`).
 
-One lock per queue, taken once per batch, never while user code runs.
+One lock per queue, taken once per batch, never while user code runs. A
+push consumer's consume threads do not take it for a batch they finished:
+they `ack` it into a deque, which the pull thread folds in (`fold_acked`) on
+its next round, before it commits; so the committed offset still never
+passes a message not folded in.
 """
 
 from __future__ import annotations
@@ -21,12 +25,28 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from ..errors import MQClientError
 from ..message import MessageExt
 
-__all__ = ["ProcessQueue", "REBALANCE_LOCK_MAX_LIVE_MS"]
+__all__ = ["ProcessQueue", "PulledRun", "REBALANCE_LOCK_MAX_LIVE_MS"]
 
 #: The client considers its orderly lock expired after 30 s without renewal.
 REBALANCE_LOCK_MAX_LIVE_MS = 30_000
+
+
+class PulledRun:
+    """One pull result of a lite pull consumer, handed out from its front (`ProcessQueue.put_run`)."""
+
+    __slots__ = ("msgs", "next", "size", "live")
+
+    def __init__(self, msgs: list[MessageExt], size: int) -> None:
+        self.msgs = msgs
+        self.next = 0  # index of the first message not handed out yet
+        self.size = size  # body bytes not handed out yet
+        self.live = True  # False once its process queue was cleared: hand-outs then count nothing
+
+    def __repr__(self) -> str:
+        return f"<PulledRun {self.next}/{len(self.msgs)} handed out>"
 
 
 class ProcessQueue:
@@ -39,6 +59,8 @@ class ProcessQueue:
         self._msgs: dict[int, MessageExt] = {}
         self._order: deque[int] = deque()  # offsets of _msgs ascending, plus removed ones not yet skipped
         self._consuming: dict[int, MessageExt] = {}
+        self._runs: deque[PulledRun] = deque()  # a lite pull consumer's pull results, oldest first
+        self._acked: deque[MessageExt] = deque()  # consumed, not folded yet (`ack`, `fold_acked`)
         self.msg_count = 0
         self.msg_size = 0
         self.queue_offset_max = 0
@@ -106,9 +128,60 @@ class ProcessQueue:
     def max_span(self) -> int:
         """Offset distance between the first and last cached message (`getMaxSpan`)."""
         with self.lock:
+            if self._runs:
+                return self._runs[-1].msgs[-1].queue_offset - self._runs[0].msgs[self._runs[0].next].queue_offset
             first = self._first()
             last = self._last()
             return last - first if first is not None and last is not None else 0
+
+    # -- lite pull: whole pull results --------------------------------------------------------------------
+    def put_run(self, msgs: list[MessageExt]) -> PulledRun:
+        """Add one pull result (non-empty, ascending offsets, after everything cached) as a whole."""
+        run = PulledRun(msgs, sum(len(msg.body) for msg in msgs))
+        with self.lock:
+            self._runs.append(run)
+            self.msg_count += len(msgs)
+            self.msg_size += run.size
+            last = msgs[-1].queue_offset
+            if last > self.queue_offset_max:
+                self.queue_offset_max = last
+        return run
+
+    def remove_from_run(self, run: PulledRun, msgs: Sequence[MessageExt]) -> int:
+        """`msgs`, the front of `run`'s messages not handed out yet, are handed out: the offset to commit.
+
+        That is the first message not handed out of the oldest unfinished run,
+        or `queue_offset_max + 1` once every run is done; -1 when `run` no
+        longer belongs here (the queue was cleared since). Raises `MQClientError`
+        when `msgs` is not the front of what is left of `run`.
+        """
+        count = len(msgs)
+        if not count:
+            return -1
+        with self.lock:
+            if not run.live:
+                return -1
+            start = run.next
+            end = start + count
+            left = run.msgs
+            if end > len(left) or msgs[0] is not left[start] or msgs[-1] is not left[end - 1]:
+                raise MQClientError(f"hand-outs of a pull result go in order: expected offset "
+                                 f"{left[start].queue_offset}, got {msgs[0].queue_offset} to {msgs[-1].queue_offset}")
+            run.next = end
+            if end == len(left):
+                size = run.size
+            else:  # a part (an iteration): count its bytes
+                size = sum(len(msg.body) for msg in msgs)
+            run.size -= size
+            self.msg_size -= size
+            self.msg_count -= count
+            runs = self._runs
+            while runs and runs[0].next == len(runs[0].msgs):
+                runs.popleft()
+            if runs:
+                first = runs[0]
+                return first.msgs[first.next].queue_offset
+            return self.queue_offset_max + 1
 
     # -- concurrent consumption ----------------------------------------------------------------------------
     def remove_messages(self, msgs: Iterable[MessageExt]) -> int:
@@ -130,11 +203,54 @@ class ProcessQueue:
                     size += len(msg.body)
             self.msg_count -= removed
             self.msg_size -= size
-            first = self._first()
-            offset = first if first is not None else self.queue_offset_max + 1
-            if offset > self.pending_offset:
-                self.pending_offset = offset
-            return offset
+            return self._note_committable()
+
+    def _note_committable(self) -> int:
+        """The smallest offset still cached, or `queue_offset_max + 1`; noted as pending (`lock` held)."""
+        first = self._first()
+        offset = first if first is not None else self.queue_offset_max + 1
+        if offset > self.pending_offset:
+            self.pending_offset = offset
+        return offset
+
+    def ack(self, msgs: Iterable[MessageExt]) -> bool:
+        """Consumed messages, noted without the lock (a consume thread); `fold_acked` removes them.
+
+        The hand-off of a consume thread's successful batch: a `deque.extend`,
+        atomic under the GIL, so consume threads never queue on `lock`. True
+        when every cached message may be acknowledged now (the owner should
+        fold and commit soon): `len(acked) >= msg_count`, read after the
+        append, which `fold_acked` keeps exact by counting down one message at
+        a time as it takes them.
+        """
+        acked = self._acked
+        acked.extend(msgs)
+        return len(acked) >= self.msg_count
+
+    def fold_acked(self) -> int:
+        """Remove what `ack` noted (the owner's thread): the offset to commit, or -1 when nothing was noted.
+
+        Like `remove_messages`: the smallest offset still cached (an acked
+        message not folded yet counts as cached, so the offset never passes
+        it), or `queue_offset_max + 1` once nothing is left.
+        """
+        acked = self._acked
+        if not acked:
+            return -1
+        with self.lock:
+            pop = self._msgs.pop
+            take = acked.popleft
+            while acked:  # until empty: an ack appended meanwhile is folded too (see `ack`)
+                msg = take()
+                if pop(msg.queue_offset, None) is not None:
+                    self.msg_count -= 1
+                    self.msg_size -= len(msg.body)
+            return self._note_committable()
+
+    @property
+    def acked_pending(self) -> int:
+        """Messages `ack` noted that `fold_acked` has not removed yet."""
+        return len(self._acked)
 
     # -- orderly consumption ---------------------------------------------------------------------------------
     def take_messages(self, batch_size: int) -> list[MessageExt]:
@@ -192,6 +308,10 @@ class ProcessQueue:
             self._msgs.clear()
             self._order.clear()
             self._consuming.clear()
+            for run in self._runs:
+                run.live = False
+            self._runs.clear()
+            self._acked.clear()
             self.msg_count = 0
             self.msg_size = 0
             self.queue_offset_max = 0
@@ -205,6 +325,8 @@ class ProcessQueue:
     def first_offset(self) -> int | None:
         """The smallest cached offset, or None."""
         with self.lock:
+            if self._runs:
+                return self._runs[0].msgs[self._runs[0].next].queue_offset
             return self._first()
 
     def __len__(self) -> int:

@@ -65,6 +65,10 @@ _SUCCESS = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 PULL_DELAY_WHEN_EXCEPTION = 3.0
 #: RocketMQ caps `pullInterval` at 65535 ms.
 MAX_PULL_INTERVAL = 65.535
+#: With `consume_message_batch_max_size` 1, a pull's messages go to the consume threads several to a task
+#: (each still its own listener call) once this many tasks per thread wait already: fewer hand-offs.
+DEEP_BACKLOG_PER_THREAD = 2
+MESSAGES_PER_TASK = 8
 #: `join()` is woken by the consume path; this bounds the cost of a missed wake-up, not the normal latency.
 JOIN_BACKSTOP = 1.0
 
@@ -520,6 +524,13 @@ class PushConsumer(ConsumerBase):
         size = self.consume_message_batch_max_size
         submit, consume = pool.submit_call, self._consume_concurrently
         if size == 1:
+            if len(msgs) > 1 and pool.backlog >= DEEP_BACKLOG_PER_THREAD * pool.size:
+                # Every thread has work queued already: a task of several messages (still one listener call
+                # each) saves hand-offs without delaying any message a free thread could have taken.
+                each = self._consume_each
+                for start in range(0, len(msgs), MESSAGES_PER_TASK):
+                    submit(each, (msgs[start:start + MESSAGES_PER_TASK], pq, mq))
+                return
             for msg in msgs:
                 submit(consume, _Request([msg], pq, mq))
         else:
@@ -541,7 +552,7 @@ class PushConsumer(ConsumerBase):
         loop.call_later(period, tick)
 
     def _commit_offsets(self, only: ProcessQueue | None = None) -> None:
-        """Commit what the consume threads noted (`ProcessQueue.pending_offset`), increase-only.
+        """Fold in what consume threads acknowledged, then commit `ProcessQueue.pending_offset`, increase-only.
 
         Concurrent consumption commits from the pull thread, so consume threads
         share no offset-table lock (RocketMQ's client, too, batches its
@@ -553,6 +564,7 @@ class PushConsumer(ConsumerBase):
         for mq, pq in self._process_queue_items():
             if only is not None and pq is not only:
                 continue
+            pq.fold_acked()  # what consume threads acknowledged since the last round
             pending = pq.pending_offset
             # A queue being given up still commits what was consumed before (`only`).
             if pending > pq.committed_offset and (only is not None or not pq.dropped):
@@ -592,6 +604,19 @@ class PushConsumer(ConsumerBase):
                     request.pq.remove_messages([msg])
 
     # -- concurrent consumption ------------------------------------------------------------------------
+    def _consume_each(self, task: tuple[list[MessageExt], ProcessQueue, MessageQueue]) -> None:
+        """Several messages of one queue in one task, each its own request and listener call.
+
+        The requests are made here, on the consume thread, not on the pull thread.
+        """
+        msgs, pq, mq = task
+        consume = self._consume_concurrently
+        for msg in msgs:
+            try:
+                consume(_Request([msg], pq, mq))
+            except Exception:  # as the pool does for a task: the rest of this one still runs
+                log.exception("consume task failed")
+
     def _consume_concurrently(self, request: _Request) -> None:
         pq = request.pq
         if pq.dropped or self._stopping:
@@ -619,10 +644,13 @@ class PushConsumer(ConsumerBase):
         if pq.dropped:
             return
         if (status is None or status is _SUCCESS) and context.ack_index >= len(msgs) - 1:
-            # The common case, kept short: everything acknowledged.
-            pq.remove_messages(msgs)  # notes the committable offset; the pull thread commits it
-            if pq.msg_count == 0 or pq.flow_blocked:
-                self._drained_or_unblocked(pq)
+            # The common case, kept short: everything acknowledged. No lock: the pull thread folds the
+            # ack in and commits; it is poked when the cache may be drained or the queue was blocked.
+            if pq.ack(msgs) or pq.flow_blocked:
+                pq.flow_blocked = False
+                loop = self._loop
+                if loop is not None:
+                    loop.poke()
             return
         if status is None:
             status = _SUCCESS
@@ -658,7 +686,7 @@ class PushConsumer(ConsumerBase):
 
     def _drained_or_unblocked(self, pq: ProcessQueue) -> None:
         """Wake the pull loop when a queue's cache drained (commit its offset now) or freed room."""
-        if pq.msg_count == 0 and not pq.dropped:
+        if pq.msg_count <= pq.acked_pending and not pq.dropped:  # drained once the acks are folded in
             loop = self._loop
             if loop is not None:
                 loop.poke()

@@ -69,6 +69,11 @@ class WorkerPool:
         """Number of worker threads."""
         return len(self._threads)
 
+    @property
+    def backlog(self) -> int:
+        """Tasks submitted and not taken by a worker yet (approximate while workers run)."""
+        return self._tasks.qsize()
+
     def _work(self) -> None:
         get = self._tasks.get
         while True:
