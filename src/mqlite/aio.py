@@ -4,9 +4,9 @@
 and `async with` over the same objects as the blocking API: each class wraps
 one client (its `.sync` attribute) and runs every call that may block on a
 thread, so the event loop never waits for the store. Sends run on the
-producer's own send pool (`Producer.send_async`, bridged with
-`asyncio.wrap_future`); everything else runs on the loop's default executor,
-or on the `executor=` you pass (a long `poll` holds one of its threads while it
+producer's own send pool, or under SYNC_FLUSH in its pipeline (`Producer.send_async`;
+completions reach the loop as `asyncio.wrap_future` would, one loop call per group);
+everything else runs on the loop's default executor, or on the `executor=` you pass (a long `poll` holds one of its threads while it
 waits). No behaviour is re-implemented here: options, defaults and errors are
 those of `mqlite.Producer`, `mqlite.LitePullConsumer` and `mqlite.PushConsumer`.
 
@@ -45,6 +45,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import Executor
+from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Generic, Protocol, TypeVar
 
 from .broker import Broker
@@ -75,6 +76,63 @@ class AsyncMessageListener(Protocol):
 async def _run(executor: Executor | None, fn: Callable[[], T]) -> T:
     """`fn()` on `executor` (None: the loop's default one), awaited."""
     return await asyncio.get_running_loop().run_in_executor(executor, fn)
+
+
+class _Completions:
+    """Completes a loop's futures from the producer's (`asyncio.wrap_future`, grouped).
+
+    `wrap_future` costs one `call_soon_threadsafe` (a lock and a write to the
+    loop's self-pipe) per future. Sends complete in groups (under SYNC_FLUSH a
+    whole flush's worth at once), so the futures completed before the loop
+    runs the last call are handed over together: one call per group.
+    Cancelling the loop's future cancels the send's, as `wrap_future` does.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._done: list[tuple[ConcurrentFuture[Any], asyncio.Future[Any]]] = []
+        self._scheduled = False
+
+    def bridge(self, source: ConcurrentFuture[T]) -> asyncio.Future[T]:
+        """A future of `self.loop` that completes as `source` does (call it on the loop's thread)."""
+        target: asyncio.Future[T] = self.loop.create_future()
+        target.add_done_callback(functools.partial(_cancel_source, source))
+        source.add_done_callback(functools.partial(self._completed, target))
+        return target
+
+    def _completed(self, target: asyncio.Future[Any], source: ConcurrentFuture[Any]) -> None:
+        """On the thread that completed `source`: queue it; one loop call drains the queue."""
+        with self._lock:
+            self._done.append((source, target))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop was closed: nobody awaits these futures any more
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            done, self._done = self._done, []
+            self._scheduled = False
+        for source, target in done:
+            if target.cancelled():
+                continue
+            if source.cancelled():
+                target.cancel()
+                continue
+            exc = source.exception()
+            if exc is not None:
+                target.set_exception(exc)
+            else:
+                target.set_result(source.result())
+
+
+def _cancel_source(source: ConcurrentFuture[Any], target: asyncio.Future[Any]) -> None:
+    if target.cancelled():
+        source.cancel()
 
 
 class _Handoff(Generic[T]):
@@ -154,13 +212,16 @@ class Producer:
 
     `options` are `mqlite.Producer`'s keywords. Sends run on the producer's
     send pool (`async_thread_nums` threads, joined by `shutdown`); a send waits
-    for the store there, never on the loop.
+    for the store there, never on the loop. Under SYNC_FLUSH on a local store the
+    loop's thread appends the message (microseconds, as `Producer.send_async`)
+    and awaits the group commit that makes it durable.
     """
 
     def __init__(self, broker: BrokerLike, group: str = DEFAULT_PRODUCER_GROUP, *, executor: Executor | None = None,
                  **options: Any) -> None:
         self.sync = _Producer(broker, group, **options)
         self._executor = executor
+        self._completions: _Completions | None = None  # for the running loop (send_async)
 
     async def start(self) -> None:
         """Start the producer (opens the broker when given a path)."""
@@ -185,7 +246,12 @@ class Producer:
         many sends and `asyncio.gather` them to keep the send pool busy. Call it
         from a coroutine (the future belongs to the running loop).
         """
-        return asyncio.wrap_future(self.sync.send_async(msg, selector=selector, arg=arg, queue=queue))
+        loop = asyncio.get_running_loop()
+        future = self.sync.send_async(msg, selector=selector, arg=arg, queue=queue)
+        completions = self._completions
+        if completions is None or completions.loop is not loop:
+            completions = self._completions = _Completions(loop)
+        return completions.bridge(future)
 
     async def send(self, msg: Message, selector: MessageQueueSelector | None = None, arg: Any = None, *,
                    queue: MessageQueue | None = None) -> SendResult:

@@ -52,6 +52,7 @@ from .port import BrokerPort, QueueKey, TransactionChecker
 from .reader import StoreReader
 from .sendback import DEFAULT_MAX_RECONSUME_TIMES, dlq_topic, is_dlq_topic, is_retry_topic, plan_send_back, retry_topic
 from .store import MessageStore
+from .storeservices import GroupCommit
 from .storebase import MAX_PULL_MSG_SIZE, MessageFilter, StoreFiles, config_for
 from .topics import (
     PERM_READ,
@@ -813,6 +814,12 @@ class Broker:
         for member in self.consumer_groups.members(group):
             if member.client_id != client_id:
                 member.request_rebalance()
+
+    @property
+    def group_commit(self) -> GroupCommit | None:
+        """The writable store's group commit under SYNC_FLUSH (`BrokerPort.group_commit`); else None."""
+        store = self._store
+        return store.group_commit if isinstance(store, MessageStore) and not self._closed else None
 
     def wait_dispatched(self, timeout: float | None = None) -> bool:
         """Block until everything stored so far is readable by pulls (dispatched to the consume

@@ -21,6 +21,7 @@ The port is RocketMQ's client-to-broker surface in Python terms:
 | `send_message_back` | `CONSUMER_SEND_MSG_BACK` |
 | `view_message` | `VIEW_MESSAGE_BY_ID` |
 | `wait_dispatched` | no request: a local wait for the reput service (the holder's own) |
+| `group_commit` | no request: the local store's SYNC_FLUSH group commit, which `send_async` pipelines through |
 | `trace_dispatcher` | `SEND_MESSAGE` to `RMQ_SYS_TRACE_TOPIC` |
 
 Callbacks go the other way through two small protocols the clients implement:
@@ -39,6 +40,7 @@ from .groups import GroupMember
 from .longpoll import PullResult, Waker
 from .message import MessageExt, MessageQueue
 from .storebase import MessageFilter
+from .storeservices import GroupCommit
 from .trace import TraceDispatcher
 
 __all__ = ["BrokerPort", "Subscription", "TransactionChecker", "GroupMember", "QueueKey"]
@@ -227,6 +229,12 @@ class BrokerPort(Protocol):
 
     def wait_dispatched(self, timeout: float | None = None) -> bool:
         """Block until everything stored so far is visible to pulls; False on timeout."""
+        ...
+
+    @property
+    def group_commit(self) -> GroupCommit | None:
+        """The store's group commit when it is in this process and flushes synchronously (SYNC_FLUSH):
+        a producer's `send_async` stores on the caller's thread and completes with its flush. Else None."""
         ...
 
     def view_message(self, msg_id: str) -> MessageExt:

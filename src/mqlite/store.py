@@ -356,6 +356,12 @@ class MessageStore(StoreFiles):
             return self._await_flush(result)
         return result
 
+    @property
+    def group_commit(self) -> GroupCommit | None:
+        """Under SYNC_FLUSH the group commit puts wait for (a pipelined send defers its wait and
+        registers with `GroupCommit.when_durable`); None under ASYNC_FLUSH."""
+        return self._group_commit if self._sync_flush else None
+
     def _await_flush(self, result: PutResult) -> PutResult:
         if not self._group_commit.wait(result.commit_log_offset + result.wrote_bytes):
             return result._replace(status=PutMessageStatus.FLUSH_DISK_TIMEOUT)
@@ -731,7 +737,10 @@ class MessageStore(StoreFiles):
                 # No room for the marker file: the next open finds no index file and rebuilds the
                 # index from the log, which is slower but loses nothing.
                 log.warning("no room to mark the index complete in %s; the next open rebuilds it", self.root)
-        self.flush()
+        try:
+            self.flush()
+        finally:  # writers still waiting get their answer, and the flush thread ends
+            self._group_commit.close(self.commitlog.mapped_files.flushed_where)
         self.checkpoint.confirm_commit_log_offset = self.commitlog.max_offset
         unindexed = self._leave_unindexed_to_recovery()
         self.checkpoint.flush()

@@ -701,6 +701,11 @@ class RemoteBroker(RemoteAdmin):
         response = self._call(code, {"topic": mq.topic, "queueId": mq.queue_id, **extra})
         return int((response.ext_fields or {}).get("offset", 0))
 
+    @property
+    def group_commit(self) -> None:
+        """None: the store's flushes are the server's (a send is answered once its flush mode is met)."""
+        return None
+
     def wait_dispatched(self, timeout: float | None = None) -> bool:
         """True at once, without a request: nothing this client stored can be missed by its next read.
 

@@ -1,0 +1,383 @@
+"""SYNC_FLUSH group commit (`storeservices.GroupCommit`) and the pipelined `send_async` on top of it.
+
+The flush is driven through the group commit's one seam, `_flush_to` (the call that flushes the
+log and returns the offset now durable; tests/test_services.py replaces it the same way): a
+`GatedFlush` reads the log end when a flush begins (the offset it will report durable, as the
+store's flush reads it before `fdatasync`), then waits until the test opens its gate, then flushes
+for real. So a test decides exactly which records a flush covers and when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import mqlite
+import mqlite.aio
+from mqlite.commitlog import PutMessageStatus
+from mqlite.config import StoreConfig
+from mqlite.store import MessageStore
+from mqlite.storeservices import GroupCommit
+from support import SMALL_STORE, deadline, no_leftover_threads, wait_until  # noqa: F401
+
+SYNC: dict[str, Any] = {**SMALL_STORE, "flush_disk_type": "SYNC_FLUSH"}
+
+
+class GatedFlush:
+    """The store's flush, held at a gate: `begun` gets each flush's target (the log end it read
+    first); the flush then waits for a permit (`open()`), flushes and reports that target durable."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.group_commit = store._group_commit
+        self.real = self.group_commit._flush_to
+        self.begun: queue.Queue[int] = queue.Queue()
+        self._permits = threading.Semaphore(0)
+
+    def __call__(self) -> int:
+        target = self.store.commitlog.max_offset
+        self.begun.put(target)
+        if not self._permits.acquire(timeout=30):
+            raise AssertionError("the test never let this flush finish")
+        if not self.store.closed:  # (a store that closed meanwhile flushed everything itself)
+            self.real()
+        return target
+
+    def install(self) -> GatedFlush:
+        self.group_commit._flush_to = self  # type: ignore[method-assign]
+        return self
+
+    def next_target(self) -> int:
+        """The target of the next flush to begin (waits for it)."""
+        return self.begun.get(timeout=10)
+
+    def open(self, flushes: int = 1) -> None:
+        for _ in range(flushes):
+            self._permits.release()
+
+
+def _put_in_thread(store: MessageStore, body: bytes) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(store.put("T", 0, body)), name=f"writer-{body!r}")
+    thread.start()
+    return thread, out
+
+
+def _end(result: Any) -> int:
+    return int(result.commit_log_offset + result.wrote_bytes)
+
+
+def _parked(group_commit: GroupCommit, n: int) -> Callable[[], bool]:
+    return lambda: len(group_commit._waiters) == n
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    with MessageStore(str(tmp_path), StoreConfig(**SYNC)) as store:
+        yield store
+
+
+# -- writers --------------------------------------------------------------------------------------------
+def test_many_writers_are_acked_only_once_durable_and_find_their_messages_after_reopen(tmp_path: Path) -> None:
+    acked: list[tuple[int, int, bytes]] = []  # (record end, durable offset seen at the ack, body)
+
+    with MessageStore(str(tmp_path), StoreConfig(**SYNC)) as store:
+        flushed = store.commitlog.mapped_files
+
+        def writer(n: int) -> None:
+            for i in range(25):
+                body = b"w%d-%d" % (n, i)
+                result = store.put("T", n % 4, body)
+                assert result.status is PutMessageStatus.PUT_OK
+                acked.append((_end(result), flushed.flushed_where, body))
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+        with deadline(60):
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    assert len(acked) == 400
+    assert all(end <= durable for end, durable, _ in acked)  # never acked before its flush
+    with MessageStore(str(tmp_path), StoreConfig(**SYNC)) as reopened:
+        bodies = {m.body for q in range(4) for m in reopened.get_messages("T", q, 0, 100).messages}
+    assert bodies == {body for _, _, body in acked}
+
+
+def test_a_flush_releases_only_the_writers_whose_records_it_began_with(store: MessageStore) -> None:
+    gate = GatedFlush(store).install()
+    group_commit = store._group_commit
+    with deadline(30):
+        first, first_out = _put_in_thread(store, b"first")
+        covered = gate.next_target()  # the first writer leads: its flush covers its own record only
+        second, second_out = _put_in_thread(store, b"second")
+        wait_until(_parked(group_commit, 1), "the second writer parked behind the running flush")
+        gate.open()
+        first.join()
+        assert first_out[0].status is PutMessageStatus.PUT_OK and _end(first_out[0]) <= covered
+        # The lead passed on; the next flush began with the second record and is held at its gate:
+        # the second writer has no answer yet (the first flush did not release it).
+        assert gate.next_target() > covered
+        assert second.is_alive() and not second_out
+        gate.open()
+        second.join()
+    assert second_out[0].status is PutMessageStatus.PUT_OK and _end(second_out[0]) > covered
+
+
+def test_a_failing_flush_acks_nothing_and_every_writer_times_out(tmp_path: Path) -> None:
+    config = StoreConfig(**{**SYNC, "sync_flush_timeout": 0.3})
+    with MessageStore(str(tmp_path), config) as store:
+        durable_before = store._group_commit._flushed
+
+        def broken() -> int:
+            raise OSError(5, "Input/output error")
+
+        store._group_commit._flush_to = broken  # type: ignore[method-assign]
+        with deadline(30):
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                results = list(pool.map(lambda i: store.put("T", 0, b"%d" % i), range(8)))
+        assert [r.status for r in results] == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 8
+        assert store._group_commit._flushed == durable_before
+        assert not store._group_commit._waiters
+        # Nobody keeps the lead once nobody waits (the flush thread may be ending its last failed flush).
+        wait_until(lambda: not store._group_commit._flushing, "the lead given up")
+        store._group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
+        with deadline(30):
+            assert store.put("T", 0, b"after").status is PutMessageStatus.PUT_OK  # the disk is back
+
+
+class _WatchedLock:
+    """`GroupCommit._mu` with a signal: `wanted` is set when the thread named `who` asks for it."""
+
+    def __init__(self, who: str) -> None:
+        self.inner = threading.Lock()
+        self.who = who
+        self.wanted = threading.Event()
+
+    def __enter__(self) -> bool:
+        if threading.current_thread().name == self.who:
+            self.wanted.set()
+        return self.inner.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.inner.release()
+
+
+@pytest.mark.parametrize("outcome", ["acked", "lead"])
+def test_a_timeout_racing_a_release_settles_once(tmp_path: Path, outcome: str) -> None:
+    config = StoreConfig(**{**SYNC, "sync_flush_timeout": 0.2})
+    with MessageStore(str(tmp_path), config) as store:
+        gate = GatedFlush(store).install()
+        group_commit = store._group_commit
+        with deadline(30):
+            leader, leader_out = _put_in_thread(store, b"leader")
+            gate.next_target()
+            watched = _WatchedLock("writer-b'late'")
+            group_commit._mu = watched  # type: ignore[assignment]
+            late, late_out = _put_in_thread(store, b"late")
+            wait_until(_parked(group_commit, 1), "the late writer parked")
+            watched.wanted.clear()
+            with watched:  # the late writer's wait times out and queues for the mutex behind the release
+                assert watched.wanted.wait(10)
+                if outcome == "acked":
+                    group_commit._settle(store.commitlog.max_offset)  # what a flush covering it does
+                else:
+                    group_commit.hand_off_to_thread = False
+                    group_commit._pass_lead()  # the lead goes to the late writer just as it gives up
+            gate.open(3)  # the leader's flush, and the late writer's if it leads
+            late.join()
+            leader.join()
+        # Released (acked, or handed the lead) before it settled its timeout: the release wins.
+        assert late_out[0].status is PutMessageStatus.PUT_OK
+        assert not group_commit._waiters
+        group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
+        with deadline(30):  # the lead was not stranded by a writer that timed out holding it
+            assert store.put("T", 0, b"next").status is PutMessageStatus.PUT_OK
+
+
+def test_close_answers_every_parked_writer(tmp_path: Path) -> None:
+    store = MessageStore(str(tmp_path), StoreConfig(**SYNC))
+    gate = GatedFlush(store).install()
+    with deadline(30):
+        leader, leader_out = _put_in_thread(store, b"leader")
+        gate.next_target()
+        parked = [_put_in_thread(store, b"parked-%d" % i) for i in range(3)]
+        wait_until(_parked(store._group_commit, 3), "three writers parked")
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        for thread, _ in parked:
+            thread.join()  # close flushed their records and released them
+        gate.open()
+        leader.join()
+        closer.join()
+    assert [out[0].status for _, out in parked] == [PutMessageStatus.PUT_OK] * 3
+    assert leader_out[0].status is PutMessageStatus.PUT_OK
+    assert not store._group_commit._waiters
+
+
+# -- the send_async pipeline -------------------------------------------------------------------------------
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
+    with mqlite.open(str(tmp_path), **SYNC) as broker:
+        broker.create_topic("T", 1)
+        yield broker
+
+
+def test_a_thousand_sends_in_flight_complete_in_order_with_one_callback_each(broker: mqlite.Broker) -> None:
+    calls: list[int] = []
+    with mqlite.Producer(broker) as producer, deadline(60):
+        futures = [producer.send_async(mqlite.Message("T", b"%d" % i),
+                                       callback=lambda f, i=i: calls.append(i)) for i in range(1000)]
+        results = [f.result(30) for f in futures]
+    assert [r.send_status for r in results] == [mqlite.SendStatus.SEND_OK] * 1000
+    assert [r.queue_offset for r in results] == list(range(1000))
+    assert calls == list(range(1000))
+    assert broker.store.commitlog.mapped_files.flushed_where >= broker.store.commitlog.max_offset
+
+
+def test_a_flush_completes_its_sends_together_and_not_before(broker: mqlite.Broker) -> None:
+    gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+    with mqlite.Producer(broker) as producer, deadline(30):
+        futures = [producer.send_async(mqlite.Message("T", b"0"))]
+        first = gate.next_target()  # the flush thread began as the first send registered
+        futures += [producer.send_async(mqlite.Message("T", b"%d" % i)) for i in range(1, 50)]
+        assert not any(f.done() for f in futures)
+        gate.open()
+        rest = gate.next_target()  # the next flush began with the other 49 written
+        assert rest >= broker.store.commitlog.max_offset
+        assert futures[0].result(10).send_status is mqlite.SendStatus.SEND_OK
+        assert not any(f.done() for f in futures[1:])  # the first flush did not complete them
+        threads: set[str] = set()
+        for f in futures[1:]:
+            f.add_done_callback(lambda f: threads.add(threading.current_thread().name))
+        gate.open()
+        results = [f.result(10) for f in futures]
+        assert gate.begun.empty()  # that one flush completed all of them
+    assert first < rest
+    assert {r.send_status for r in results} == {mqlite.SendStatus.SEND_OK}
+    assert len(threads) == 1 and threads.pop().startswith("mqlite-producer-")
+
+
+def test_a_failing_flush_completes_pipelined_sends_with_flush_disk_timeout(tmp_path: Path) -> None:
+    with mqlite.open(str(tmp_path), **{**SYNC, "sync_flush_timeout": 0.3}) as broker:
+        def broken() -> int:
+            raise OSError(5, "Input/output error")
+
+        broker.create_topic("T", 1)
+        broker.store._group_commit._flush_to = broken  # type: ignore[union-attr]
+        with mqlite.Producer(broker) as producer, deadline(30):
+            futures = [producer.send_async(mqlite.Message("T", b"%d" % i)) for i in range(20)]
+            results = [f.result(10) for f in futures]
+        assert {r.send_status for r in results} == {mqlite.SendStatus.FLUSH_DISK_TIMEOUT}
+        assert len(broker.store.get_messages("T", 0, 0, 100).messages) == 20  # stored all the same
+
+
+def test_shutdown_waits_for_the_sends_in_flight(broker: mqlite.Broker) -> None:
+    gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+    producer = mqlite.Producer(broker)
+    producer.start()
+    with deadline(30):
+        futures = [producer.send_async(mqlite.Message("T", b"%d" % i)) for i in range(20)]
+        gate.next_target()
+        stopper = threading.Thread(target=producer.shutdown)
+        stopper.start()
+        gate.open(5)
+        stopper.join()
+    assert all(f.done() for f in futures)
+    assert {f.result().send_status for f in futures} == {mqlite.SendStatus.SEND_OK}
+    with pytest.raises(mqlite.IllegalStateError):
+        producer.send_async(mqlite.Message("T", b"late"))
+
+
+def test_close_answers_every_pipelined_send(tmp_path: Path) -> None:
+    store = MessageStore(str(tmp_path), StoreConfig(**SYNC))
+    gate = GatedFlush(store).install()
+    group_commit = store.group_commit
+    assert group_commit is not None
+    settled: list[tuple[list[Any], list[Any]]] = []
+    with deadline(30):
+        with group_commit.deferring():  # the puts do not wait: they register below
+            results = [store.put("T", 0, b"%d" % i) for i in range(3)]
+        for i, result in enumerate(results):
+            group_commit.when_durable(_end(result), i, lambda durable, failed: settled.append((durable, failed)))
+        gate.next_target()  # the flush thread's flush is held at the gate
+        closer = threading.Thread(target=store.close)
+        closer.start()
+        wait_until(lambda: sum(len(d) + len(f) for d, f in settled) == 3, "every pipelined send answered")
+        gate.open()
+        closer.join()
+    assert sorted(i for durable, _ in settled for i in durable) == [0, 1, 2]  # close flushed them first
+
+
+def test_sends_keep_their_order_behind_queued_oneway_sends(broker: mqlite.Broker) -> None:
+    # One pool thread runs queued sends in order: the async send must queue behind them, not overtake.
+    with mqlite.Producer(broker, async_thread_nums=1) as producer, deadline(30):
+        for i in range(20):
+            producer.send_oneway(mqlite.Message("T", b"oneway-%d" % i))
+        producer.send_async(mqlite.Message("T", b"async")).result(10)
+        bodies = [m.body for m in broker.store.get_messages("T", 0, 0, 100).messages]
+    assert bodies == [b"oneway-%d" % i for i in range(20)] + [b"async"]
+
+
+def test_aio_completes_a_group_with_one_loop_call(broker: mqlite.Broker) -> None:
+    gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+
+    async def main() -> tuple[list[mqlite.SendResult], int]:
+        loop = asyncio.get_running_loop()
+        calls = [0]
+        real = loop.call_soon_threadsafe
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        async with mqlite.aio.Producer(broker) as producer:
+            futures = [producer.send_async(mqlite.Message("T", b"%d" % i)) for i in range(100)]
+            await loop.run_in_executor(None, gate.next_target)
+            calls[0] = 0
+            gate.open(2)  # the flush that began (with some of the sends written) and the one after it
+            results = await asyncio.gather(*futures)
+            return results, calls[0]
+
+    with deadline(30):
+        results, loop_calls = asyncio.run(main())
+    assert [r.queue_offset for r in results] == list(range(100))
+    assert {r.send_status for r in results} == {mqlite.SendStatus.SEND_OK}
+    assert loop_calls <= 5  # one a group, at most two groups (wrap_future made one a future: 100)
+
+
+def test_close_fails_the_writers_it_did_not_flush() -> None:
+    durable = threading.Semaphore(0)
+
+    def flush_to() -> int:  # the group commit's flush, held until the test lets it report offset 100
+        durable.acquire(timeout=30)
+        return 100
+
+    group_commit = GroupCommit(flush_to, 30.0)
+    answers: dict[str, bool] = {}
+
+    def wait(name: str, end: int) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.__setitem__(name, group_commit.wait(end)))
+        thread.start()
+        return thread
+
+    with deadline(10):
+        leader = wait("leader", 100)
+        wait_until(lambda: group_commit._flushing, "the first writer leads")
+        late = [wait("covered", 150), wait("beyond", 300)]
+        wait_until(_parked(group_commit, 2), "two writers parked")
+        group_commit.close(200)  # the store's last flush reached 200, then it closed
+        for thread in late:
+            thread.join()
+        durable.release()
+        leader.join()
+    assert answers == {"covered": True, "beyond": False, "leader": True}
+    assert group_commit.wait(300) is False and group_commit.wait(200) is True  # after close: at once
