@@ -307,15 +307,17 @@ class CommitLog:
             end = body_pos + len(body)
             mm[body_pos:end] = body
             mm[end : end + len(tail)] = tail
+            # The store host as two names: a `*` in the call would build the argument tuple per put.
+            store_ip, store_port = self.store_host
             if not v6:
                 HEADER.pack_into(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
                                  queue_id, flag, qoff, commit_log_offset, sys_flag, born, born_ip, born_port,
-                                 now, *self.store_host, reconsume_times, prepared_transaction_offset,
+                                 now, store_ip, store_port, reconsume_times, prepared_transaction_offset,
                                  len(body))
             else:
                 pack_header_born_v6(mm, pos, total, MAGIC_V2 if topic in self._v2_topics else MAGIC_V1, crc,
                                     queue_id, flag, qoff, commit_log_offset, sys_flag, born, born_ip, born_port,
-                                    now, *self.store_host, reconsume_times, prepared_transaction_offset,
+                                    now, store_ip, store_port, reconsume_times, prepared_transaction_offset,
                                     len(body))
             mf.wrote_position = pos + total
             code = self.tags_code_fn(topic, properties, now) if properties else 0
