@@ -43,6 +43,7 @@ from mqlite.store import MessageStore
 
 sys.path.insert(0, os.path.dirname(__file__))
 import refformat as rf  # noqa: E402
+from support import deadline  # noqa: E402
 
 T0 = 1_700_000_000_000
 SEGMENT = 4096  # the smallest segment StoreConfig allows
@@ -736,6 +737,16 @@ ONE_MESSAGE_CASES = {
     "an ipv6 born host": dict(properties={"KEYS": "k"}, born_host="[::1]:4000"),
     "a v2 topic": dict(topic="\u00e9" * 70, properties={"TAGS": "\u00e9"}),
 }
+
+
+def test_a_put_refused_under_the_lock_leaves_it_free(store: MessageStore) -> None:
+    """`append` holds the put lock with acquire/try/finally: a field that fails in the header's pack
+    (under the lock) must release it, and take no offset, so the next put goes on."""
+    with pytest.raises(struct.error):
+        store.commitlog.append("T", 0, b"x", None, 1 << 40)  # a flag beyond a Java int
+    with deadline(5):  # a lock left held would hang the put below
+        assert store.put("T", 0, b"y").queue_offset == 0
+    assert [m.body for m in store.get_messages("T", 0, 0, 10).messages] == [b"y"]
 
 
 @pytest.mark.parametrize("case", list(ONE_MESSAGE_CASES))

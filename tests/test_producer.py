@@ -14,6 +14,7 @@ import pytest
 
 import mqlite
 from support import SMALL_STORE, broker_fixture, local, over_the_wire
+from mqlite.clock import ManualClock
 from mqlite.message import SysFlag, UniqIdGenerator, create_offset_msg_id, decode_offset_msg_id
 from mqlite.producer import SelectMessageQueueByHash, SendMessageContext
 from mqlite.validators import validate_message
@@ -179,6 +180,35 @@ def test_plain_path_still_refuses_bad_input_and_runs_hooks(broker: Any, producer
     producer.add_send_hook(before=lambda ctx: seen.append(ctx.communication_mode))
     producer.send(mqlite.Message("plain2", b"x", tags="A"))
     assert seen == ["SYNC"]
+
+
+def test_plain_send_result_has_the_full_paths_fields(broker: Any, producer: Any) -> None:
+    """The plain send (cached map, no hook) returns the same fields as the full path."""
+    producer.send(mqlite.Message("plainres", b"warm"))  # the empty map is cached from here on
+    plain = producer.send(mqlite.Message("plainres", b"plain"))
+    full = producer.send(mqlite.Message("plainres", b"full"), queue=plain.message_queue)  # the full path
+    for result in (plain, full):
+        assert type(result) is mqlite.SendResult and result.send_status is mqlite.SendStatus.SEND_OK
+        assert result.transaction_id is None and result.region_id == "DefaultRegion"
+        assert result.message_queue == plain.message_queue
+        assert broker.view_message(result.offset_msg_id).msg_id == result.msg_id
+        assert repr(result).startswith("SendResult(send_status=SEND_OK")
+    assert full.queue_offset == plain.queue_offset + 1
+
+
+def test_plain_send_born_time_follows_the_brokers_clock(tmp_path: Path) -> None:
+    """The plain send reads `time_ns` itself only under the system clock; a manual clock is still asked."""
+    clock = ManualClock(1_500_000_000_000)  # far from now: a born time from the real clock would show
+    with mqlite.open(tmp_path / "manual", clock=clock, **SMALL_STORE) as manual, \
+            mqlite.Producer(manual, group="pg") as producer:
+        for body in (b"first", b"plain"):  # the second send takes the plain path
+            assert manual.view_message(producer.send(mqlite.Message("born", body)).msg_id).born_timestamp == clock.now_ms()
+    with mqlite.open(tmp_path / "system", **SMALL_STORE) as real, mqlite.Producer(real, group="pg") as producer:
+        producer.send(mqlite.Message("born", b"first"))
+        before = time.time_ns() // 1_000_000
+        result = producer.send(mqlite.Message("born", b"plain"))
+        after = time.time_ns() // 1_000_000
+        assert before <= real.view_message(result.msg_id).born_timestamp <= after
 
 
 def test_send_batch_of_cached_maps_matches_message_by_message(broker: Any, producer: Any) -> None:

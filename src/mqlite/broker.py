@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import os
 import socket
 import struct
@@ -287,10 +288,10 @@ class Broker:
         """Where clients keep state of their own (a broadcasting consumer's offsets): the store directory."""
         return self._store.root
 
-    @property
-    def routes_version(self) -> int:
-        """The topic table's version: it changes whenever a topic is created, resized or deleted."""
-        return self.topics.version
+    # A C-level getter (`attrgetter`), not a `def`: every plain send reads it (measured with
+    # callgrind: a Python frame fewer, ~1.5k of ~72k instructions a send).
+    routes_version = property(operator.attrgetter("topics.version"),
+                              doc="The topic table's version: it changes whenever a topic is created, resized or deleted.")
 
     def _check(self) -> StoreFiles:
         if self._closed:
@@ -431,8 +432,9 @@ class Broker:
         if topic in _ROUTED_TOPICS:
             self._register_system_topic(topic)
         try:
-            return store.put(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
-                             born_timestamp=born_timestamp, born_host=born_host, reconsume_times=reconsume_times)
+            # Positional: `MessageStore.put` takes its fields in this order (keywords cost more per send).
+            return store.put(topic, queue_id, body, properties, flag, sys_flag, born_timestamp, born_host,
+                             reconsume_times)
         except (struct.error, OverflowError, TypeError) as exc:
             # A field that does not fit the record (flag, times beyond their Java types). The header
             # is packed last, before the write position moves: nothing was stored.

@@ -28,10 +28,11 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
+from time import time_ns as _time_ns
 from typing import Any, Protocol, Self, cast
 
 from .broker import acquire, check_broker_target
-from .clock import SYSTEM_CLOCK
+from .clock import SYSTEM_CLOCK, SystemClock
 from .commitlog import PutMessageStatus, PutResult
 from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
 from .errors import DiskFullError, IllegalStateError, MQClientError
@@ -111,6 +112,7 @@ class SendStatus(Enum):
 
 _STATUS = {PutMessageStatus.PUT_OK: SendStatus.SEND_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT}
 _PUT_OK = PutMessageStatus.PUT_OK
+_SEND_OK = SendStatus.SEND_OK
 
 
 class SendResult:
@@ -248,6 +250,7 @@ class Producer:
         self._plain_heads: dict[tuple[tuple[str, str], ...], tuple[bytes, int]] = {}
         self._body_limit = 0  # max_message_size once started; 0 keeps every send on the full path
         self._now_ms: Callable[[], int] = SYSTEM_CLOCK.now_ms  # the broker's clock once started
+        self._system_clock = True  # `_now_ms` is SystemClock's: the plain send reads time_ns itself
         self._trace = trace
         self._tracer: ProducerTracer | None = None  # with trace=True, from start() to shutdown()
         self._durable: _DurableSends | None = None  # send_async's pipeline under SYNC_FLUSH (a local store)
@@ -262,6 +265,7 @@ class Producer:
             broker = self._broker = acquire(self._target)
             try:
                 self._now_ms = broker.clock.now_ms
+                self._system_clock = type(broker.clock) is SystemClock
                 if self._trace:  # before joining: a broker that cannot store traces refuses here
                     self._tracer = ProducerTracer(broker.trace_dispatcher(self.group), self._now_ms)
                     self._tracer.start()
@@ -434,10 +438,11 @@ class Producer:
         properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq  # MessageClientIDSetter.setUniqID
         props = EncodedProperties(properties)  # UNIQ_KEY is the last entry, so it encodes last
         props.encoded = head + uniq.encode() + _PROPERTY_END
-        put = broker.put_message(topic, mq.queue_id, msg.body, props, flag=msg.flag,
-                                 born_timestamp=self._now_ms())
-        return SendResult(SendStatus.SEND_OK if put.status is _PUT_OK else _STATUS[put.status], uniq, mq,
-                          put.queue_offset, put)
+        # SystemClock.now_ms inline (a call fewer per send).
+        born = _time_ns() // 1_000_000 if self._system_clock else self._now_ms()
+        put = broker.put_message(topic, mq.queue_id, msg.body, props, flag=msg.flag, born_timestamp=born)
+        return SendResult(_SEND_OK if put.status is _PUT_OK else _STATUS[put.status], uniq, mq, put.queue_offset,
+                          put)
 
     def send_orderly(self, msg: Message, sharding_key: Any) -> SendResult:
         """Send to the queue the sharding key hashes to, so one key's messages keep their order."""
