@@ -623,19 +623,50 @@ class PushConsumer(ConsumerBase):
         when all succeed).
         """
         run, start, stop, pq, mq = task
-        consume = self._consume_listener
         msgs = run.msgs
         acked_from = start
-        for index in range(start, stop):
-            try:
-                ok = consume(_Request([msgs[index]], pq, mq, run, index))
-            except Exception:  # as the pool does for a task: the rest of this one still runs
-                log.exception("consume task failed")
-                ok = False
-            if not ok:  # handled on its own (or not at all: dropped, stopping): the range so far is done
+        if self._tracer is not None:  # traced: each through the whole path
+            consume = self._consume_listener
+            for index in range(start, stop):
+                try:
+                    ok = consume(_Request([msgs[index]], pq, mq, run, index))
+                except Exception:  # as the pool does for a task: the rest of this one still runs
+                    log.exception("consume task failed")
+                    ok = False
+                if not ok:  # handled on its own (or not at all: dropped, stopping): the range so far is done
+                    if acked_from < index:
+                        self._ack(pq, run, acked_from, index)
+                    acked_from = index + 1
+        else:  # `_consume_listener` inlined (a call less a message); anything but success goes to `_settle`
+            listener = self._listener
+            assert listener is not None
+            running = self._running_requests
+            monotonic = time.monotonic
+            for index in range(start, stop):
+                if pq.dropped or self._stopping:
+                    stop = index  # the rest is not consumed, so not acknowledged
+                    break
+                request = _Request([msgs[index]], pq, mq, run, index)
+                context = ConsumeConcurrentlyContext(mq)
+                request.started = monotonic()
+                running[request] = None
+                try:
+                    status = listener(request.msgs, context)
+                except Exception:
+                    log.exception("%s: listener failed; the batch will be consumed again later", self.group)
+                    status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+                finally:
+                    running.pop(request, None)
+                if (status is None or status is _SUCCESS) and context.ack_index >= 0 and not pq.dropped:
+                    continue
                 if acked_from < index:
                     self._ack(pq, run, acked_from, index)
                 acked_from = index + 1
+                if not pq.dropped:
+                    try:
+                        self._settle(request, status, context)
+                    except Exception:  # as the pool does for a task: the rest of this one still runs
+                        log.exception("consume task failed")
         if acked_from < stop:
             self._ack(pq, run, acked_from, stop)
 
@@ -694,6 +725,11 @@ class PushConsumer(ConsumerBase):
         if (status is None or status is _SUCCESS) and context.ack_index >= len(msgs) - 1 \
                 and request.run is not None:
             return True  # the common case, kept short: the caller acknowledges it without a lock
+        self._settle(request, status, context)
+        return False
+
+    def _settle(self, request: _Request, status: object, context: ConsumeConcurrentlyContext) -> None:
+        """Apply a listener's answer other than the plain success of a run's batch, under the queue's lock."""
         if status is None:
             status = _SUCCESS
         elif not isinstance(status, ConsumeConcurrentlyStatus):
@@ -701,7 +737,6 @@ class PushConsumer(ConsumerBase):
                         self.group, status)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
         self._process_concurrent_result(request, status, context)
-        return False
 
     def _process_concurrent_result(self, request: _Request, status: ConsumeConcurrentlyStatus,
                                    context: ConsumeConcurrentlyContext) -> None:
