@@ -68,7 +68,9 @@ MAX_PULL_INTERVAL = 65.535
 #: With `consume_message_batch_max_size` 1, a pull's messages go to the consume threads several to a task
 #: (each still its own listener call) once this many tasks per thread wait already: fewer hand-offs.
 DEEP_BACKLOG_PER_THREAD = 2
-MESSAGES_PER_TASK = 8
+#: A default pull result. Against 8: a backlog drains 7-8% faster at 20 and 4 threads, 2% at 1 (medians of 4
+#: interleaved rounds): fewer hand-offs and acks.
+MESSAGES_PER_TASK = 32
 #: `join()` is woken by the consume path; this bounds the cost of a missed wake-up, not the normal latency.
 JOIN_BACKSTOP = 1.0
 
