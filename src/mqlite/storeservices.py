@@ -14,6 +14,7 @@ import threading
 import time
 from _thread import allocate_lock as _allocate_lock
 from bisect import insort
+from collections import deque
 from collections.abc import Callable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,10 @@ log = logging.getLogger("mqlite")
 REPUT_BATCH = 512
 REPUT_INTERVAL = 0.1
 REPUT_STALLED_INTERVAL = 1.0
+#: After a failed group-commit flush, the pause before the next try (seconds; `close` cuts it short).
+FLUSH_RETRY_PAUSE = 0.01
+#: While group-commit flushes keep failing, log at most one line this often (seconds).
+FLUSH_FAILURE_LOG_INTERVAL = 1.0
 
 
 class ReputService(Service):
@@ -157,17 +162,19 @@ class GroupCommit:
       `close`), which flushes while anyone waits and then sleeps. When nobody waits, no flush
       runs and the next writer leads again.
     - **Pipelined sends** (`when_durable`) wait in the same list without a thread of their own;
-      their sink gets a whole group per flush, called on the flushing thread after the mutex is
-      released (it must be quick: hand the group to another thread).
+      their sink gets a whole group per flush. Groups are queued under the mutex in the order
+      they were settled and handed over outside it by one thread at a time, so sinks see them
+      in end order (it must be quick: hand the group to another thread). A watcher thread
+      (`mqlite-group-commit-timeouts`, started with the first pipelined send) fails pipelined
+      sends at their deadline even while a flush hangs, as RocketMQ's `FlushDiskWatcher` does.
 
-    A flush that raises `OSError` makes nothing durable (the records stay written; RocketMQ
-    answers FLUSH_DISK_TIMEOUT). The leader retries until its `timeout` (on the store's clock)
-    passes, then gives up and passes the lead on; parked writers give up on their own deadline,
-    settled under the mutex against a release that races it.
+    A flush that raises makes nothing durable (the records stay written; RocketMQ answers
+    FLUSH_DISK_TIMEOUT). The leader retries, after a short pause, until its `timeout` (on the
+    store's clock) passes, then gives up and passes the lead on; parked writers give up on their
+    own deadline, settled under the mutex against a release that races it. A leader, parked
+    writer or flush thread that leaves on any other exception (a `KeyboardInterrupt` in
+    `fdatasync`) first passes the lead on, so the group commit never stalls.
     """
-
-    #: True hands the lead to the flush thread even when a writer is parked (measured: slower; see `_pass_lead`).
-    hand_off_to_thread = False
 
     def __init__(self, flush_to: Callable[[], int], timeout: float, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._flush_to = flush_to  # flushes the log; returns the offset durable (read before its fdatasync)
@@ -185,6 +192,12 @@ class GroupCommit:
         self._thread_leads = False
         self._wake = threading.Lock()  # held while the flush thread has nothing to do
         self._wake.acquire()
+        self._ready: deque[_Ready] = deque()  # settled pipelined groups, in settle order (`_drain`)
+        self._delivering = False  # a thread is handing `_ready` to the sinks
+        self._watcher: threading.Thread | None = None  # fails pipelined sends at their deadline
+        self._stop = threading.Event()  # set by close: wakes the watcher and a leader pausing after a failure
+        self._failures = 0  # failed flushes in a row (`_flush` logs the first with a traceback)
+        self._failure_logged = 0.0
 
     # -- writers -------------------------------------------------------------------------------------
     def wait(self, end_offset: int) -> bool:
@@ -214,9 +227,17 @@ class GroupCommit:
         """Sleep on the waiter's own lock until a flush covers it, the lead passes to it, or the deadline."""
         monotonic = self._monotonic
         while True:
-            remaining = waiter.deadline - monotonic()
-            if remaining > 0:
-                waiter.lock.acquire(timeout=remaining)
+            try:
+                remaining = waiter.deadline - monotonic()
+                if remaining > 0:
+                    waiter.lock.acquire(timeout=remaining)
+            except BaseException:  # (a KeyboardInterrupt): leave the list, or pass on a lead handed to us
+                with self._mu:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                    elif waiter.outcome == _LEAD:
+                        self._pass_lead()
+                raise
             with self._mu:  # settle a timeout against a release that races it
                 outcome = waiter.outcome
                 if not outcome:
@@ -231,20 +252,29 @@ class GroupCommit:
     def _lead(self, end_offset: int, deadline: float) -> bool:
         """Flush (again, after a failure) until `end_offset` is durable or the deadline passes."""
         monotonic = self._monotonic
-        while True:
-            flushed = self._flush()
-            with self._mu:
-                ready = self._settle(flushed)
-                durable = self._flushed >= end_offset
-                done = durable or self._closed or monotonic() >= deadline
+        leading = True
+        try:
+            while True:
+                flushed = self._flush()
+                with self._mu:
+                    self._queue(self._settle(flushed))
+                    durable = self._flushed >= end_offset
+                    done = durable or self._closed or monotonic() >= deadline
+                    if done:
+                        leading = False
+                        self._pass_lead()
+                    elif flushed < 0:
+                        self._queue(self._expire(None))
+                self._drain()
                 if done:
+                    return durable
+                if flushed < 0:
+                    self._pause(deadline - monotonic())
+        except BaseException:  # (a KeyboardInterrupt in fdatasync): the lead goes on before we leave
+            if leading:
+                with self._mu:
                     self._pass_lead()
-                elif flushed < 0:
-                    ready = self._expire(ready)
-            if ready:
-                _deliver(ready)
-            if done:
-                return durable
+            raise
 
     # -- pipelined sends -------------------------------------------------------------------------
     def deferring(self) -> _Deferral:
@@ -263,26 +293,65 @@ class GroupCommit:
             if self._flushed < end_offset and not self._closed:
                 insort(self._waiters, _Waiter(end_offset, self._monotonic() + self._timeout, item, sink),
                        key=_END_OF)
+                if self._watcher is None:
+                    self._start_watcher()
                 if not self._flushing:
                     self._flushing = True
                     self._lead_to_thread()
                 return
-            durable = self._flushed >= end_offset
-        if durable:
-            sink([item], [])
-        else:
-            sink([], [item])
+            # Queued behind groups settled earlier and not yet handed over: sinks see end order.
+            self._ready.append({sink: ([item], []) if self._flushed >= end_offset else ([], [item])})
+        self._drain()
 
     # -- the lead --------------------------------------------------------------------------------
     def _flush(self) -> int:
-        """One flush; the offset it made durable, or -1 when it raised."""
+        """One flush; the offset it made durable, or -1 when it raised.
+
+        Any `Exception` is a failed flush (an `OSError`, a `ValueError` from a map a racing close
+        unmapped): the records are written, only their durability is in doubt, and waiters time
+        out with FLUSH_DISK_TIMEOUT, as RocketMQ answers a failed group commit. The first failure
+        of a streak is logged with its traceback, later ones at most once a second.
+        """
         try:
-            return self._flush_to()
-        except OSError:
-            # The records are written; only their durability is in doubt. Waiters time out
-            # with FLUSH_DISK_TIMEOUT, as RocketMQ answers a failed group commit.
-            log.exception("group commit: flushing the commit log failed")
+            flushed = self._flush_to()
+        except Exception as exc:
+            self._failures += 1
+            now = time.monotonic()
+            if self._failures == 1:
+                self._failure_logged = now
+                log.exception("group commit: flushing the commit log failed")
+            elif now - self._failure_logged >= FLUSH_FAILURE_LOG_INTERVAL:
+                self._failure_logged = now
+                log.error("group commit: flushing the commit log still fails (%d times in a row): %s",
+                          self._failures, exc)
             return -1
+        self._failures = 0
+        return flushed
+
+    def _pause(self, remaining: float) -> None:
+        """After a failed flush: wait a little before the next try (`close` cuts it short)."""
+        if remaining > 0:
+            self._stop.wait(min(remaining, FLUSH_RETRY_PAUSE))
+
+    def _queue(self, ready: _Ready | None) -> None:
+        """Queue a settled group for `_drain` (mutex held), so groups reach sinks in settle order."""
+        if ready:
+            self._ready.append(ready)
+
+    def _drain(self) -> None:
+        """Hand queued groups to their sinks, in order, outside the mutex; one thread at a time
+        (a thread that finds another one delivering leaves its groups to it)."""
+        while True:
+            with self._mu:
+                if self._delivering or not self._ready:
+                    return
+                self._delivering = True
+                ready = self._ready.popleft()
+            try:
+                _deliver(ready)
+            finally:
+                with self._mu:
+                    self._delivering = False
 
     def _settle(self, flushed: int) -> _Ready | None:
         """After a flush (mutex held): release every waiter it covered; the pipelined ones to deliver."""
@@ -329,26 +398,42 @@ class GroupCommit:
         if not waiters or self._closed:
             self._flushing = False
             return
-        if not self.hand_off_to_thread:
-            for i, waiter in enumerate(waiters):
-                if waiter.sink is None:  # the oldest parked writer leads next
-                    del waiters[i]
-                    waiter.outcome = _LEAD
-                    waiter.lock.release()
-                    return
+        for i, waiter in enumerate(waiters):
+            if waiter.sink is None:  # the oldest parked writer leads next
+                del waiters[i]
+                waiter.outcome = _LEAD
+                waiter.lock.release()
+                return
         self._lead_to_thread()
 
     def _lead_to_thread(self) -> None:
         """Hand the lead to the flush thread (mutex held), starting it on first need."""
-        self._thread_leads = True
         if self._thread is None:
-            self._thread = threading.Thread(target=self._thread_main, name="mqlite-group-commit")
-            self._thread.start()
+            # Not a daemon, whoever starts it (close joins it; design.md "Threads").
+            thread = threading.Thread(target=self._thread_main, name="mqlite-group-commit", daemon=False)
+            try:
+                thread.start()
+            except BaseException:  # (can't start a new thread): nobody leads; the next writer will
+                self._flushing = False
+                raise
+            self._thread = thread
+        self._thread_leads = True
         if self._wake.locked():
             self._wake.release()
 
     def _thread_main(self) -> None:
         """The flush thread: flushes while it holds the lead and anyone waits, then sleeps."""
+        try:
+            self._thread_loop()
+        except BaseException:  # (never an Exception: `_flush` takes those) pass the lead on, then end
+            with self._mu:
+                self._thread = None  # the next hand-off starts a new one
+                if self._thread_leads:
+                    self._thread_leads = False
+                    self._pass_lead()
+            raise
+
+    def _thread_loop(self) -> None:
         while True:
             # The timeout only bounds a missed wake-up; the lead is handed over with `_wake`.
             self._wake.acquire(timeout=1.0)
@@ -360,19 +445,41 @@ class GroupCommit:
             while True:
                 flushed = self._flush()
                 with self._mu:
-                    ready = self._settle(flushed)
+                    self._queue(self._settle(flushed))
                     if flushed < 0:
-                        ready = self._expire(ready)
+                        self._queue(self._expire(None))
                     idle = not self._waiters or self._closed
                     if idle:
                         self._thread_leads = self._flushing = False
                     closed = self._closed
-                if ready:
-                    _deliver(ready)
+                self._drain()
                 if closed:
                     return
                 if idle:
                     break
+                if flushed < 0:
+                    self._pause(FLUSH_RETRY_PAUSE)
+
+    def _start_watcher(self) -> None:
+        """Start the thread that fails pipelined sends at their deadline (mutex held)."""
+        watcher = threading.Thread(target=self._watch, name="mqlite-group-commit-timeouts", daemon=False)
+        watcher.start()
+        self._watcher = watcher
+
+    def _watch(self) -> None:
+        """RocketMQ's `FlushDiskWatcher`: a pipelined send still waiting at its deadline fails
+        (FLUSH_DISK_TIMEOUT), even while a flush hangs without returning."""
+        monotonic = self._monotonic
+        while True:
+            with self._mu:
+                if self._closed:
+                    return
+                self._queue(self._expire(None))
+                now = monotonic()
+                # Sleep until the earliest deadline; a send registered later has one `timeout` away.
+                sleep = min([w.deadline for w in self._waiters if w.sink is not None], default=now + self._timeout) - now
+            self._drain()
+            self._stop.wait(max(sleep, 0.001))
 
     # -- lifecycle -------------------------------------------------------------------------------
     def reset(self, flushed: int) -> None:
@@ -393,13 +500,15 @@ class GroupCommit:
                 else:
                     ready = _add(ready, waiter, 1)
             self._waiters.clear()
+            self._queue(ready)
             if self._wake.locked():
                 self._wake.release()
-            thread = self._thread
-        if ready:
-            _deliver(ready)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            self._stop.set()
+            threads = [self._thread, self._watcher]
+        self._drain()
+        for thread in threads:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
 
 
 #: Settled pipelined sends, per sink: (items durable, items failed).
@@ -407,6 +516,7 @@ _Ready = dict[DurableSink, tuple[list[Any], list[Any]]]
 
 
 def _add(ready: _Ready | None, waiter: _Waiter, failed: int) -> _Ready:
+    """Add a pipelined waiter's item to its sink's group: to the durable list (`failed` 0) or the failed one (1)."""
     if ready is None:
         ready = {}
     assert waiter.sink is not None
