@@ -775,9 +775,9 @@ def test_a_traced_consume_whose_handling_fails_is_consumed_again(broker: Any, mo
         failed: list[int] = []
         before = tracer.before
 
-        def failing_before(msgs: list[Any]) -> Any:  # a tracer error once, at offset 5 (RocketMQ ignores hooks')
-            if msgs[0].queue_offset == 5 and not failed:
-                failed.append(5)
+        def failing_before(msgs: list[Any]) -> Any:  # a tracer error once, late enough to be in a task when deep
+            if msgs[0].queue_offset == count - 5 and not failed:
+                failed.append(count - 5)
                 raise RuntimeError("tracer failed")
             return before(msgs)
 
