@@ -749,11 +749,11 @@ class PushConsumer(ConsumerBase):
         assert listener is not None
         msgs = request.msgs
         context = ConsumeConcurrentlyContext(request.mq)
+        tracer = self._tracer
+        traced = tracer.before(msgs) if tracer is not None else None  # if it raises, nothing is left running
         request.started = time.monotonic()
         running = self._running_requests
         running[request] = None
-        tracer = self._tracer
-        traced = tracer.before(msgs) if tracer is not None else None
         try:
             status = listener(msgs, context)
         except Exception:
