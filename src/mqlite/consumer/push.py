@@ -635,13 +635,14 @@ class PushConsumer(ConsumerBase):
         msgs = run.msgs
         pool = self._pool
         assert pool is not None
+        queued = pool.queued
         cell = pq.track(run, start)
         if self._tracer is not None:  # traced: each through the whole path
             consume = self._consume_listener
             for index in range(start, stop):
                 if index == stop:
                     break  # the rest was handed back
-                if index + 1 < stop and not pool.backlog:
+                if index + 1 < stop and not queued():
                     pool.submit_call(self._consume_each, (run, index + 1, stop, pq, mq))
                     stop = index + 1
                 request = _Request([msgs[index]], pq, mq, run, index)
@@ -662,7 +663,7 @@ class PushConsumer(ConsumerBase):
             for index in range(start, stop):
                 if index == stop or pq.dropped or self._stopping:
                     break  # the rest was handed back, or is not consumed, so not acknowledged
-                if index + 1 < stop and not pool.backlog:
+                if index + 1 < stop and not queued():
                     pool.submit_call(self._consume_each, (run, index + 1, stop, pq, mq))
                     stop = index + 1
                 request = _Request([msgs[index]], pq, mq, run, index)
