@@ -361,8 +361,9 @@ def test_runs_drop_what_is_cached_already_and_a_clear_forgets_acks() -> None:
     pq.ack(run, 1, 2)
     pq.clear()  # an illegal offset: everything cached is forgotten, acks noted before too
     fresh = pq.push_run(_messages(2, first=7))
-    pq.ack(run, 2, 3)  # a late ack of a run cleared away counts nothing
-    assert pq.fold_acked() == 7 and pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE
+    pq.ack(run, 2, 3)  # a late ack of a run cleared away counts nothing, and notes no offset to commit
+    assert pq.fold_acked() == -1 and pq.pending_offset == -1
+    assert pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE
     assert pq.first_offset() == 7 and fresh.left == 2
 
 
@@ -401,3 +402,34 @@ def test_acks_from_many_threads_while_the_owner_folds() -> None:
     assert not errors
     assert pq.fold_acked() in (-1, 4000)
     assert pq.msg_count == 0 and pq.msg_size == 0 and pq.pending_offset == 4000
+
+
+def test_a_late_ack_after_a_clear_with_nothing_cached_notes_no_offset() -> None:
+    pq = ProcessQueue()
+    run = pq.push_run(_messages(5))
+    pq.clear()  # an illegal offset moved the pull back to 0: nothing cached, nothing consumed
+    pq.ack(run, 0, 5)  # a late ack of the cleared run
+    assert pq.fold_acked() == -1 and pq.pending_offset == -1  # committing 1 would skip message 0
+
+
+def test_a_late_removal_after_a_clear_leaves_the_new_message_at_its_offset_alone() -> None:
+    pq = ProcessQueue()
+    old = pq.push_run(_messages(10, first=100))
+    pq.clear()  # the pull offset moves back to 100: the re-pulled messages there are other objects
+    new = pq.push_run(_messages(10, first=100))
+    assert pq.remove_messages([old.msgs[0]]) == 100  # a late send-back of the old message at 100
+    assert new.done is not None and not new.done[0] and pq.msg_count == 10
+    assert pq.remove_messages([new.msgs[0]]) == 101 and pq.msg_count == 9
+
+
+def test_a_tracked_task_is_folded_as_far_as_it_got_and_only_that_far() -> None:
+    pq = ProcessQueue()
+    run = pq.push_run(_messages(32))
+    cell = pq.track(run, 0)
+    assert pq.fold_acked() == -1  # nothing consumed yet
+    cell[2] = 20  # messages 0 to 19 succeeded; 20 is in its listener call
+    assert pq.fold_acked() == 20 and pq.msg_count == 12
+    assert pq.fold_acked() == -1  # folded already: nothing new
+    pq.ack(run, 0, 25)
+    pq.untrack(cell)
+    assert pq.fold_acked() == 25 and pq.msg_count == 7 and pq.acked_pending == 0

@@ -22,7 +22,9 @@ from mqlite.consumer import (
 )
 from mqlite.errors import IllegalStateError, MQClientError
 from mqlite.filter import MessageSelector
-from mqlite.message import MessageQueue
+from mqlite.consumer import push as push_module
+from mqlite.consumer.processqueue import ProcessQueue
+from mqlite.message import MessageExt, MessageQueue
 from mqlite.sendback import dlq_topic
 from mqlite.testing import no_leaked_threads
 from support import SMALL_STORE, broker_fixture, local, over_the_wire, wait_until
@@ -669,3 +671,120 @@ def test_a_queue_whose_pull_fails_does_not_stop_the_others(broker: Any, monkeypa
         assert not consumer.join(0.3)
     assert {m.queue_id for m, _ in listener.seen} == {1}
     assert len(failing) <= 2  # retried after 3 s, not in a tight loop
+
+
+def test_a_queue_given_up_mid_task_commits_what_the_task_consumed_so_far(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    mq = MessageQueue("T", broker.broker_name, 0)
+    broker.put_messages("T", 0, [b"%d" % i for i in range(300)], [None] * 300)
+    gate, held, release = threading.Event(), threading.Event(), threading.Event()
+    target: list[int] = []
+    seen: dict[str, list[int]] = defaultdict(list)
+    cond = threading.Condition()
+
+    def listener(client: str) -> Callable[[list[Any], Any], None]:
+        def consume(msgs: list[Any], context: Any) -> None:
+            assert gate.wait(10)  # the first calls hold the thread until the backlog is deep: tasks form
+            with cond:
+                seen[client].extend(m.queue_offset for m in msgs)
+                cond.notify_all()
+            if client == "b" and target and msgs[0].queue_offset == target[0]:
+                held.set()
+                assert release.wait(10)
+        return consume
+
+    # "b" owns the queue alone, then "a" joins and takes it (the average strategy gives it to the first id).
+    b = PushConsumer(broker, "cg", client_id="b", consume_from_where=FIRST, consume_thread_nums=1,
+                     subscription={"T": "*"}, listener=listener("b"))
+    each = b._consume_each
+
+    def hold_mid_task(task: Any) -> None:  # (run, start, stop, pq, mq)
+        if not target and task[2] - task[1] > 20:
+            target.append(task[0].msgs[task[1] + 20].queue_offset)  # 20 calls of this task succeed first
+        each(task)
+
+    b._consume_each = hold_mid_task  # type: ignore[method-assign]
+    a = PushConsumer(broker, "cg", client_id="a", consume_from_where=FIRST, subscription={"T": "*"},
+                     listener=listener("a"))
+    try:
+        b.start()
+        wait_until(lambda: b._pool is not None and b._pool.backlog >= 4, "a deep backlog")
+        gate.set()
+        assert held.wait(10)
+        a.start()  # b gives the queue up while its task is held: it commits the task's successes so far
+        with cond:
+            assert cond.wait_for(lambda: seen["a"], 10)
+        # Only the held message is consumed again, as when each message was acknowledged on its own.
+        assert min(seen["a"]) == target[0] and broker.query_offset("cg", mq) >= target[0]
+    finally:
+        release.set()
+        a.shutdown()
+        b.shutdown()
+
+
+def test_a_slow_call_with_the_pool_idle_hands_the_rest_of_its_task_to_another_thread(broker: Any) -> None:
+    broker.create_topic("T", 1)
+    mq = MessageQueue("T", broker.broker_name, 0)
+    release = threading.Event()
+    seen: list[int] = []
+    cond = threading.Condition()
+
+    def listener(msgs: list[Any], context: Any) -> None:
+        offset = msgs[0].queue_offset
+        if offset == 0:
+            assert release.wait(10)
+        with cond:
+            seen.append(offset)
+            cond.notify_all()
+
+    msgs = []
+    for offset in range(10):
+        msg = MessageExt("T", b"%d" % offset)
+        msg.queue_id, msg.queue_offset = 0, offset
+        msgs.append(msg)
+    with PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2, subscription={"T": "*"},
+                      listener=listener) as consumer:
+        pq = ProcessQueue()
+        run = pq.push_run(msgs)
+        assert consumer._pool is not None
+        consumer._pool.submit_call(consumer._consume_each, (run, 0, 10, pq, mq))  # a task of 10, pool idle
+        try:
+            with cond:  # 0 is held; the other thread takes the rest
+                assert cond.wait_for(lambda: sorted(seen) == list(range(1, 10)), 10), seen
+        finally:
+            release.set()
+        wait_until(lambda: pq.fold_acked() == 10 or pq.first_offset() is None, "the task acknowledged")
+        assert pq.msg_count == 0
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_traced_consume_whose_handling_fails_is_consumed_again(broker: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                 deep: bool) -> None:
+    monkeypatch.setattr(push_module, "SEND_BACK_RETRY_DELAY", 0.01)
+    broker.create_topic("T", 1)
+    mq = MessageQueue("T", broker.broker_name, 0)
+    count = 300 if deep else 10
+    broker.put_messages("T", 0, [b"%d" % i for i in range(count)], [None] * count)
+    gate = threading.Event()
+    listener = Collector(lambda msgs, context: gate.wait(10) and None)
+    consumer = PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2, subscription={"T": "*"},
+                            listener=listener, trace=True)
+    with consumer:
+        tracer = consumer._tracer
+        assert tracer is not None
+        failed: list[int] = []
+        before = tracer.before
+
+        def failing_before(msgs: list[Any]) -> Any:  # a tracer error once, late enough to be in a task when deep
+            if msgs[0].queue_offset == count - 5 and not failed:
+                failed.append(count - 5)
+                raise RuntimeError("tracer failed")
+            return before(msgs)
+
+        tracer.before = failing_before  # type: ignore[method-assign]
+        if deep:
+            wait_until(lambda: consumer._pool is not None and consumer._pool.backlog >= 4, "a deep backlog")
+        gate.set()
+        assert consumer.join(10)  # 5 is consumed again, so the queue's commit gets past it
+        assert failed and broker.query_offset("cg", mq) == count
+        assert sorted(set(int(b) for b in listener.bodies())) == list(range(count))

@@ -1,16 +1,15 @@
 """`ProcessQueue`: the messages of one queue a consumer has pulled and not finished.
 
-Messages sit in a map ordered by queue offset (RocketMQ's TreeMap). Pulls
+Orderly consumption keeps messages in a map ordered by queue offset (RocketMQ's TreeMap). Pulls
 add offsets in increasing order, so the map is a dict (insertion order) plus
 a deque of offsets whose removed entries are skipped lazily: adding,
 removing and finding the smallest offset cost O(1) amortised, about 0.4 us a
 message against 2.4 us for a `sortedcontainers.SortedDict` (measured). The
-rare out-of-order insert (an orderly batch put back) re-sorts the deque. The
-committed offset is the smallest offset still in the map, so an unfinished
-message is never skipped however the consume threads finish. Counts and body sizes drive the pull flow control.
+rare out-of-order insert (an orderly batch put back) re-sorts the deque.
 Orderly consumption moves a batch into a second map while it is being
-consumed (`take_messages`), then `commit`s it or puts it back (`rollback`,
-`make_message_to_consume_again`).
+consumed (`take_messages`), then `commit`s it (last taken + 1) or puts it
+back (`rollback`, `make_message_to_consume_again`). Counts and body sizes
+drive the pull flow control.
 
 Concurrent push consumption and lite pull keep each pull result whole
 instead (`PulledRun`: no step per message on the pull thread). A push run
@@ -19,10 +18,11 @@ done, so it never passes an unfinished one either.
 
 One lock per queue, taken once per batch, never while user code runs. A
 push consumer's consume threads do not take it for a batch they finished:
-they `ack` its index range into a deque, which the pull thread folds in
-(`fold_acked`) on its next round, before it commits; so the committed offset
-still never passes a message not folded in. Failures, send-backs and
-timeouts mark messages done one by one (`remove_messages`).
+they `ack` its index range into a deque, and a task of several messages
+publishes how far it got (`track`, one list store a message), which the pull
+thread folds in (`fold_acked`) on its next round, before it commits; so the
+committed offset still never passes a message not folded in. Failures,
+send-backs and timeouts mark messages done one by one (`remove_messages`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
+from typing import Any
 
 from ..errors import MQClientError
 from ..message import MessageExt
@@ -63,7 +64,7 @@ class PulledRun:
         self.unsettled = False
 
     def __repr__(self) -> str:
-        return f"<PulledRun {self.next}/{len(self.msgs)} handed out>"
+        return f"<PulledRun {self.next}/{len(self.msgs)} {'done' if self.done is not None else 'handed out'}>"
 
 
 class ProcessQueue:
@@ -76,9 +77,11 @@ class ProcessQueue:
         self._msgs: dict[int, MessageExt] = {}
         self._order: deque[int] = deque()  # offsets of _msgs ascending, plus removed ones not yet skipped
         self._consuming: dict[int, MessageExt] = {}
-        self._runs: deque[PulledRun] = deque()  # a lite pull consumer's pull results, oldest first
+        self._runs: deque[PulledRun] = deque()  # pull results of a lite pull or concurrent push consumer, oldest first
         #: Ranges of push runs consumed, not folded yet (`ack`, `fold_acked`).
         self._acked: deque[tuple[PulledRun, int, int]] = deque()
+        #: Progress of running tasks: `[run, start, stop]`, `stop` raised as each message succeeds (`track`).
+        self._progress: dict[int, list[Any]] = {}
         self.msg_count = 0
         self.msg_size = 0
         self.queue_offset_max = 0
@@ -88,8 +91,9 @@ class ProcessQueue:
         self.last_lock_timestamp = 0
         #: Set by a pull loop that skipped this queue for flow control; the consume side clears it and wakes the loop.
         self.flow_blocked = False
-        #: The highest offset `remove_messages` found committable, and what the owner last committed of it:
-        #: consume threads only note it (under the lock they already hold); the pull thread commits it.
+        #: The highest offset found committable (`fold_acked`, `remove_messages`), and what the owner last
+        #: committed of it: consume threads only note it (under the lock they already hold); the pull thread
+        #: commits it.
         self.pending_offset = -1
         self.committed_offset = -1
 
@@ -232,21 +236,21 @@ class ProcessQueue:
             self.queue_offset_max = msgs[-1].queue_offset
             return run
 
-    def _mark_done(self, run: PulledRun, start: int, stop: int, exact: bool = False) -> None:
+    def _mark_done(self, run: PulledRun, start: int, stop: int, exact: bool = False) -> int:
         """Mark `run.msgs[start:stop]` done, counting only those not done yet (`lock` held).
 
         Their bytes leave `msg_size` once the whole run is done, or at once when
         `exact` (a removal one by one). A range acked while the run is still in
         progress leaves them counted until `settle_size` recounts (the pull
         thread does before it lets the size hold a queue back): no step per
-        message on the common path.
+        message on the common path. Returns how many were not done yet.
         """
         done = run.done
         if done is None or not run.live:
-            return  # the queue was cleared since: nothing of it is counted any more
+            return 0  # the queue was cleared since: nothing of it is counted any more
         fresh = done.count(0, start, stop)
         if not fresh:
-            return
+            return 0
         left = run.left - fresh
         if fresh == stop - start:
             done[start:stop] = b"\x01" * fresh
@@ -276,6 +280,7 @@ class ProcessQueue:
             runs = self._runs
             while runs and not runs[0].left:
                 runs.popleft()
+        return fresh
 
     def settle_size(self) -> int:
         """`msg_size` made exact (bodies of messages not done only) and returned.
@@ -317,7 +322,9 @@ class ProcessQueue:
             if self._runs:
                 for msg in msgs:
                     found = self._locate(msg)
-                    if found is not None:
+                    # The very object: after `clear`, a late removal of an old run's message must not mark
+                    # the new run's message at the same offset done.
+                    if found is not None and found[0].msgs[found[1]] is msg:
                         self._mark_done(found[0], found[1], found[1] + 1, exact=True)
                 return self._note_committable()
             if not tree:
@@ -350,26 +357,51 @@ class ProcessQueue:
 
         The hand-off of a consume thread's successful batch or task: one
         `deque.append`, atomic under the GIL, so consume threads never queue
-        on `lock`, and the pull thread folds a range in O(1) steps.
+        on `lock`, and the pull thread folds a range in a constant number of
+        Python steps (the flags themselves are counted and set in C).
         """
         self._acked.append((run, start, stop))
+
+    def track(self, run: PulledRun, start: int) -> list[Any]:
+        """Publish a running task's progress: `cell[2] = index + 1` once message `index` succeeded.
+
+        `fold_acked` marks `run.msgs[start:cell[2]]` done on every fold, so a
+        queue given up mid-task still commits what the task consumed so far.
+        Only `cell[2]` changes (one list store, atomic under the GIL), so every
+        message below it succeeded; a failure ends the cell (`untrack`) and the
+        task tracks the rest in a new one.
+        """
+        cell = [run, start, start]
+        self._progress[id(cell)] = cell
+        return cell
+
+    def untrack(self, cell: list[Any]) -> None:
+        """The task acknowledged `cell`'s range (`ack`) or gave it up: stop folding it."""
+        self._progress.pop(id(cell), None)
 
     def fold_acked(self) -> int:
         """Mark what `ack` noted done (the owner's thread): the offset to commit, or -1 when nothing was noted.
 
         Like `remove_messages`: the smallest offset still cached (an acked
         message not folded yet counts as cached, so the offset never passes
-        it), or `queue_offset_max + 1` once nothing is left.
+        it), or `queue_offset_max + 1` once nothing is left. A fold that marked
+        nothing (stale acks of a cleared queue, progress folded before) notes
+        nothing either: -1.
         """
         acked = self._acked
-        if not acked:
+        progress = self._progress
+        if not acked and not progress:
             return -1
         with self.lock:
             take = acked.popleft
             mark = self._mark_done
+            marked = 0
             while acked:  # until empty: an ack appended meanwhile is folded too
-                mark(*take())
-            return self._note_committable()
+                marked += mark(*take())
+            for run, start, stop in list(progress.values()):
+                if stop > start:
+                    marked += mark(run, start, stop)
+            return self._note_committable() if marked else -1
 
     @property
     def acked_pending(self) -> int:
@@ -436,6 +468,7 @@ class ProcessQueue:
                 run.live = False
             self._runs.clear()
             self._acked.clear()
+            self._progress.clear()
             self.msg_count = 0
             self.msg_size = 0
             self.queue_offset_max = 0

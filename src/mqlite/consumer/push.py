@@ -8,9 +8,10 @@ until one of its queues grows (the broker's arrival hub wakes it), so a
 message reaches a waiting listener within a wake-up, as RocketMQ's long
 polling does.
 
-Concurrent mode commits, after each batch, the smallest offset still cached
-(an unfinished message is never skipped) and sends failures back to
-`%RETRY%<group>`. Orderly mode consumes each queue on one thread at a time in
+Concurrent mode sends failures back to `%RETRY%<group>`; consume threads
+acknowledge what they consumed without a lock and the pull thread commits,
+on its next round, the smallest offset still cached (an unfinished message
+is never skipped). Orderly mode consumes each queue on one thread at a time in
 offset order, holding the queue's broker lock in clustering mode, and retries
 a suspended batch after `suspend_current_queue_time`.
 """
@@ -22,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..config import JAVA_INT_MAX, check_seconds
@@ -621,33 +623,49 @@ class PushConsumer(ConsumerBase):
         """Messages `start` to `stop` of a pull result in one task, each its own request and listener call.
 
         The requests are made here, on the consume thread, not on the pull
-        thread; the successes are acknowledged as ranges (one `ack` for the task
-        when all succeed).
+        thread. Successes are published as they happen (`ProcessQueue.track`:
+        one list store a message), so the pull thread's next fold commits them,
+        also when the queue is given up mid-task; a failure closes the range
+        there (`ack`) and the rest is tracked anew. Before each listener call
+        but the last, when no task waits in the pool (a consume thread may be
+        idle), the rest is handed back as a task of its own: a slow or hung
+        call holds up no message another thread could take.
         """
         run, start, stop, pq, mq = task
         msgs = run.msgs
-        acked_from = start
+        pool = self._pool
+        assert pool is not None
+        queued = pool.queued
+        cell = pq.track(run, start)
         if self._tracer is not None:  # traced: each through the whole path
             consume = self._consume_listener
             for index in range(start, stop):
+                if index == stop:
+                    break  # the rest was handed back
+                if index + 1 < stop and not queued():
+                    pool.submit_call(self._consume_each, (run, index + 1, stop, pq, mq))
+                    stop = index + 1
+                request = _Request([msgs[index]], pq, mq, run, index)
                 try:
-                    ok = consume(_Request([msgs[index]], pq, mq, run, index))
-                except Exception:  # as the pool does for a task: the rest of this one still runs
-                    log.exception("consume task failed")
+                    ok = consume(request)
+                except Exception:  # the tracer or `_settle` failed: never leave the message unfinished
+                    self._consume_later(request)
                     ok = False
-                if not ok:  # handled on its own (or not at all: dropped, stopping): the range so far is done
-                    if acked_from < index:
-                        self._ack(pq, run, acked_from, index)
-                    acked_from = index + 1
+                if ok:
+                    cell[2] = index + 1
+                else:  # handled on its own (or not at all: dropped, stopping): the range so far is done
+                    cell = self._close_range(pq, cell, index)
         else:  # `_consume_listener` inlined (a call less a message); anything but success goes to `_settle`
             listener = self._listener
             assert listener is not None
             running = self._running_requests
             monotonic = time.monotonic
             for index in range(start, stop):
-                if pq.dropped or self._stopping:
-                    stop = index  # the rest is not consumed, so not acknowledged
-                    break
+                if index == stop or pq.dropped or self._stopping:
+                    break  # the rest was handed back, or is not consumed, so not acknowledged
+                if index + 1 < stop and not queued():
+                    pool.submit_call(self._consume_each, (run, index + 1, stop, pq, mq))
+                    stop = index + 1
                 request = _Request([msgs[index]], pq, mq, run, index)
                 context = ConsumeConcurrentlyContext(mq)
                 request.started = monotonic()
@@ -660,17 +678,38 @@ class PushConsumer(ConsumerBase):
                 finally:
                     running.pop(request, None)
                 if (status is None or status is _SUCCESS) and context.ack_index >= 0 and not pq.dropped:
+                    cell[2] = index + 1
                     continue
-                if acked_from < index:
-                    self._ack(pq, run, acked_from, index)
-                acked_from = index + 1
+                cell = self._close_range(pq, cell, index)
                 if not pq.dropped:
                     try:
                         self._settle(request, status, context)
-                    except Exception:  # as the pool does for a task: the rest of this one still runs
-                        log.exception("consume task failed")
-        if acked_from < stop:
-            self._ack(pq, run, acked_from, stop)
+                    except Exception:
+                        self._consume_later(request)
+        if cell[2] > cell[1]:
+            self._ack(pq, run, cell[1], cell[2])
+        pq.untrack(cell)
+
+    def _close_range(self, pq: ProcessQueue, cell: list[Any], index: int) -> list[Any]:
+        """Message `index` did not succeed: acknowledge the task's range before it; track from `index + 1`."""
+        run, start, stop = cell
+        if stop > start:
+            self._ack(pq, run, start, stop)
+        pq.untrack(cell)
+        return pq.track(run, index + 1)
+
+    def _consume_later(self, request: _Request) -> None:
+        """Handling a consumed request failed (a tracer or send-back error): consume it again here later.
+
+        As for a listener that raised (RECONSUME_LATER), its messages stay
+        cached and are consumed again, here after `SEND_BACK_RETRY_DELAY`, so
+        none is left unfinished with the queue's commit stuck below it.
+        """
+        log.exception("%s: handling a consumed batch failed; consuming it again in %s s",
+                      self.group, SEND_BACK_RETRY_DELAY)
+        loop = self._loop
+        if loop is not None:
+            loop.call_later(SEND_BACK_RETRY_DELAY, lambda: self._resubmit(request))
 
     def _ack(self, pq: ProcessQueue, run: PulledRun, start: int, stop: int) -> None:
         """Acknowledge consumed messages of a run without a lock; the pull thread folds them in and commits.
@@ -689,7 +728,12 @@ class PushConsumer(ConsumerBase):
 
     def _consume_concurrently(self, request: _Request) -> None:
         run = request.run
-        if self._consume_listener(request) and run is not None:
+        try:
+            ok = self._consume_listener(request)
+        except Exception:  # the tracer or `_settle` failed: never leave the messages unfinished
+            self._consume_later(request)
+            return
+        if ok and run is not None:
             self._ack(request.pq, run, request.start, request.start + len(request.msgs))
 
     def _consume_listener(self, request: _Request) -> bool:
@@ -706,11 +750,11 @@ class PushConsumer(ConsumerBase):
         assert listener is not None
         msgs = request.msgs
         context = ConsumeConcurrentlyContext(request.mq)
+        tracer = self._tracer
+        traced = tracer.before(msgs) if tracer is not None else None  # if it raises, nothing is left running
         request.started = time.monotonic()
         running = self._running_requests
         running[request] = None
-        tracer = self._tracer
-        traced = tracer.before(msgs) if tracer is not None else None
         try:
             status = listener(msgs, context)
         except Exception:

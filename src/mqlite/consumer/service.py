@@ -36,6 +36,8 @@ class WorkerPool:
 
     def __init__(self, name: str, threads: int) -> None:
         self._tasks: queue.SimpleQueue[object] = queue.SimpleQueue()
+        #: `backlog` as a bound C call (a hot path asks it once a message).
+        self.queued: Callable[[], int] = self._tasks.qsize
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}") for i in range(threads)]
         self._started = False
 
