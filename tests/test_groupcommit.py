@@ -10,8 +10,10 @@ for real. So a test decides exactly which records a flush covers and when it end
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -381,3 +383,86 @@ def test_close_fails_the_writers_it_did_not_flush() -> None:
         leader.join()
     assert answers == {"covered": True, "beyond": False, "leader": True}
     assert group_commit.wait(300) is False and group_commit.wait(200) is True  # after close: at once
+
+
+class _RacingDeque(collections.deque[Any]):
+    """The group commit's deque of pipelined sends, with a sender that registers right after the
+    flush thread last looked at it before going idle: that look answers as the deque was, then
+    `sender` runs on its own thread until it returns or blocks on the group commit's mutex."""
+
+    sender: Callable[[], None] | None = None
+
+    def __bool__(self) -> bool:
+        answer = len(self) > 0
+        if self.sender is not None and sys._getframe(1).f_code.co_name == "_thread_main":
+            sender, self.sender = self.sender, None
+            thread = threading.Thread(target=sender, name="racing-sender")
+            thread.start()
+            thread.join(0.5)  # returned, or parked on the mutex the flush thread holds (no event says so)
+        return answer
+
+
+def test_a_send_registering_as_the_flush_thread_goes_idle_is_flushed() -> None:
+    log_end = [0]
+    group_commit = GroupCommit(lambda: log_end[0], 30.0)
+    racing = group_commit._pipelined = _RacingDeque()
+    settled: queue.Queue[tuple[list[Any], list[Any]]] = queue.Queue()
+
+    def sink(durable: list[Any], failed: list[Any]) -> None:
+        settled.put((durable, failed))
+
+    def register(end: int, item: str) -> None:
+        log_end[0] = end  # its record is written, then it registers
+        group_commit.when_durable(end, item, sink)
+
+    racing.sender = lambda: register(200, "late")
+    with deadline(30):
+        register(100, "first")  # no flush runs: the flush thread leads
+        assert settled.get(timeout=10) == (["first"], [])
+        assert settled.get(timeout=10) == (["late"], [])  # not stranded behind the idle flush thread
+        group_commit.close(200)
+    assert racing.sender is None  # the race was run
+
+
+def test_a_send_registering_after_close_is_answered_at_once() -> None:
+    group_commit = GroupCommit(lambda: 100, 30.0)
+    group_commit.close(100)
+    answers: list[tuple[list[Any], list[Any], str]] = []
+
+    def sink(durable: list[Any], failed: list[Any]) -> None:
+        answers.append((durable, failed, threading.current_thread().name))
+
+    group_commit.when_durable(100, "covered", sink)
+    group_commit.when_durable(101, "beyond", sink)
+    here = threading.current_thread().name
+    assert answers == [(["covered"], [], here), ([], ["beyond"], here)]
+
+
+def test_pipelined_sends_are_stored_before_send_async_returns_whichever_path(broker: mqlite.Broker) -> None:
+    gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+    log = broker.store.commitlog
+    big = bytes(range(256)) * 20  # over 4 KiB: compressed, so the full send path
+    sends: list[tuple[mqlite.Message, dict[str, Any]]] = [
+        (mqlite.Message("T", b"plain-learns", tags="a"), {}),  # a property map not seen before: checked, cached
+        (mqlite.Message("T", b"plain-cached", tags="a"), {}),  # the plain send, cached encoding
+        (mqlite.Message("T", big, tags="a"), {}),
+        (mqlite.Message("T", b"selected", keys="k1"), {"selector": mqlite.SelectMessageQueueByHash(), "arg": 7}),
+        (mqlite.Message("T", b"delayed", delay_time_level=1), {}),  # to the schedule topic
+    ]
+    with mqlite.Producer(broker) as producer, deadline(30):
+        futures = []
+        for msg, options in sends:
+            before = log.max_offset
+            futures.append(producer.send_async(msg, **options))
+            assert log.max_offset > before  # stored on this thread, before send_async returned
+            if len(futures) == 1:
+                gate.next_target()  # the flush thread's first flush is held at the gate
+        assert not any(f.done() for f in futures)
+        gate.open(3)
+        results = [f.result(10) for f in futures]
+    assert {r.send_status for r in results} == {mqlite.SendStatus.SEND_OK}
+    stored = {m.body: m for m in broker.store.get_messages("T", 0, 0, 10).messages}
+    assert sorted(stored) == sorted([b"plain-learns", b"plain-cached", big, b"selected"])
+    for (msg, _), result in zip(sends[:4], results):
+        assert stored[msg.body].msg_id == result.msg_id == msg.properties["UNIQ_KEY"]
+        assert stored[msg.body].tags == msg.tags and stored[msg.body].keys == msg.keys

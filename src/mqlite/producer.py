@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import itertools
 import logging
 import operator
@@ -395,21 +394,29 @@ class Producer:
         (docs/benchmarks.md, 5b); the plain send below skips what was checked before.
         """
         if selector is None and queue is None and type(msg) is Message and not self._hooked:
-            # The plain send (no hook, selector or queue): a property map validated and encoded
-            # before is looked up, not checked again; measured in bench/bench_producer.py.
-            properties, body = msg.properties, msg.body
-            cached = self._plain_heads.get(tuple(properties.items()))
-            if (cached is not None and type(body) is bytes and 0 < len(body) <= self._body_limit
-                    and len(body) <= self.compress_msg_body_over_howmuch and msg.topic in self._checked_topics
-                    and type(msg.flag) is int and _INT32_MIN <= msg.flag <= _INT32_MAX):
-                return self._send_plain(msg, cached[0])
-            self._validate(msg)
-            cached = self._learn(msg)
-            if cached is not None and type(body) is bytes and len(body) <= self.compress_msg_body_over_howmuch:
-                return self._send_plain(msg, cached[0])
+            head = self._plain_head(msg)
+            if head is not None:
+                return self._send_plain(msg, head)[0]
             return self._send(msg, self._choose(msg, None, None, None), "SYNC")
         self._validate(msg)
         return self._send(msg, self._choose(msg, queue, selector, arg), "SYNC")
+
+    def _plain_head(self, msg: Message) -> bytes | None:
+        """For a `Message` sent without hook, selector or queue: the cached encoding of its property
+        map when the plain send (`_send_plain`) may take it, else None. Either way `msg` is valid on
+        return (raises `MQClientError` if not): a property map validated and encoded before is
+        looked up, not checked again (measured in bench/bench_producer.py)."""
+        properties, body = msg.properties, msg.body
+        cached = self._plain_heads.get(tuple(properties.items()))
+        if (cached is not None and type(body) is bytes and 0 < len(body) <= self._body_limit
+                and len(body) <= self.compress_msg_body_over_howmuch and msg.topic in self._checked_topics
+                and type(msg.flag) is int and _INT32_MIN <= msg.flag <= _INT32_MAX):
+            return cached[0]
+        self._validate(msg)
+        cached = self._learn(msg)
+        if cached is not None and type(body) is bytes and len(body) <= self.compress_msg_body_over_howmuch:
+            return cached[0]
+        return None
 
     def _learn(self, msg: Message) -> tuple[bytes, int] | None:
         """After `_validate(msg)`: remember its property map's encoding (bytes, characters) when the
@@ -424,7 +431,7 @@ class Producer:
             self._plain_heads[tuple(properties.items())] = cached
         return cached
 
-    def _send_plain(self, msg: Message, head: bytes) -> SendResult:
+    def _send_plain(self, msg: Message, head: bytes) -> tuple[SendResult, PutResult]:
         """`_send_put` for a valid message without hooks: round-robin queue, a new id, encoding reused."""
         broker = self._broker
         if self._state != "RUNNING" or broker is None:
@@ -442,7 +449,7 @@ class Producer:
         born = _time_ns() // 1_000_000 if self._system_clock else self._now_ms()
         put = broker.put_message(topic, mq.queue_id, msg.body, props, flag=msg.flag, born_timestamp=born)
         return SendResult(_SEND_OK if put.status is _PUT_OK else _STATUS[put.status], uniq, mq, put.queue_offset,
-                          put)
+                          put), put
 
     def send_orderly(self, msg: Message, sharding_key: Any) -> SendResult:
         """Send to the queue the sharding key hashes to, so one key's messages keep their order."""
@@ -461,12 +468,19 @@ class Producer:
         """
         if callback is not None and not callable(callback):
             raise MQClientError(f"callback must be a callable taking the future, got {callback!r}")
-        self._validate(msg)
-        mq = self._choose(msg, queue, selector, arg)
         durable = self._durable
-        if durable is not None and not self._hooked and not self._pool_pending:
-            # Not while oneway or hooked sends wait on the pool: sends keep their order.
-            return durable.send(functools.partial(self._send_put, msg, mq, "ASYNC"), callback)
+        if durable is not None and (self._hooked or self._pool_pending):
+            durable = None  # not while oneway or hooked sends wait on the pool: sends keep their order
+        if durable is not None and selector is None and queue is None and type(msg) is Message:
+            head = self._plain_head(msg)  # validates
+            if head is not None:
+                return durable.send(callback, self._send_plain, msg, head)
+            mq = self._choose(msg, None, None, None)
+        else:
+            self._validate(msg)
+            mq = self._choose(msg, queue, selector, arg)
+        if durable is not None:
+            return durable.send(callback, self._send_put, msg, mq, "ASYNC")
         future = self._submit(self._send, msg, mq, "ASYNC", queued=True)
         if callback is not None:
             future.add_done_callback(callback)
@@ -810,7 +824,8 @@ class _DurableSends:
         self._deferral = group_commit.deferring()
         self._group = group
         self._name = f"mqlite-producer-{group}-results"
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()  # taken per send: a plain lock (a Condition's own is an RLock)
+        self._cv = threading.Condition(self._lock)
         self._outstanding = 0  # sends stored and not yet settled
         self._closed = False
         self._resolver: concurrent.futures.ThreadPoolExecutor | None = None
@@ -821,21 +836,21 @@ class _DurableSends:
         group_commit = broker.group_commit
         return cls(group_commit, group) if group_commit is not None else None
 
-    def send(self, put: Callable[[], tuple[SendResult, PutResult]],
-             callback: Callable[[concurrent.futures.Future[SendResult]], None] | None) -> concurrent.futures.Future[SendResult]:
-        """Store with `put()` now (the producer's `_send_put`); the future completes once the record
-        is durable (or FLUSH_DISK_TIMEOUT). Raises `IllegalStateError` once closed."""
+    def send(self, callback: Callable[[concurrent.futures.Future[SendResult]], None] | None,
+             put: Callable[..., tuple[SendResult, PutResult]], *args: Any) -> concurrent.futures.Future[SendResult]:
+        """Store with `put(*args)` now (the producer's `_send_plain` or `_send_put`); the future completes
+        once the record is durable (or FLUSH_DISK_TIMEOUT). Raises `IllegalStateError` once closed."""
         future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()  # the send has begun: it cannot be cancelled (as a pool task)
         if callback is not None:
             future.add_done_callback(callback)
-        with self._cv:
+        with self._lock:
             if self._closed:
                 raise IllegalStateError(f"producer {self._group!r} was shut down")
             self._outstanding += 1
         try:
             with self._deferral:
-                result, stored = put()
+                result, stored = put(*args)
         except BaseException as exc:
             self._settled(1)
             if not isinstance(exc, Exception):
@@ -872,7 +887,7 @@ class _DurableSends:
         self._settled(len(durable) + len(failed))
 
     def _settled(self, n: int) -> None:
-        with self._cv:
+        with self._lock:
             self._outstanding -= n
             if not self._outstanding:
                 self._cv.notify_all()

@@ -14,6 +14,7 @@ import threading
 import time
 from _thread import allocate_lock as _allocate_lock
 from bisect import insort
+from collections import deque
 from collections.abc import Callable
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
@@ -118,20 +119,21 @@ DurableSink = Callable[[list[Any], list[Any]], None]
 
 
 class _Waiter:
-    """One record waiting for its flush: a parked writer (`lock`, held until it is released) or a
-    pipelined send (`item` for `sink`). Kept in the waiter list in end order."""
+    """A parked writer: its record's end and deadline, and `lock`, held until it is released.
+    Kept in the waiter list in end order."""
 
-    __slots__ = ("end", "deadline", "lock", "outcome", "item", "sink")
+    __slots__ = ("end", "deadline", "lock", "outcome")
 
-    def __init__(self, end: int, deadline: float, item: Any = None, sink: DurableSink | None = None) -> None:
+    def __init__(self, end: int, deadline: float) -> None:
         self.end = end
         self.deadline = deadline
         self.outcome = 0
-        self.item = item
-        self.sink = sink
-        if sink is None:
-            self.lock = _allocate_lock()
-            self.lock.acquire()
+        self.lock = _allocate_lock()
+        self.lock.acquire()
+
+
+#: A pipelined send waiting for its flush: (end offset, deadline, item, sink).
+_Pipelined = tuple[int, float, Any, DurableSink]
 
 
 _END_OF = operator.attrgetter("end")
@@ -156,9 +158,10 @@ class GroupCommit:
       parked, to the flush thread `mqlite-group-commit` (started on first need, joined by
       `close`), which flushes while anyone waits and then sleeps. When nobody waits, no flush
       runs and the next writer leads again.
-    - **Pipelined sends** (`when_durable`) wait in the same list without a thread of their own;
-      their sink gets a whole group per flush, called on the flushing thread after the mutex is
-      released (it must be quick: hand the group to another thread).
+    - **Pipelined sends** (`when_durable`) wait without a thread of their own, in a deque the
+      sender appends to without the mutex while a flush is under way (the flusher takes the mutex
+      once a flush, not the sender once a send); their sink gets a whole group per flush, called
+      on the flushing thread after the mutex is released (it must be quick: hand the group on).
 
     A flush that raises `OSError` makes nothing durable (the records stay written; RocketMQ
     answers FLUSH_DISK_TIMEOUT). The leader retries until its `timeout` (on the store's clock)
@@ -178,7 +181,10 @@ class GroupCommit:
         self._mu = threading.Lock()
         self._flushed = 0
         self._flushing = False  # someone leads: a writer in `_lead` or the flush thread
-        self._waiters: list[_Waiter] = []  # parked writers and pipelined sends, in end order
+        self._waiters: list[_Waiter] = []  # parked writers, in end order
+        # Pipelined sends in the order they registered (their ends nearly in order: several
+        # threads may append); appended without the mutex, taken from under it.
+        self._pipelined: deque[_Pipelined] = deque()
         self._closed = False
         self._deferring: set[int] = set()  # threads whose `wait` returns at once (`deferring`)
         self._thread: threading.Thread | None = None
@@ -234,13 +240,12 @@ class GroupCommit:
         while True:
             flushed = self._flush()
             with self._mu:
-                ready = self._settle(flushed)
+                now = monotonic()
+                ready = self._settle(flushed, expired_at=None if flushed >= 0 else now)
                 durable = self._flushed >= end_offset
-                done = durable or self._closed or monotonic() >= deadline
+                done = durable or self._closed or now >= deadline
                 if done:
                     self._pass_lead()
-                elif flushed < 0:
-                    ready = self._expire(ready)
             if ready:
                 _deliver(ready)
             if done:
@@ -256,22 +261,29 @@ class GroupCommit:
         """Call `sink([item], [])` once `end_offset` is durable, or `sink([], [item])` when the flush
         failed until `timeout` passed or the store closed first. Never blocks on the disk.
 
-        `sink` gets every item a flush settled in one call, in end order, on the flushing thread
-        (or this one, when `end_offset` is durable already): keep it short.
+        `sink` gets every item a flush settled in one call, in the order they registered, on the
+        flushing thread (or this one, when `end_offset` is durable already): keep it short.
+        While a flush is under way this takes no lock: one deque append.
         """
-        with self._mu:
-            if self._flushed < end_offset and not self._closed:
-                insort(self._waiters, _Waiter(end_offset, self._monotonic() + self._timeout, item, sink),
-                       key=_END_OF)
-                if not self._flushing:
-                    self._flushing = True
-                    self._lead_to_thread()
-                return
-            durable = self._flushed >= end_offset
-        if durable:
+        if self._flushed >= end_offset:
             sink([item], [])
-        else:
-            sink([], [item])
+            return
+        self._pipelined.append((end_offset, self._monotonic() + self._timeout, item, sink))
+        # Read after the append: a leader that lets the lead go clears `_flushing` before it
+        # looks at the deque, so it sees this send or this sees the flag cleared (`_pass_lead`).
+        if self._flushing and not self._closed:
+            return
+        with self._mu:
+            if self._closed:  # `close` settled the deque already: settle what came after it
+                ready = self._settle_pipelined(self._flushed, fail_rest=True)
+            elif not self._flushing:
+                self._flushing = True
+                self._lead_to_thread()
+                return
+            else:
+                return
+        if ready:
+            _deliver(ready)
 
     # -- the lead --------------------------------------------------------------------------------
     def _flush(self) -> int:
@@ -284,8 +296,10 @@ class GroupCommit:
             log.exception("group commit: flushing the commit log failed")
             return -1
 
-    def _settle(self, flushed: int) -> _Ready | None:
-        """After a flush (mutex held): release every waiter it covered; the pipelined ones to deliver."""
+    def _settle(self, flushed: int, *, fail_rest: bool = False, expired_at: float | None = None) -> _Ready | None:
+        """After a flush (mutex held): release every parked writer it covered; return the pipelined
+        sends it covered, and those failed by `fail_rest` or `expired_at` (`_settle_pipelined`),
+        to deliver."""
         if flushed > self._flushed:
             self._flushed = flushed
         flushed = self._flushed
@@ -295,27 +309,46 @@ class GroupCommit:
             if waiter.end > flushed:
                 break
             n += 1
-        if not n:
-            return None
-        covered = waiters[:n]
-        del waiters[:n]
-        ready: _Ready | None = None
-        for waiter in covered:
-            if waiter.sink is None:
+        if n:
+            covered = waiters[:n]
+            del waiters[:n]
+            for waiter in covered:
                 waiter.outcome = _ACKED
                 waiter.lock.release()
-            else:
-                ready = _add(ready, waiter, 0)
-        return ready
+        if not self._pipelined:
+            return None
+        return self._settle_pipelined(flushed, fail_rest=fail_rest, expired_at=expired_at)
 
-    def _expire(self, ready: _Ready | None) -> _Ready | None:
-        """After a failed flush (mutex held): fail the pipelined sends past their deadline."""
-        now = self._monotonic()
-        expired = [w for w in self._waiters if w.sink is not None and w.deadline <= now]
-        for waiter in expired:
-            self._waiters.remove(waiter)
-            ready = _add(ready, waiter, 1)
-        return ready
+    def _settle_pipelined(self, flushed: int, *, fail_rest: bool = False,
+                          expired_at: float | None = None) -> _Ready | None:
+        """(Mutex held.) Take the pipelined sends from the deque's head, in order, while their
+        record ends at or below `flushed` (durable), or `fail_rest` (failed: the store closes), or
+        their deadline is at or before `expired_at` (failed: the flush kept failing).
+
+        The deque is taken from its head only, so sends appended meanwhile are never lost; a send
+        behind one that is not settled waits for the next flush (their ends are nearly in order).
+        """
+        pipelined = self._pipelined
+        ready: _Ready = {}
+        sink: DurableSink | None = None
+        lists: tuple[list[Any], list[Any]] = ([], [])
+        while pipelined:
+            end, deadline, item, item_sink = pipelined[0]
+            if end <= flushed:
+                failed = 0
+            elif fail_rest or (expired_at is not None and deadline <= expired_at):
+                failed = 1
+            else:
+                break
+            pipelined.popleft()
+            if item_sink is not sink:  # (one sink, a producer's, in the common case)
+                sink = item_sink
+                got = ready.get(sink)
+                if got is None:
+                    got = ready[sink] = ([], [])
+                lists = got
+            lists[failed].append(item)
+        return ready or None
 
     def _pass_lead(self) -> None:
         """The leader is done (mutex held): the lead goes on while anyone waits, else no flush runs.
@@ -325,17 +358,20 @@ class GroupCommit:
         interleaved rounds at 32 threads); the thread's extra wake-up costs more than it saves
         here. Pipelined sends have no thread to lead, so with no writer parked the thread leads.
         """
-        waiters = self._waiters
-        if not waiters or self._closed:
+        if self._closed:
             self._flushing = False
             return
-        if not self.hand_off_to_thread:
-            for i, waiter in enumerate(waiters):
-                if waiter.sink is None:  # the oldest parked writer leads next
-                    del waiters[i]
-                    waiter.outcome = _LEAD
-                    waiter.lock.release()
-                    return
+        waiters = self._waiters
+        if not waiters:
+            self._flushing = False
+            if not self._pipelined:  # read after clearing the flag: see `when_durable`
+                return
+            self._flushing = True
+        elif not self.hand_off_to_thread:
+            waiter = waiters.pop(0)  # the oldest parked writer leads next
+            waiter.outcome = _LEAD
+            waiter.lock.release()
+            return
         self._lead_to_thread()
 
     def _lead_to_thread(self) -> None:
@@ -360,13 +396,14 @@ class GroupCommit:
             while True:
                 flushed = self._flush()
                 with self._mu:
-                    ready = self._settle(flushed)
-                    if flushed < 0:
-                        ready = self._expire(ready)
-                    idle = not self._waiters or self._closed
+                    ready = self._settle(flushed, expired_at=None if flushed >= 0 else self._monotonic())
+                    closed = self._closed
+                    idle = closed or not self._waiters
                     if idle:
                         self._thread_leads = self._flushing = False
-                    closed = self._closed
+                        if not closed and self._pipelined:  # read after clearing: see `when_durable`
+                            idle = False
+                            self._thread_leads = self._flushing = True
                 if ready:
                     _deliver(ready)
                 if closed:
@@ -385,13 +422,10 @@ class GroupCommit:
         join the flush thread. Later waits return at once. Idempotent."""
         with self._mu:
             self._closed = True
-            ready = self._settle(flushed)
+            ready = self._settle(flushed, fail_rest=True)
             for waiter in self._waiters:
-                if waiter.sink is None:
-                    waiter.outcome = _FAILED
-                    waiter.lock.release()
-                else:
-                    ready = _add(ready, waiter, 1)
+                waiter.outcome = _FAILED
+                waiter.lock.release()
             self._waiters.clear()
             if self._wake.locked():
                 self._wake.release()
@@ -404,17 +438,6 @@ class GroupCommit:
 
 #: Settled pipelined sends, per sink: (items durable, items failed).
 _Ready = dict[DurableSink, tuple[list[Any], list[Any]]]
-
-
-def _add(ready: _Ready | None, waiter: _Waiter, failed: int) -> _Ready:
-    if ready is None:
-        ready = {}
-    assert waiter.sink is not None
-    lists = ready.get(waiter.sink)
-    if lists is None:
-        lists = ready[waiter.sink] = ([], [])
-    lists[failed].append(waiter.item)
-    return ready
 
 
 def _deliver(ready: _Ready) -> None:
