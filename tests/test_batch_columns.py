@@ -178,14 +178,16 @@ def test_append_batch_of_columns_writes_what_the_maps_write(tmp_path: Path, case
             log.close()
 
 
-def test_send_hooks_run_around_a_column_wise_batch_and_may_change_bodies(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # Hooks run as for any batch; the bodies and flags are read after the before-hooks (as before issue 14).
+def test_a_batch_sent_with_a_before_hook_stores_what_the_hook_changed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # A before-hook may change bodies and properties: with one registered, a batch of maps the producer has
+    # cached takes the map-by-map path, encoded after the hooks, and stores what the hook changed.
     seen: list[tuple[str, Any]] = []
 
     def before(ctx: Any) -> None:
         seen.append(("before", ctx.message.body))
         ctx.message.body = b"changed by the hook"
+        ctx.message.properties["HOOKED"] = "yes"
 
     columns_used: list[int] = []
     column_append = CommitLog._append_columns
@@ -197,10 +199,14 @@ def test_send_hooks_run_around_a_column_wise_batch_and_may_change_bodies(tmp_pat
     monkeypatch.setattr(CommitLog, "_append_columns", counted)
     with mqlite.open(str(tmp_path), **SMALL_STORE) as broker, mqlite.Producer(broker) as producer:
         producer.send_batch([mqlite.Message(TOPIC, b"warm", tags="A")])
+        producer.send_batch([mqlite.Message(TOPIC, b"cached", tags="A")])
+        assert columns_used == [1]  # the second batch of a cached map went column-wise
         producer.add_send_hook(before=before, after=lambda ctx: seen.append(("after", ctx.send_result.msg_id)))
         msgs = [mqlite.Message(TOPIC, b"b%d" % i, tags="A") for i in range(3)]
         result = producer.send_batch(msgs)
-        assert columns_used == [3]
+        assert columns_used == [1]
         assert seen == [("before", b"b0"), ("after", result.msg_id)]
         stored = broker.store.get_messages(TOPIC, result.message_queue.queue_id, result.queue_offset, 3).messages
         assert [m.body for m in stored] == [b"changed by the hook", b"b1", b"b2"]
+        assert [m.properties.get("HOOKED") for m in stored] == ["yes", None, None]
+        assert [m.tags for m in stored] == ["A", "A", "A"]

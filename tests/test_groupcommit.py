@@ -9,6 +9,7 @@ for real. So a test decides exactly which records a flush covers and when it end
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import collections
 import concurrent.futures
@@ -38,7 +39,9 @@ class GatedFlush:
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
-        self.group_commit = store._group_commit
+        group_commit = store.group_commit
+        assert group_commit is not None, "GatedFlush needs a SYNC_FLUSH store"
+        self.group_commit = group_commit
         self.real = self.group_commit._flush_to
         self.begun: queue.Queue[int] = queue.Queue()
         self._permits = threading.Semaphore(0)
@@ -115,7 +118,7 @@ def test_many_writers_are_acked_only_once_durable_and_find_their_messages_after_
 
 def test_a_flush_releases_only_the_writers_whose_records_it_began_with(store: MessageStore) -> None:
     gate = GatedFlush(store).install()
-    group_commit = store._group_commit
+    group_commit = store.group_commit
     with deadline(30):
         first, first_out = _put_in_thread(store, b"first")
         covered = gate.next_target()  # the first writer leads: its flush covers its own record only
@@ -136,21 +139,21 @@ def test_a_flush_releases_only_the_writers_whose_records_it_began_with(store: Me
 def test_a_failing_flush_acks_nothing_and_every_writer_times_out(tmp_path: Path) -> None:
     config = StoreConfig(**{**SYNC, "sync_flush_timeout": 0.3})
     with MessageStore(str(tmp_path), config) as store:
-        durable_before = store._group_commit._flushed
+        durable_before = store.group_commit._flushed
 
         def broken() -> int:
             raise OSError(5, "Input/output error")
 
-        store._group_commit._flush_to = broken  # type: ignore[method-assign]
+        store.group_commit._flush_to = broken  # type: ignore[method-assign]
         with deadline(30):
             with concurrent.futures.ThreadPoolExecutor(4) as pool:
                 results = list(pool.map(lambda i: store.put("T", 0, b"%d" % i), range(8)))
         assert [r.status for r in results] == [PutMessageStatus.FLUSH_DISK_TIMEOUT] * 8
-        assert store._group_commit._flushed == durable_before
-        assert not store._group_commit._waiters
+        assert store.group_commit._flushed == durable_before
+        assert not store.group_commit._waiters
         # Nobody keeps the lead once nobody waits (the flush thread may be ending its last failed flush).
-        wait_until(lambda: not store._group_commit._flushing, "the lead given up")
-        store._group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
+        wait_until(lambda: not store.group_commit._flushing, "the lead given up")
+        store.group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
         with deadline(30):
             assert store.put("T", 0, b"after").status is PutMessageStatus.PUT_OK  # the disk is back
 
@@ -177,7 +180,7 @@ def test_a_timeout_racing_a_release_settles_once(tmp_path: Path, outcome: str) -
     config = StoreConfig(**{**SYNC, "sync_flush_timeout": 0.2})
     with MessageStore(str(tmp_path), config) as store:
         gate = GatedFlush(store).install()
-        group_commit = store._group_commit
+        group_commit = store.group_commit
         with deadline(30):
             leader, leader_out = _put_in_thread(store, b"leader")
             gate.next_target()
@@ -191,7 +194,6 @@ def test_a_timeout_racing_a_release_settles_once(tmp_path: Path, outcome: str) -
                 if outcome == "acked":
                     group_commit._settle(store.commitlog.max_offset)  # what a flush covering it does
                 else:
-                    group_commit.hand_off_to_thread = False
                     group_commit._pass_lead()  # the lead goes to the late writer just as it gives up
             gate.open(3)  # the leader's flush, and the late writer's if it leads
             late.join()
@@ -211,7 +213,7 @@ def test_close_answers_every_parked_writer(tmp_path: Path) -> None:
         leader, leader_out = _put_in_thread(store, b"leader")
         gate.next_target()
         parked = [_put_in_thread(store, b"parked-%d" % i) for i in range(3)]
-        wait_until(_parked(store._group_commit, 3), "three writers parked")
+        wait_until(_parked(store.group_commit, 3), "three writers parked")
         closer = threading.Thread(target=store.close)
         closer.start()
         for thread, _ in parked:
@@ -221,7 +223,7 @@ def test_close_answers_every_parked_writer(tmp_path: Path) -> None:
         closer.join()
     assert [out[0].status for _, out in parked] == [PutMessageStatus.PUT_OK] * 3
     assert leader_out[0].status is PutMessageStatus.PUT_OK
-    assert not store._group_commit._waiters
+    assert not store.group_commit._waiters
 
 
 # -- the send_async pipeline -------------------------------------------------------------------------------
@@ -273,7 +275,7 @@ def test_a_failing_flush_completes_pipelined_sends_with_flush_disk_timeout(tmp_p
             raise OSError(5, "Input/output error")
 
         broker.create_topic("T", 1)
-        broker.store._group_commit._flush_to = broken  # type: ignore[union-attr]
+        broker.store.group_commit._flush_to = broken  # type: ignore[union-attr]
         with mqlite.Producer(broker) as producer, deadline(30):
             futures = [producer.send_async(mqlite.Message("T", b"%d" % i)) for i in range(20)]
             results = [f.result(10) for f in futures]
@@ -394,7 +396,7 @@ class _RacingDeque(collections.deque[Any]):
 
     def __bool__(self) -> bool:
         answer = len(self) > 0
-        if self.sender is not None and sys._getframe(1).f_code.co_name == "_thread_main":
+        if self.sender is not None and sys._getframe(1).f_code.co_name == "_thread_loop":
             sender, self.sender = self.sender, None
             thread = threading.Thread(target=sender, name="racing-sender")
             thread.start()
@@ -466,3 +468,239 @@ def test_pipelined_sends_are_stored_before_send_async_returns_whichever_path(bro
     for (msg, _), result in zip(sends[:4], results):
         assert stored[msg.body].msg_id == result.msg_id == msg.properties["UNIQ_KEY"]
         assert stored[msg.body].tags == msg.tags and stored[msg.body].keys == msg.keys
+
+
+# -- review 14: the group commit never stalls, groups keep their order, sends answer at their deadline -------
+class _RaisingOnce:
+    """The store's flush, raising `exc` on its first call (a `KeyboardInterrupt` in `fdatasync`, a
+    `ValueError` from a map a racing close unmapped), then flushing for real."""
+
+    def __init__(self, group_commit: GroupCommit, exc: BaseException) -> None:
+        self.real = group_commit._flush_to
+        self.exc: BaseException | None = exc
+        self.calls = 0
+        group_commit._flush_to = self  # type: ignore[method-assign]
+
+    def __call__(self) -> int:
+        self.calls += 1
+        exc, self.exc = self.exc, None
+        if exc is not None:
+            raise exc
+        return self.real()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), ValueError("mmap closed or invalid")], ids=repr)
+def test_a_leader_that_leaves_on_any_exception_passes_the_lead_on(tmp_path: Path, exc: BaseException) -> None:
+    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 0.5})) as store:
+        group_commit = store.group_commit
+        assert group_commit is not None
+        flush = _RaisingOnce(group_commit, exc)
+        out: list[Any] = []
+
+        def put() -> None:
+            try:
+                out.append(store.put("T", 0, b"first").status)
+            except BaseException as caught:  # noqa: B036 (the interrupt leaves the put, as it would the main thread's)
+                out.append(type(caught))
+
+        with deadline(30):
+            thread = threading.Thread(target=put)
+            thread.start()
+            thread.join()
+            # A KeyboardInterrupt leaves the put; any Exception is a failed flush, retried.
+            assert out == [KeyboardInterrupt if isinstance(exc, KeyboardInterrupt) else PutMessageStatus.PUT_OK]
+            assert store.put("T", 0, b"second").status is PutMessageStatus.PUT_OK  # acked durable: not stalled
+        assert flush.calls >= 2 and store.commitlog.mapped_files.flushed_where >= store.commitlog.max_offset
+
+
+def test_the_flush_thread_survives_a_flush_that_raises_a_non_os_error(tmp_path: Path) -> None:
+    with MessageStore(str(tmp_path), StoreConfig(**SYNC)) as store:
+        group_commit = store.group_commit
+        assert group_commit is not None
+        _RaisingOnce(group_commit, ValueError("mmap closed or invalid"))
+        settled: queue.Queue[tuple[list[Any], list[Any]]] = queue.Queue()
+        with deadline(30):
+            with group_commit.deferring():
+                result = store.put("T", 0, b"pipelined")
+            group_commit.when_durable(_end(result), "item", lambda durable, failed: settled.put((durable, failed)))
+            assert settled.get(timeout=10) == (["item"], [])  # the thread retried after the failed flush
+            assert store.put("T", 0, b"next").status is PutMessageStatus.PUT_OK
+
+
+def test_a_parked_writer_interrupted_after_it_was_handed_the_lead_passes_it_on(tmp_path: Path) -> None:
+    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 0.5})) as store:
+        gate = GatedFlush(store).install()
+        group_commit = store.group_commit
+        assert group_commit is not None
+        with deadline(30):
+            leader, leader_out = _put_in_thread(store, b"leader")
+            gate.next_target()
+
+            def interrupt_when_parked() -> None:
+                wait_until(_parked(group_commit, 1), "the main thread parked")
+                _thread.interrupt_main()  # Ctrl-C while it sleeps on its lock
+
+            interrupter = threading.Thread(target=interrupt_when_parked)
+            interrupter.start()
+            with pytest.raises(KeyboardInterrupt):
+                store.put("T", 0, b"interrupted")
+            interrupter.join()
+            gate.open()  # the leader's flush: the lead may not go to the writer that left
+            leader.join()
+            group_commit._flush_to = gate.real  # type: ignore[method-assign]
+            assert store.put("T", 0, b"later").status is PutMessageStatus.PUT_OK
+        assert leader_out[0].status is PutMessageStatus.PUT_OK
+        assert not group_commit._waiters and not group_commit._flushing
+
+
+class _StallingLock:
+    """The group commit's mutex; the first release by thread `name` after `armed` is set waits
+    (up to 2 s) for `go`: the thread loses the CPU right after it released the mutex."""
+
+    def __init__(self, name: str) -> None:
+        self.inner = threading.Lock()
+        self.name = name
+        self.armed = threading.Event()
+        self.go = threading.Event()
+        self._stalled = False
+
+    def __enter__(self) -> None:
+        self.inner.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.inner.release()
+        if self.armed.is_set() and not self._stalled and threading.current_thread().name == self.name:
+            self._stalled = True
+            self.go.wait(2)
+
+
+def test_pipelined_groups_reach_their_sink_in_end_order_when_the_next_leader_overtakes() -> None:
+    first_may_end = threading.Event()
+    stall = _StallingLock("L1")
+
+    def flush_to() -> int:
+        if threading.current_thread().name == "L1":
+            first_may_end.wait(10)
+            stall.armed.set()  # L1 stalls as it releases the mutex after settling P1
+            return 25
+        return 50
+
+    group_commit = GroupCommit(flush_to, 5.0)
+    group_commit._mu = stall  # type: ignore[assignment]
+    order: list[list[Any]] = []
+
+    def sink(durable: list[Any], failed: list[Any]) -> None:
+        order.append(durable)
+        if len(order) == 2:
+            stall.go.set()
+
+    with deadline(30):
+        l1 = threading.Thread(target=lambda: group_commit.wait(20), name="L1")
+        l1.start()
+        wait_until(lambda: group_commit._flushing, "L1 leads")
+        group_commit.when_durable(15, "P1", sink)  # covered by L1's flush
+        w = threading.Thread(target=lambda: group_commit.wait(40), name="W")
+        w.start()
+        wait_until(_parked(group_commit, 1), "W parked: it leads next")  # (P1 waits in the deque)
+        group_commit.when_durable(35, "P2", sink)  # covered by W's flush only
+        first_may_end.set()
+        l1.join()
+        w.join()
+        wait_until(lambda: len(order) == 2, "both groups delivered")
+        group_commit.close(50)
+    assert order == [["P1"], ["P2"]]
+
+
+def test_a_pipelined_send_answers_flush_disk_timeout_at_its_deadline_while_a_flush_hangs(tmp_path: Path) -> None:
+    with mqlite.open(str(tmp_path), **{**SYNC, "sync_flush_timeout": 0.2}) as broker:
+        broker.create_topic("T", 1)
+        gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+        with mqlite.Producer(broker) as producer, deadline(30):
+            future = producer.send_async(mqlite.Message("T", b"stuck"))
+            gate.next_target()  # the flush began and hangs (no error) until the gate opens
+            assert future.result(10).send_status is mqlite.SendStatus.FLUSH_DISK_TIMEOUT
+            assert gate.begun.empty()  # answered by its deadline, not by a flush
+            gate.open(10)
+
+
+def test_a_failing_flush_is_retried_after_a_pause_and_logged_once_with_its_traceback(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 0.3})) as store:
+        group_commit = store.group_commit
+        assert group_commit is not None
+        calls = [0]
+
+        def broken() -> int:
+            calls[0] += 1
+            raise OSError(5, "Input/output error")
+
+        group_commit._flush_to = broken  # type: ignore[method-assign]
+        with deadline(30), caplog.at_level("ERROR", logger="mqlite"):
+            assert store.put("T", 0, b"x").status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
+    # 0.3 s of failures: a try every 10 ms at most (without the pause: thousands of tries).
+    assert 2 <= calls[0] <= 40
+    records = [r for r in caplog.records if "flushing the commit log" in r.getMessage()]
+    assert [r.exc_info is not None for r in records][:1] == [True]
+    assert len(records) <= 2 and not any(r.exc_info for r in records[1:])  # then at most once a second
+
+
+def test_a_callback_may_send_again_and_wait_for_that_send(broker: mqlite.Broker) -> None:
+    outcome: queue.Queue[Any] = queue.Queue()
+    with mqlite.Producer(broker) as producer, deadline(30):
+        def callback(future: concurrent.futures.Future[mqlite.SendResult]) -> None:
+            try:
+                outcome.put(producer.send_async(mqlite.Message("T", b"second")).result(10).send_status)
+            except Exception as exc:  # a TimeoutError when the callback blocks the thread completing it
+                outcome.put(exc)
+
+        producer.send_async(mqlite.Message("T", b"first"), callback)
+        assert outcome.get(timeout=20) is mqlite.SendStatus.SEND_OK
+
+
+def test_a_refused_send_calls_back_off_the_callers_thread(tmp_path: Path) -> None:
+    # A full disk (any disk is fuller than this ratio): the put raises in send_async.
+    with mqlite.open(str(tmp_path), **{**SYNC, "disk_space_warning_level_ratio": 1e-9}) as broker:
+        broker.create_topic("T", 1)
+        threads: queue.Queue[int] = queue.Queue()
+        with mqlite.Producer(broker) as producer, deadline(30):
+            future = producer.send_async(mqlite.Message("T", b"x"), lambda f: threads.put(threading.get_ident()))
+            assert isinstance(future.exception(10), mqlite.DiskFullError)
+            assert threads.get(timeout=10) != threading.get_ident()
+
+
+def test_a_callback_shutting_down_another_producer_of_its_group_waits_for_that_ones_sends(
+        broker: mqlite.Broker) -> None:
+    gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+    a, b = mqlite.Producer(broker, "same"), mqlite.Producer(broker, "same")
+    a.start()
+    b.start()
+    shutting_down = threading.Event()
+    seen: queue.Queue[bool] = queue.Queue()
+
+    def on_a_done(future: concurrent.futures.Future[mqlite.SendResult]) -> None:  # on a's results thread
+        shutting_down.set()
+        b.shutdown()
+        seen.put(b_future.done())
+
+    with deadline(30):
+        a_future = a.send_async(mqlite.Message("T", b"a"))
+        gate.next_target()  # a's flush began before b's record was written
+        b_future = b.send_async(mqlite.Message("T", b"b"))
+        a_future.add_done_callback(on_a_done)
+        gate.open()  # a's flush: a's future completes, its callback shuts b down
+        assert shutting_down.wait(10)
+        gate.next_target()
+        gate.open()  # the flush that covers b's send
+        assert seen.get(timeout=10)  # b's shutdown waited for its send in flight
+        a.shutdown()
+
+
+def test_the_group_commit_threads_are_not_daemons_when_a_daemon_thread_starts_them(broker: mqlite.Broker) -> None:
+    with mqlite.Producer(broker) as producer, deadline(30):
+        sender = threading.Thread(target=lambda: producer.send_async(mqlite.Message("T", b"x")).result(10),
+                                  daemon=True)
+        sender.start()
+        sender.join()
+        threads = {t.name: t.daemon for t in threading.enumerate() if t.name.startswith("mqlite-group-commit")}
+    assert threads == {"mqlite-group-commit": False, "mqlite-group-commit-timeouts": False}

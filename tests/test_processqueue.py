@@ -302,38 +302,73 @@ def test_runs_of_a_cleared_queue_count_nothing_when_handed_out_late() -> None:
     assert pq.remove_from_run(fresh, fresh.msgs) == 9
 
 
-# -- a push consumer's acks: noted lock-free by consume threads, folded in by the pull thread -----------------
+# -- a push consumer's pull results: whole runs, acks noted lock-free by consume threads, folded by the pull thread
 def test_acks_fold_in_and_never_commit_past_a_message_not_acked() -> None:
     pq = ProcessQueue()
-    msgs = _messages(10)
-    pq.put_messages(msgs)
+    run = pq.push_run(_messages(10))
+    assert pq.msg_count == 10 and pq.msg_size == 10 * BODY_SIZE and pq.first_offset() == 0
     assert pq.fold_acked() == -1  # nothing noted
-    assert pq.ack(msgs[3:5]) is False
+    pq.ack(run, 3, 5)
     assert pq.msg_count == 10 and pq.acked_pending == 2  # noted, not folded: still cached
     assert pq.fold_acked() == 0 and pq.pending_offset == 0
-    assert pq.msg_count == 8 and pq.msg_size == 8 * BODY_SIZE and pq.acked_pending == 0
-    pq.ack(msgs[0:3])
-    pq.ack(msgs[6:])
-    assert pq.fold_acked() == 5 and pq.pending_offset == 5
-    assert pq.ack(msgs[5:6]) is True  # every cached message is acknowledged now: the owner is poked
-    assert pq.fold_acked() == 10 and pq.msg_count == 0 and pq.msg_size == 0
+    assert pq.msg_count == 8 and pq.settle_size() == 8 * BODY_SIZE and pq.acked_pending == 0
+    pq.ack(run, 0, 3)
+    pq.ack(run, 6, 10)
+    assert pq.fold_acked() == 5 and pq.pending_offset == 5 and pq.first_offset() == 5
+    assert pq.max_span == 0  # only 5 is left
+    pq.ack(run, 5, 6)
+    assert pq.fold_acked() == 10 and pq.msg_count == 0 and pq.msg_size == 0 and pq.first_offset() is None
 
 
-def test_acks_count_duplicates_once_and_a_clear_forgets_them() -> None:
+def test_acks_and_removals_of_one_message_count_it_once() -> None:
+    """A timed-out message sent back (removed one by one) whose listener call then succeeds (acked)."""
     pq = ProcessQueue()
-    pq.put_messages(_messages(3))
-    pq.ack([_message(0), _message(0)])
-    assert pq.fold_acked() == 1 and pq.msg_count == 2
-    pq.ack([_message(1)])
+    run = pq.push_run(_messages(4))
+    assert pq.remove_messages([run.msgs[1]]) == 0 and pq.msg_count == 3
+    pq.ack(run, 0, 4)
+    pq.ack(run, 0, 2)
+    assert pq.fold_acked() == 4 and pq.msg_count == 0 and pq.msg_size == 0
+    assert pq.remove_messages([run.msgs[2]]) == -1 and pq.msg_count == 0  # nothing is left
+
+
+def test_runs_count_body_bytes_exactly_once_settled() -> None:
+    """Flow control by size: an acked range of a run in progress keeps its bytes counted (never less than
+    the exact figure) until `settle_size`; a removal one by one and a finished run free them at once."""
+    pq = ProcessQueue()
+    first = pq.push_run([_message(offset, body_size=10 * (offset + 1)) for offset in range(4)])  # 10..40
+    second = pq.push_run([_message(offset, body_size=100) for offset in range(4, 6)])
+    assert pq.msg_count == 6 and pq.msg_size == 100 + 200
+    pq.ack(first, 1, 3)  # 20 + 30
+    assert pq.fold_acked() == 0 and pq.msg_count == 4 and pq.msg_size == 300 and pq.max_span == 5
+    assert pq.settle_size() == 250 and pq.msg_size == 250
+    pq.ack(second, 1, 2)  # the newest run's tail: the span ends at 4 now
+    assert pq.fold_acked() == 0 and pq.msg_size == 250 and pq.max_span == 4
+    assert pq.remove_messages([first.msgs[0]]) == 3 and pq.msg_size == 240  # one by one: exact at once
+    pq.ack(first, 3, 4)  # the run is done: all of what it still counted goes
+    assert pq.fold_acked() == 4 and pq.msg_count == 1 and pq.msg_size == 200 and pq.max_span == 0
+    assert pq.settle_size() == 100
+    pq.ack(second, 0, 1)
+    assert pq.fold_acked() == 6 and pq.msg_count == 0 and pq.msg_size == 0 == pq.settle_size()
+
+
+def test_runs_drop_what_is_cached_already_and_a_clear_forgets_acks() -> None:
+    pq = ProcessQueue()
+    run = pq.push_run(_messages(3))
+    again = pq.push_run(_messages(3, first=1))  # 1 and 2 are cached already
+    assert [m.queue_offset for m in again.msgs] == [3] and pq.msg_count == 4
+    pq.ack(run, 0, 1)
+    assert pq.fold_acked() == 1 and pq.msg_count == 3
+    pq.ack(run, 1, 2)
     pq.clear()  # an illegal offset: everything cached is forgotten, acks noted before too
-    pq.put_messages(_messages(2, first=7))
-    assert pq.fold_acked() == -1 and pq.msg_count == 2 and pq.first_offset() == 7
+    fresh = pq.push_run(_messages(2, first=7))
+    pq.ack(run, 2, 3)  # a late ack of a run cleared away counts nothing
+    assert pq.fold_acked() == 7 and pq.msg_count == 2 and pq.msg_size == 2 * BODY_SIZE
+    assert pq.first_offset() == 7 and fresh.left == 2
 
 
 def test_acks_from_many_threads_while_the_owner_folds() -> None:
     pq = ProcessQueue()
-    msgs = _messages(4000)
-    pq.put_messages(msgs)
+    runs = [pq.push_run(_messages(32, first=first)) for first in range(0, 4000, 32)]
     acked: set[int] = set()
     done = threading.Event()
     errors: list[BaseException] = []
@@ -347,15 +382,16 @@ def test_acks_from_many_threads_while_the_owner_folds() -> None:
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    def consume_noting(part: list[MessageExt]) -> None:
-        for i in range(0, len(part), 3):
-            acked.update(m.queue_offset for m in part[i:i + 3])  # noted before the ack is visible
-            pq.ack(part[i:i + 3])
+    def consume_noting(k: int) -> None:
+        for run in runs[k::4]:
+            for start in range(0, len(run.msgs), 3):
+                stop = min(start + 3, len(run.msgs))
+                acked.update(m.queue_offset for m in run.msgs[start:stop])  # noted before the ack is visible
+                pq.ack(run, start, stop)
 
     folder = threading.Thread(target=fold, name="test-pq-fold")
     folder.start()
-    threads = [threading.Thread(target=consume_noting, args=(msgs[k::4],), name=f"test-pq-ack-{k}")
-               for k in range(4)]
+    threads = [threading.Thread(target=consume_noting, args=(k,), name=f"test-pq-ack-{k}") for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:

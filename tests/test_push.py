@@ -166,7 +166,7 @@ def test_a_deep_backlog_goes_several_messages_a_task_but_one_listener_call_each(
     each = consumer._consume_each
 
     def counting(task: Any) -> None:
-        grouped.append(len(task[0]))
+        grouped.append(task[2] - task[1])  # (run, start, stop, pq, mq)
         each(task)
 
     consumer._consume_each = counting  # type: ignore[method-assign]
@@ -175,6 +175,91 @@ def test_a_deep_backlog_goes_several_messages_a_task_but_one_listener_call_each(
         gate.set()
         assert consumer.join(10)
     assert sorted(calls) == list(range(300))  # each once, each in its own listener call
+    assert grouped and max(grouped) > 1
+
+
+def test_flow_control_by_size_counts_what_is_left_of_runs_in_progress(broker: Any) -> None:
+    """Acked ranges of a pull result still in progress keep their bytes in the cheap figure; the pull
+    thread settles it before holding the queue back, so only bodies not consumed count (RocketMQ's msgSize)."""
+    from mqlite.consumer.processqueue import ProcessQueue
+    from mqlite.message import MessageExt
+
+    msgs = []
+    for offset in range(4):
+        msg = MessageExt("T", bytes(1 << 20))
+        msg.queue_offset = offset
+        msgs.append(msg)
+    consumer = PushConsumer(broker, "cg", pull_threshold_size_for_queue=1, subscription={"T": "*"},
+                            listener=lambda msgs, ctx: None)
+    pq = ProcessQueue()
+    run = pq.push_run(msgs)
+    assert consumer._flow_controlled(pq)  # 4 MiB cached
+    pq.ack(run, 0, 3)
+    pq.fold_acked()
+    assert pq.msg_size >> 20 == 4  # the cheap figure still counts the consumed range
+    assert not consumer._flow_controlled(pq)  # 1 MiB left: pull on
+    assert pq.msg_size == 1 << 20
+
+
+def test_a_task_whose_message_stays_cached_after_a_failure_never_lets_the_commit_pass_it(
+        broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks of several messages ack their successes as ranges: a failure in the middle whose send-back
+    fails stays cached (retried here), and no commit passes it until that retry succeeds."""
+    import mqlite.consumer.push as push_module
+
+    monkeypatch.setattr(push_module, "SEND_BACK_RETRY_DELAY", 0.05)
+    broker.create_topic("T", 1)
+    broker.put_messages("T", 0, [b"%d" % i for i in range(200)], [None] * 200)
+    gate = threading.Event()
+    succeeded: set[int] = set()
+    attempts: list[int] = []
+    lock = threading.Lock()
+
+    def listener(msgs: list[Any], context: Any) -> Any:
+        assert gate.wait(10)  # the first calls hold every thread until the backlog is deep
+        offset = msgs[0].queue_offset
+        with lock:
+            attempts.append(offset)
+            if offset == 50 and attempts.count(50) == 1:
+                return ConsumeConcurrentlyStatus.RECONSUME_LATER
+            succeeded.add(offset)  # before the ack can be folded in
+        return None
+
+    consumer = PushConsumer(broker, "cg", consume_from_where=FIRST, consume_thread_nums=2,
+                            subscription={"T": "*"}, listener=listener)
+    grouped = []
+    each = consumer._consume_each
+
+    def counting(task: Any) -> None:
+        grouped.append(task[2] - task[1])
+        each(task)
+
+    def failing_send_back(msg: Any, delay_level: int, max_times: int) -> None:
+        raise OSError("the retry topic is unreachable")
+
+    consumer._consume_each = counting  # type: ignore[method-assign]
+    consumer._send_back = failing_send_back  # type: ignore[method-assign]
+    commits: list[int] = []
+    early: list[tuple[int, list[int]]] = []
+    with consumer:
+        store = consumer.offset_store
+        assert store is not None
+        update = store.update
+
+        def checked(mq: MessageQueue, offset: int, increase_only: bool) -> None:
+            with lock:
+                missing = [o for o in range(offset) if o not in succeeded]
+            if missing:  # noted, not raised: the pull thread would only log it
+                early.append((offset, missing[:5]))
+            commits.append(offset)
+            update(mq, offset, increase_only)
+
+        store.update = checked  # type: ignore[method-assign]
+        wait_until(lambda: consumer._pool is not None and consumer._pool.backlog >= 8, "a deep backlog")
+        gate.set()
+        wait_until(lambda: commits and commits[-1] == 200, "everything committed")
+    assert not early, f"committed past messages not consumed: {early}"
+    assert attempts.count(50) == 2 and sorted(set(attempts)) == list(range(200))
     assert grouped and max(grouped) > 1
 
 

@@ -3,9 +3,12 @@
 `await producer.send(msg)`, `await consumer.poll()`, `async for msg in consumer`
 and `async with` over the same objects as the blocking API: each class wraps
 one client (its `.sync` attribute) and runs every call that may block on a
-thread, so the event loop never waits for the store. Sends run on the
+thread, so the event loop never waits for a flush. Sends run on the
 producer's own send pool, or under SYNC_FLUSH in its pipeline (`Producer.send_async`;
-completions reach the loop as `asyncio.wrap_future` would, one loop call per group);
+completions reach the loop as `asyncio.wrap_future` would, one loop call per group).
+That pipeline stores the message on the loop's thread: microseconds, but a put
+that fills the commit-log segment creates and maps the next file there, and
+one may wait for the put lock behind another thread's `send_batch` copy;
 everything else runs on the loop's default executor, or on the `executor=` you pass (a long `poll` holds one of its threads while it
 waits). No behaviour is re-implemented here: options, defaults and errors are
 those of `mqlite.Producer`, `mqlite.LitePullConsumer` and `mqlite.PushConsumer`.
@@ -219,8 +222,8 @@ class Producer:
     `options` are `mqlite.Producer`'s keywords. Sends run on the producer's
     send pool (`async_thread_nums` threads, joined by `shutdown`); a send waits
     for the store there, never on the loop. Under SYNC_FLUSH on a local store the
-    loop's thread appends the message (microseconds, as `Producer.send_async`)
-    and awaits the group commit that makes it durable.
+    loop's thread appends the message (microseconds, as `Producer.send_async`;
+    a segment roll maps a new file) and awaits the group commit that makes it durable.
     """
 
     def __init__(self, broker: BrokerLike, group: str = DEFAULT_PRODUCER_GROUP, *, executor: Executor | None = None,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import itertools
 import logging
 import operator
@@ -463,7 +464,9 @@ class Producer:
         Bad input raises at once, before anything is queued. Under SYNC_FLUSH on a local store
         (and no send hook) the message is stored on the calling thread and its future completes
         once a group commit made it durable, so many sends in flight share each flush
-        (`_DurableSends`); otherwise the send runs on the producer's pool (`async_thread_nums`).
+        (`_DurableSends`); its callbacks then run one at a time, in completion order, on the
+        producer's `mqlite-producer-<group>-callbacks` thread (a callback may send again and wait).
+        Otherwise the send runs on the producer's pool (`async_thread_nums`), callbacks too.
         A failure after validation (a full disk) is the future's exception either way.
         """
         if callback is not None and not callable(callback):
@@ -567,7 +570,9 @@ class Producer:
         if not msgs:
             raise MQClientError("send_batch needs at least one message")
         first = msgs[0]
-        plain = self._plain_batch(msgs)
+        # A before-hook may change a message's properties, which the column-wise path has encoded by
+        # then: with one registered, every batch takes the map-by-map path, which encodes after the hooks.
+        plain = None if self._before_hooks else self._plain_batch(msgs)
         if plain is None:
             self._check_batch(msgs)
         mq = self._choose(first, queue, None, None)
@@ -587,8 +592,8 @@ class Producer:
         context = self._hooks_before(first, mq, "SYNC")
         try:
             broker = self._running()
-            if bodies is None or flags is None or context is not None:  # after the hooks (as ever): they may
-                bodies = [m.body if type(m.body) is bytes else bytes(m.body) for m in msgs]  # change them
+            if bodies is None or flags is None:  # read after the hooks (as ever): they may change them
+                bodies = [m.body if type(m.body) is bytes else bytes(m.body) for m in msgs]
                 flags = list(map(_FLAG_OF, msgs))
             put: PutResult = broker.put_messages(mq.topic, mq.queue_id, bodies, properties,
                                                  flags=flags if any(flags) else None, born_timestamp=self._now_ms())
@@ -806,6 +811,15 @@ class TransactionProducer(Producer):
         return True
 
 
+def _run_callback(callback: Callable[[concurrent.futures.Future[SendResult]], None],
+                  future: concurrent.futures.Future[SendResult]) -> None:
+    """A user's send callback; what it raises is logged, as `Future.add_done_callback` does."""
+    try:
+        callback(future)
+    except Exception:
+        log.exception("exception calling callback for %r", future)
+
+
 class _DurableSends:
     """`Producer.send_async` under SYNC_FLUSH on a local store, as a pipeline (RocketMQ's
     `asyncPutMessage`: the put returns before its flush, and the group commit completes it).
@@ -814,8 +828,10 @@ class _DurableSends:
     `GroupCommit.deferring()`, so it does not wait), and registers (end offset, future) with the
     group commit. After each flush the group commit hands over every send it made durable in
     one call; one task per group on this pipeline's own thread (`mqlite-producer-<group>-results`)
-    completes the futures in order and runs their callbacks there, so a slow callback never
-    delays a flush. Measured (issue 14): one thread with up to 1000 sends in flight reached
+    completes the futures in order, so a slow callback never delays a flush. `send_async`'s
+    callbacks run one at a time on another thread (`mqlite-producer-<group>-callbacks`), in the
+    order their sends completed, never on the results thread: a callback may send again and
+    wait for that send. Measured (issue 14): one thread with up to 1000 sends in flight reached
     many times the rate of the pool, whose 4 workers each waited for a flush of their own.
     """
 
@@ -823,17 +839,18 @@ class _DurableSends:
         self._group_commit = group_commit
         self._deferral = group_commit.deferring()
         self._group = group
-        self._name = f"mqlite-producer-{group}-results"
         self._lock = threading.Lock()  # taken per send: a plain lock (a Condition's own is an RLock)
         self._cv = threading.Condition(self._lock)
         self._outstanding = 0  # sends stored and not yet settled
         self._closed = False
         self._resolver: concurrent.futures.ThreadPoolExecutor | None = None
+        self._callbacks: concurrent.futures.ThreadPoolExecutor | None = None
+        self._idents: dict[str, int] = {}  # role ("results", "callbacks") -> its thread's ident, for `close`
 
     @classmethod
     def of(cls, broker: BrokerPort, group: str) -> _DurableSends | None:
         """A pipeline for a producer of `broker` when it is local and flushes synchronously, else None."""
-        group_commit = broker.group_commit
+        group_commit = getattr(broker, "group_commit", None)  # a third-party port may not have it
         return cls(group_commit, group) if group_commit is not None else None
 
     def send(self, callback: Callable[[concurrent.futures.Future[SendResult]], None] | None,
@@ -843,7 +860,7 @@ class _DurableSends:
         future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()  # the send has begun: it cannot be cancelled (as a pool task)
         if callback is not None:
-            future.add_done_callback(callback)
+            future.add_done_callback(functools.partial(self._call_back, callback))
         with self._lock:
             if self._closed:
                 raise IllegalStateError(f"producer {self._group!r} was shut down")
@@ -852,14 +869,15 @@ class _DurableSends:
             with self._deferral:
                 result, stored = put(*args)
         except BaseException as exc:
-            self._settled(1)
             if not isinstance(exc, Exception):
+                self._settled(1)
                 raise
             future.set_exception(exc)  # a full disk, a closed broker: the future's exception, as on the pool
+            self._settled(1)  # (after: `close` then finds its callback queued)
             return future
         if stored.status is not _PUT_OK:
-            self._settled(1)
             future.set_result(result)
+            self._settled(1)
             return future
         self._group_commit.when_durable(stored.commit_log_offset + stored.wrote_bytes, (future, result), self._sink)
         return future
@@ -870,12 +888,30 @@ class _DurableSends:
         if resolver is None:
             with self._cv:
                 if self._resolver is None:
-                    self._resolver = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+                    self._resolver = self._thread("results")
                 resolver = self._resolver
         try:
             resolver.submit(self._resolve, durable, failed)
         except RuntimeError:  # shut down from one of its own callbacks: complete them here instead
             self._resolve(durable, failed)
+
+    def _thread(self, role: str) -> concurrent.futures.ThreadPoolExecutor:
+        """One worker thread `mqlite-producer-<group>-<role>` whose ident `close` recognises (`_cv` held)."""
+        return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mqlite-producer-{self._group}-{role}",
+                                                     initializer=lambda: self._idents.__setitem__(role, threading.get_ident()))
+
+    def _call_back(self, callback: Callable[[concurrent.futures.Future[SendResult]], None],
+                   future: concurrent.futures.Future[SendResult]) -> None:
+        """Run a `send_async` callback on the callbacks thread (in completion order), never on the
+        thread that completed the future: the results thread, or the caller's when the put raised."""
+        with self._cv:
+            if self._callbacks is None:
+                self._callbacks = self._thread("callbacks")
+            callbacks = self._callbacks
+        try:
+            callbacks.submit(_run_callback, callback, future)
+        except RuntimeError:  # shut down (a send settled by the store's close after ours): run it here
+            _run_callback(callback, future)
 
     def _resolve(self, durable: list[Any], failed: list[Any]) -> None:
         """Complete a group's futures in end order; their callbacks run here."""
@@ -893,16 +929,21 @@ class _DurableSends:
                 self._cv.notify_all()
 
     def close(self) -> None:
-        """Refuse new sends, wait until every stored one is settled, join the resolver thread.
+        """Refuse new sends, wait until every stored one is settled, run their callbacks and join
+        both threads.
 
-        Bounded: every registered send is settled by a flush, by `sync_flush_timeout`, or when
-        the store closes. From a callback (the resolver thread) it cannot wait for itself.
+        Bounded: every registered send is settled by a flush, at its `sync_flush_timeout` (the
+        group commit's watcher fails it even while a flush hangs), or when the store closes.
+        From one of its own threads (a callback) it cannot wait for that thread.
         """
-        on_resolver = threading.current_thread().name.startswith(self._name)
+        me = threading.get_ident()
+        on_resolver = self._idents.get("results") == me
         with self._cv:
             self._closed = True
-            while self._outstanding and not on_resolver:
+            while self._outstanding and not on_resolver:  # (the callbacks thread can wait: the resolver settles)
                 self._cv.wait(1.0)
-            resolver = self._resolver
+            resolver, callbacks = self._resolver, self._callbacks
         if resolver is not None:
             resolver.shutdown(wait=not on_resolver)
+        if callbacks is not None:  # last: completing the futures queued their callbacks
+            callbacks.shutdown(wait=self._idents.get("callbacks") != me)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import mmap
+import operator
 import socket
 import struct
 import zlib
@@ -78,7 +79,7 @@ __all__ = [
     "BODY_LENGTH_POS", "BODY_POS", "pack_header_born_v6", "pack_headers", "place_headers",
     "check_encoded_records", "ByteRows", "host_shift", "body_length_pos", "store_timestamp_pos",
     "record_length", "topic_prefix", "host_bytes", "host_text", "TagsCodeFn", "default_tags_code",
-    "DispatchRequest", "StoredMessage", "record_body", "record_properties", "stored_record", "stored_body",
+    "DispatchRequest", "StoredMessage", "body_bytes", "record_body", "record_properties", "stored_record", "stored_body",
     "decode_message", "check_record", "framed_at", "find_frame", "encode_record", "encode_records",
     "BODY_LENGTH", "unwritten_at", "headers_at", "properties_length_pos", "properties_lengths",
     "encode_batch", "EncodedBatchProperties",
@@ -335,6 +336,18 @@ class StoredMessage(MessageExt):
 
 
 _LAZY_FIELDS = frozenset(MessageExt.__slots__) | {"topic", "flag", "properties", "transaction_id"}
+
+
+_CUT_BODY = operator.attrgetter("_body")
+
+
+def body_bytes(msgs: Sequence[MessageExt]) -> int:
+    """Total body length of `msgs` (what consumers' flow control counts), without a Python step per message
+    when they are `StoredMessage`s whose bodies the read already cut (every plain record's)."""
+    try:
+        return sum(map(len, map(_CUT_BODY, msgs)))
+    except (AttributeError, TypeError):  # not a StoredMessage, or a body still to decompress
+        return sum(len(msg.body) for msg in msgs)
 
 
 def record_body(raw: bytes) -> bytes:

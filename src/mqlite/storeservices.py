@@ -34,6 +34,10 @@ log = logging.getLogger("mqlite")
 REPUT_BATCH = 512
 REPUT_INTERVAL = 0.1
 REPUT_STALLED_INTERVAL = 1.0
+#: After a failed group-commit flush, the pause before the next try (seconds; `close` cuts it short).
+FLUSH_RETRY_PAUSE = 0.01
+#: While group-commit flushes keep failing, log at most one line this often (seconds).
+FLUSH_FAILURE_LOG_INTERVAL = 1.0
 
 
 class ReputService(Service):
@@ -160,17 +164,19 @@ class GroupCommit:
       runs and the next writer leads again.
     - **Pipelined sends** (`when_durable`) wait without a thread of their own, in a deque the
       sender appends to without the mutex while a flush is under way (the flusher takes the mutex
-      once a flush, not the sender once a send); their sink gets a whole group per flush, called
-      on the flushing thread after the mutex is released (it must be quick: hand the group on).
+      once a flush, not the sender once a send); their sink gets a whole group per flush. Groups are queued under the mutex in the order
+      they were settled and handed over outside it by one thread at a time, so sinks see them
+      in end order (it must be quick: hand the group to another thread). A watcher thread
+      (`mqlite-group-commit-timeouts`, started with the first pipelined send) fails pipelined
+      sends at their deadline even while a flush hangs, as RocketMQ's `FlushDiskWatcher` does.
 
-    A flush that raises `OSError` makes nothing durable (the records stay written; RocketMQ
-    answers FLUSH_DISK_TIMEOUT). The leader retries until its `timeout` (on the store's clock)
-    passes, then gives up and passes the lead on; parked writers give up on their own deadline,
-    settled under the mutex against a release that races it.
+    A flush that raises makes nothing durable (the records stay written; RocketMQ answers
+    FLUSH_DISK_TIMEOUT). The leader retries, after a short pause, until its `timeout` (on the
+    store's clock) passes, then gives up and passes the lead on; parked writers give up on their
+    own deadline, settled under the mutex against a release that races it. A leader, parked
+    writer or flush thread that leaves on any other exception (a `KeyboardInterrupt` in
+    `fdatasync`) first passes the lead on, so the group commit never stalls.
     """
-
-    #: True hands the lead to the flush thread even when a writer is parked (measured: slower; see `_pass_lead`).
-    hand_off_to_thread = False
 
     def __init__(self, flush_to: Callable[[], int], timeout: float, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._flush_to = flush_to  # flushes the log; returns the offset durable (read before its fdatasync)
@@ -183,7 +189,7 @@ class GroupCommit:
         self._flushing = False  # someone leads: a writer in `_lead` or the flush thread
         self._waiters: list[_Waiter] = []  # parked writers, in end order
         # Pipelined sends in the order they registered (their ends nearly in order: several
-        # threads may append); appended without the mutex, taken from under it.
+        # threads may append); appended without the mutex, taken from its head under it.
         self._pipelined: deque[_Pipelined] = deque()
         self._closed = False
         self._deferring: set[int] = set()  # threads whose `wait` returns at once (`deferring`)
@@ -191,6 +197,12 @@ class GroupCommit:
         self._thread_leads = False
         self._wake = threading.Lock()  # held while the flush thread has nothing to do
         self._wake.acquire()
+        self._ready: deque[_Ready] = deque()  # settled pipelined groups, in settle order (`_drain`)
+        self._delivering = False  # a thread is handing `_ready` to the sinks
+        self._watcher: threading.Thread | None = None  # fails pipelined sends at their deadline
+        self._stop = threading.Event()  # set by close: wakes the watcher and a leader pausing after a failure
+        self._failures = 0  # failed flushes in a row (`_flush` logs the first with a traceback)
+        self._failure_logged = 0.0
 
     # -- writers -------------------------------------------------------------------------------------
     def wait(self, end_offset: int) -> bool:
@@ -220,19 +232,24 @@ class GroupCommit:
         """Sleep on the waiter's own lock until a flush covers it, the lead passes to it, or the deadline."""
         monotonic = self._monotonic
         while True:
-            remaining = waiter.deadline - monotonic()
-            if remaining > 0 and waiter.lock.acquire(timeout=remaining):
-                # Released: the outcome was set first. No mutex to take, so a woken writer needs
-                # the GIL once (taking the mutex the releaser held made each one wait twice).
-                outcome = waiter.outcome
-            else:
-                with self._mu:  # settle a timeout against a release that races it
-                    outcome = waiter.outcome
-                    if not outcome:
-                        if monotonic() < waiter.deadline:
-                            continue
+            try:
+                remaining = waiter.deadline - monotonic()
+                if remaining > 0:
+                    waiter.lock.acquire(timeout=remaining)
+            except BaseException:  # (a KeyboardInterrupt): leave the list, or pass on a lead handed to us
+                with self._mu:
+                    if waiter in self._waiters:
                         self._waiters.remove(waiter)
-                        return False
+                    elif waiter.outcome == _LEAD:
+                        self._pass_lead()
+                raise
+            with self._mu:  # settle a timeout against a release that races it
+                outcome = waiter.outcome
+                if not outcome:
+                    if monotonic() < waiter.deadline:
+                        continue
+                    self._waiters.remove(waiter)
+                    return False
             if outcome == _LEAD:
                 return self._lead(waiter.end, waiter.deadline)
             return outcome == _ACKED
@@ -240,21 +257,29 @@ class GroupCommit:
     def _lead(self, end_offset: int, deadline: float) -> bool:
         """Flush (again, after a failure) until `end_offset` is durable or the deadline passes."""
         monotonic = self._monotonic
-        while True:
-            flushed = self._flush()
-            successor = None
-            with self._mu:
-                now = monotonic()
-                covered, ready = self._settle(flushed, expired_at=None if flushed >= 0 else now)
-                durable = self._flushed >= end_offset
-                done = durable or self._closed or now >= deadline
+        leading = True
+        try:
+            while True:
+                flushed = self._flush()
+                with self._mu:
+                    self._queue(self._settle(flushed))
+                    durable = self._flushed >= end_offset
+                    done = durable or self._closed or monotonic() >= deadline
+                    if done:
+                        leading = False
+                        self._pass_lead()
+                    elif flushed < 0:
+                        self._queue(self._expire())
+                self._drain()
                 if done:
-                    successor = self._pass_lead()
-            _release(successor, covered)
-            if ready:
-                _deliver(ready)
-            if done:
-                return durable
+                    return durable
+                if flushed < 0:
+                    self._pause(deadline - monotonic())
+        except BaseException:  # (a KeyboardInterrupt in fdatasync): the lead goes on before we leave
+            if leading:
+                with self._mu:
+                    self._pass_lead()
+            raise
 
     # -- pipelined sends -------------------------------------------------------------------------
     def deferring(self) -> _Deferral:
@@ -267,45 +292,82 @@ class GroupCommit:
         failed until `timeout` passed or the store closed first. Never blocks on the disk.
 
         `sink` gets every item a flush settled in one call, in the order they registered, on the
-        flushing thread (or this one, when `end_offset` is durable already): keep it short.
-        While a flush is under way this takes no lock: one deque append.
+        thread that settled them or this one: keep it short. While a flush is under way this takes
+        no lock: one deque append.
         """
-        if self._flushed >= end_offset:
-            sink([item], [])
-            return
         self._pipelined.append((end_offset, self._monotonic() + self._timeout, item, sink))
-        # Read after the append: a leader that lets the lead go clears `_flushing` before it
-        # looks at the deque, so it sees this send or this sees the flag cleared (`_pass_lead`).
-        if self._flushing and not self._closed:
+        # Read after the append: a leader that lets the lead go clears `_flushing` before it looks
+        # at the deque (`_pass_lead`), and `close` sets `_closed` before it settles the deque, so
+        # either they see this send or this sees the flag.
+        if self._flushing and self._watcher is not None and not self._closed:
             return
         with self._mu:
-            if self._closed:  # `close` settled the deque already: settle what came after it
-                ready = self._settle_pipelined(self._flushed, fail_rest=True)
-            elif not self._flushing:
-                self._flushing = True
-                self._lead_to_thread()
-                return
+            if self._closed:  # `close` settled the deque already: answer what came after it
+                self._queue(self._settle_pipelined(self._flushed, fail_rest=True))
             else:
-                return
-        if ready:
-            _deliver(ready)
+                if self._watcher is None:
+                    self._start_watcher()
+                if not self._flushing:
+                    # Queued behind groups settled earlier and not yet handed over: sinks see end order.
+                    self._queue(self._settle_pipelined(self._flushed))
+                    if self._pipelined:
+                        self._flushing = True
+                        self._lead_to_thread()
+        self._drain()
 
     # -- the lead --------------------------------------------------------------------------------
     def _flush(self) -> int:
-        """One flush; the offset it made durable, or -1 when it raised."""
-        try:
-            return self._flush_to()
-        except OSError:
-            # The records are written; only their durability is in doubt. Waiters time out
-            # with FLUSH_DISK_TIMEOUT, as RocketMQ answers a failed group commit.
-            log.exception("group commit: flushing the commit log failed")
-            return -1
+        """One flush; the offset it made durable, or -1 when it raised.
 
-    def _settle(self, flushed: int, *, fail_rest: bool = False,
-                expired_at: float | None = None) -> tuple[list[_Waiter], _Ready | None]:
-        """After a flush (mutex held): take every parked writer it covered (acked: release their
-        locks once the mutex is released, `_release`), and the pipelined sends it covered or
-        failed by `fail_rest` or `expired_at` (`_settle_pipelined`), to deliver."""
+        Any `Exception` is a failed flush (an `OSError`, a `ValueError` from a map a racing close
+        unmapped): the records are written, only their durability is in doubt, and waiters time
+        out with FLUSH_DISK_TIMEOUT, as RocketMQ answers a failed group commit. The first failure
+        of a streak is logged with its traceback, later ones at most once a second.
+        """
+        try:
+            flushed = self._flush_to()
+        except Exception as exc:
+            self._failures += 1
+            now = time.monotonic()
+            if self._failures == 1:
+                self._failure_logged = now
+                log.exception("group commit: flushing the commit log failed")
+            elif now - self._failure_logged >= FLUSH_FAILURE_LOG_INTERVAL:
+                self._failure_logged = now
+                log.error("group commit: flushing the commit log still fails (%d times in a row): %s",
+                          self._failures, exc)
+            return -1
+        self._failures = 0
+        return flushed
+
+    def _pause(self, remaining: float) -> None:
+        """After a failed flush: wait a little before the next try (`close` cuts it short)."""
+        if remaining > 0:
+            self._stop.wait(min(remaining, FLUSH_RETRY_PAUSE))
+
+    def _queue(self, ready: _Ready | None) -> None:
+        """Queue a settled group for `_drain` (mutex held), so groups reach sinks in settle order."""
+        if ready:
+            self._ready.append(ready)
+
+    def _drain(self) -> None:
+        """Hand queued groups to their sinks, in order, outside the mutex; one thread at a time
+        (a thread that finds another one delivering leaves its groups to it)."""
+        while True:
+            with self._mu:
+                if self._delivering or not self._ready:
+                    return
+                self._delivering = True
+                ready = self._ready.popleft()
+            try:
+                _deliver(ready)
+            finally:
+                with self._mu:
+                    self._delivering = False
+
+    def _settle(self, flushed: int, *, fail_rest: bool = False) -> _Ready | None:
+        """After a flush (mutex held): release every parked writer it covered; the pipelined sends
+        it covered, or all of them with `fail_rest` (the store closes), to deliver."""
         if flushed > self._flushed:
             self._flushed = flushed
         flushed = self._flushed
@@ -315,21 +377,30 @@ class GroupCommit:
             if waiter.end > flushed:
                 break
             waiter.outcome = _ACKED
+            waiter.lock.release()
             n += 1
-        covered = waiters[:n]
-        del waiters[:n]
+        if n:
+            del waiters[:n]
         if not self._pipelined:
-            return covered, None
-        return covered, self._settle_pipelined(flushed, fail_rest=fail_rest, expired_at=expired_at)
+            return None
+        return self._settle_pipelined(flushed, fail_rest=fail_rest)
+
+    def _expire(self) -> _Ready | None:
+        """(Mutex held.) Fail the pipelined sends past their deadline: after a failed flush, and
+        by the watcher while a flush hangs."""
+        if not self._pipelined:
+            return None
+        return self._settle_pipelined(self._flushed, expired_at=self._monotonic())
 
     def _settle_pipelined(self, flushed: int, *, fail_rest: bool = False,
                           expired_at: float | None = None) -> _Ready | None:
         """(Mutex held.) Take the pipelined sends from the deque's head, in order, while their
         record ends at or below `flushed` (durable), or `fail_rest` (failed: the store closes), or
-        their deadline is at or before `expired_at` (failed: the flush kept failing).
+        their deadline is at or before `expired_at` (failed: FLUSH_DISK_TIMEOUT).
 
         The deque is taken from its head only, so sends appended meanwhile are never lost; a send
-        behind one that is not settled waits for the next flush (their ends are nearly in order).
+        behind one that is not settled waits for the next flush or deadline (ends and deadlines
+        are in registration order, but for sends of several threads racing to append).
         """
         pipelined = self._pipelined
         ready: _Ready = {}
@@ -353,9 +424,8 @@ class GroupCommit:
             lists[failed].append(item)
         return ready or None
 
-    def _pass_lead(self) -> _Waiter | None:
+    def _pass_lead(self) -> None:
         """The leader is done (mutex held): the lead goes on while anyone waits, else no flush runs.
-        Returns the parked writer that leads next, to release (`_release`) once the mutex is.
 
         To the oldest parked writer: with `Producer.send` from 4, 8 and 32 threads that ran at
         1.1-1.4x handing it to the flush thread, with 20-30% less CPU a message (issue 14, 8
@@ -364,31 +434,47 @@ class GroupCommit:
         """
         if self._closed:
             self._flushing = False
-            return None
+            return
         waiters = self._waiters
-        if not waiters:
-            self._flushing = False
-            if not self._pipelined:  # read after clearing the flag: see `when_durable`
-                return None
-            self._flushing = True
-        elif not self.hand_off_to_thread:
+        if waiters:
             waiter = waiters.pop(0)  # the oldest parked writer leads next
             waiter.outcome = _LEAD
-            return waiter
+            waiter.lock.release()
+            return
+        self._flushing = False
+        if not self._pipelined:  # read after clearing the flag: see `when_durable`
+            return
+        self._flushing = True
         self._lead_to_thread()
-        return None
 
     def _lead_to_thread(self) -> None:
         """Hand the lead to the flush thread (mutex held), starting it on first need."""
-        self._thread_leads = True
         if self._thread is None:
-            self._thread = threading.Thread(target=self._thread_main, name="mqlite-group-commit")
-            self._thread.start()
+            # Not a daemon, whoever starts it (close joins it; design.md "Threads").
+            thread = threading.Thread(target=self._thread_main, name="mqlite-group-commit", daemon=False)
+            try:
+                thread.start()
+            except BaseException:  # (can't start a new thread): nobody leads; the next writer will
+                self._flushing = False
+                raise
+            self._thread = thread
+        self._thread_leads = True
         if self._wake.locked():
             self._wake.release()
 
     def _thread_main(self) -> None:
         """The flush thread: flushes while it holds the lead and anyone waits, then sleeps."""
+        try:
+            self._thread_loop()
+        except BaseException:  # (never an Exception: `_flush` takes those) pass the lead on, then end
+            with self._mu:
+                self._thread = None  # the next hand-off starts a new one
+                if self._thread_leads:
+                    self._thread_leads = False
+                    self._pass_lead()
+            raise
+
+    def _thread_loop(self) -> None:
         while True:
             # The timeout only bounds a missed wake-up; the lead is handed over with `_wake`.
             self._wake.acquire(timeout=1.0)
@@ -400,7 +486,9 @@ class GroupCommit:
             while True:
                 flushed = self._flush()
                 with self._mu:
-                    covered, ready = self._settle(flushed, expired_at=None if flushed >= 0 else self._monotonic())
+                    self._queue(self._settle(flushed))
+                    if flushed < 0:
+                        self._queue(self._expire())
                     closed = self._closed
                     idle = closed or not self._waiters
                     if idle:
@@ -408,13 +496,36 @@ class GroupCommit:
                         if not closed and self._pipelined:  # read after clearing: see `when_durable`
                             idle = False
                             self._thread_leads = self._flushing = True
-                _release(None, covered)
-                if ready:
-                    _deliver(ready)
+                self._drain()
                 if closed:
                     return
                 if idle:
                     break
+                if flushed < 0:
+                    self._pause(FLUSH_RETRY_PAUSE)
+
+    def _start_watcher(self) -> None:
+        """Start the thread that fails pipelined sends at their deadline (mutex held)."""
+        watcher = threading.Thread(target=self._watch, name="mqlite-group-commit-timeouts", daemon=False)
+        watcher.start()
+        self._watcher = watcher
+
+    def _watch(self) -> None:
+        """RocketMQ's `FlushDiskWatcher`: a pipelined send still waiting at its deadline fails
+        (FLUSH_DISK_TIMEOUT), even while a flush hangs without returning."""
+        monotonic = self._monotonic
+        while True:
+            with self._mu:
+                if self._closed:
+                    return
+                self._queue(self._expire())
+                now = monotonic()
+                # Sleep until the head's deadline (the earliest, but for sends of racing threads);
+                # a send registered later has one `timeout` away.
+                pipelined = self._pipelined
+                sleep = (pipelined[0][1] if pipelined else now + self._timeout) - now
+            self._drain()
+            self._stop.wait(max(sleep, 0.001))
 
     # -- lifecycle -------------------------------------------------------------------------------
     def reset(self, flushed: int) -> None:
@@ -427,32 +538,24 @@ class GroupCommit:
         join the flush thread. Later waits return at once. Idempotent."""
         with self._mu:
             self._closed = True
-            covered, ready = self._settle(flushed, fail_rest=True)
+            ready = self._settle(flushed, fail_rest=True)
             for waiter in self._waiters:
                 waiter.outcome = _FAILED
-            covered += self._waiters
+                waiter.lock.release()
             self._waiters.clear()
+            self._queue(ready)
             if self._wake.locked():
                 self._wake.release()
-            thread = self._thread
-        _release(None, covered)
-        if ready:
-            _deliver(ready)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            self._stop.set()
+            threads = [self._thread, self._watcher]
+        self._drain()
+        for thread in threads:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
 
 
 #: Settled pipelined sends, per sink: (items durable, items failed).
 _Ready = dict[DurableSink, tuple[list[Any], list[Any]]]
-
-
-def _release(successor: _Waiter | None, settled: list[_Waiter]) -> None:
-    """Wake parked writers whose outcome was set under the mutex, after it was released (a woken
-    writer does not then wait for the mutex): the next leader first, so its flush starts sooner."""
-    if successor is not None:
-        successor.lock.release()
-    for waiter in settled:
-        waiter.lock.release()
 
 
 def _deliver(ready: _Ready) -> None:

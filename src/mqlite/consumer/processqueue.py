@@ -12,38 +12,55 @@ Orderly consumption moves a batch into a second map while it is being
 consumed (`take_messages`), then `commit`s it or puts it back (`rollback`,
 `make_message_to_consume_again`).
 
+Concurrent push consumption and lite pull keep each pull result whole
+instead (`PulledRun`: no step per message on the pull thread). A push run
+has a done flag per message; the committed offset is its first message not
+done, so it never passes an unfinished one either.
+
 One lock per queue, taken once per batch, never while user code runs. A
 push consumer's consume threads do not take it for a batch they finished:
-they `ack` it into a deque, which the pull thread folds in (`fold_acked`) on
-its next round, before it commits; so the committed offset still never
-passes a message not folded in.
+they `ack` its index range into a deque, which the pull thread folds in
+(`fold_acked`) on its next round, before it commits; so the committed offset
+still never passes a message not folded in. Failures, send-backs and
+timeouts mark messages done one by one (`remove_messages`).
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 
 from ..errors import MQClientError
 from ..message import MessageExt
+from ..record import body_bytes
 
 __all__ = ["ProcessQueue", "PulledRun", "REBALANCE_LOCK_MAX_LIVE_MS"]
 
 #: The client considers its orderly lock expired after 30 s without renewal.
 REBALANCE_LOCK_MAX_LIVE_MS = 30_000
 
+_OFFSET = attrgetter("queue_offset")
+
 
 class PulledRun:
-    """One pull result of a lite pull consumer, handed out from its front (`ProcessQueue.put_run`)."""
+    """One pull result, kept whole: a lite pull consumer's, handed out from its front (`ProcessQueue.put_run`),
+    or a push consumer's, whose messages are marked done one by one or by ranges (`ProcessQueue.push_run`)."""
 
-    __slots__ = ("msgs", "next", "size", "live")
+    __slots__ = ("msgs", "next", "size", "live", "done", "left", "unsettled")
 
     def __init__(self, msgs: list[MessageExt], size: int) -> None:
         self.msgs = msgs
-        self.next = 0  # index of the first message not handed out yet
-        self.size = size  # body bytes not handed out yet
+        self.next = 0  # index of the first message not handed out (lite pull) / not done (push) yet
+        self.size = size  # body bytes not handed out / not done yet
         self.live = True  # False once its process queue was cleared: hand-outs then count nothing
+        #: A push run's done flag per message (1: consumed or sent back), and how many are not done.
+        self.done: bytearray | None = None
+        self.left = len(msgs)
+        #: A push run whose `size` still counts bodies of ranges acked (`ProcessQueue.settle_size`).
+        self.unsettled = False
 
     def __repr__(self) -> str:
         return f"<PulledRun {self.next}/{len(self.msgs)} handed out>"
@@ -60,7 +77,8 @@ class ProcessQueue:
         self._order: deque[int] = deque()  # offsets of _msgs ascending, plus removed ones not yet skipped
         self._consuming: dict[int, MessageExt] = {}
         self._runs: deque[PulledRun] = deque()  # a lite pull consumer's pull results, oldest first
-        self._acked: deque[MessageExt] = deque()  # consumed, not folded yet (`ack`, `fold_acked`)
+        #: Ranges of push runs consumed, not folded yet (`ack`, `fold_acked`).
+        self._acked: deque[tuple[PulledRun, int, int]] = deque()
         self.msg_count = 0
         self.msg_size = 0
         self.queue_offset_max = 0
@@ -128,8 +146,17 @@ class ProcessQueue:
     def max_span(self) -> int:
         """Offset distance between the first and last cached message (`getMaxSpan`)."""
         with self.lock:
-            if self._runs:
-                return self._runs[-1].msgs[-1].queue_offset - self._runs[0].msgs[self._runs[0].next].queue_offset
+            runs = self._runs
+            if runs:
+                first_run = runs[0]
+                first_offset = first_run.msgs[first_run.next].queue_offset
+                for run in reversed(runs):  # a push run's last message not done (its tail may be done)
+                    done = run.done
+                    if done is None:
+                        return run.msgs[-1].queue_offset - first_offset
+                    if run.left:
+                        return run.msgs[done.rfind(0)].queue_offset - first_offset
+                return 0
             first = self._first()
             last = self._last()
             return last - first if first is not None and last is not None else 0
@@ -183,6 +210,101 @@ class ProcessQueue:
                 return first.msgs[first.next].queue_offset
             return self.queue_offset_max + 1
 
+    # -- push: whole pull results with a done flag per message ----------------------------------------------
+    def push_run(self, msgs: list[MessageExt]) -> PulledRun:
+        """Cache a push consumer's pull result (non-empty, ascending offsets) whole: no step per message.
+
+        Consume threads mark its messages done by index ranges (`ack`, folded by
+        `fold_acked`) or one by one (`remove_messages`: failures, send-backs,
+        timeouts). Messages at or below an offset already cached are dropped.
+        """
+        with self.lock:
+            if (self._runs or self._msgs) and msgs[0].queue_offset <= self.queue_offset_max:
+                msgs = [msg for msg in msgs if msg.queue_offset > self.queue_offset_max]
+            run = PulledRun(msgs, body_bytes(msgs))
+            if not msgs:
+                run.live = False
+                return run
+            run.done = bytearray(len(msgs))
+            self._runs.append(run)
+            self.msg_count += len(msgs)
+            self.msg_size += run.size
+            self.queue_offset_max = msgs[-1].queue_offset
+            return run
+
+    def _mark_done(self, run: PulledRun, start: int, stop: int, exact: bool = False) -> None:
+        """Mark `run.msgs[start:stop]` done, counting only those not done yet (`lock` held).
+
+        Their bytes leave `msg_size` once the whole run is done, or at once when
+        `exact` (a removal one by one). A range acked while the run is still in
+        progress leaves them counted until `settle_size` recounts (the pull
+        thread does before it lets the size hold a queue back): no step per
+        message on the common path.
+        """
+        done = run.done
+        if done is None or not run.live:
+            return  # the queue was cleared since: nothing of it is counted any more
+        fresh = done.count(0, start, stop)
+        if not fresh:
+            return
+        left = run.left - fresh
+        if fresh == stop - start:
+            done[start:stop] = b"\x01" * fresh
+            size = body_bytes(run.msgs[start:stop]) if exact and left else 0
+        else:  # some of them were removed one by one already (a timeout's send-back, say)
+            size = 0
+            msgs = run.msgs
+            for index in range(start, stop):
+                if not done[index]:
+                    done[index] = 1
+                    if exact and left:
+                        size += len(msgs[index].body)
+        run.left = left
+        self.msg_count -= fresh
+        if left:
+            if size:
+                run.size -= size
+                self.msg_size -= size
+            elif not exact:
+                run.unsettled = True
+            if done[run.next]:
+                run.next = done.find(0, run.next)
+        else:
+            self.msg_size -= run.size
+            run.size = 0
+            run.next = len(run.msgs)
+            runs = self._runs
+            while runs and not runs[0].left:
+                runs.popleft()
+
+    def settle_size(self) -> int:
+        """`msg_size` made exact (bodies of messages not done only) and returned.
+
+        Between settlements `msg_size` may still count the bodies of ranges
+        acked in push runs not finished yet, never less than the exact figure:
+        flow control settles before it holds a queue back for its size.
+        """
+        with self.lock:
+            for run in self._runs:
+                if run.unsettled:
+                    done = run.done
+                    assert done is not None
+                    size = body_bytes([msg for msg, flag in zip(run.msgs, done) if not flag])
+                    self.msg_size -= run.size - size
+                    run.size = size
+                    run.unsettled = False
+            return self.msg_size
+
+    def _locate(self, msg: MessageExt) -> tuple[PulledRun, int] | None:
+        """The push run holding `msg` (by queue offset) and its index there (`lock` held)."""
+        offset = msg.queue_offset
+        for run in self._runs:
+            msgs = run.msgs
+            if msgs[0].queue_offset <= offset <= msgs[-1].queue_offset:
+                index = bisect_left(msgs, offset, key=_OFFSET)
+                return (run, index) if msgs[index].queue_offset == offset else None
+        return None
+
     # -- concurrent consumption ----------------------------------------------------------------------------
     def remove_messages(self, msgs: Iterable[MessageExt]) -> int:
         """Forget consumed messages; the offset to commit, or -1 when the queue was empty.
@@ -192,6 +314,12 @@ class ProcessQueue:
         """
         with self.lock:
             tree = self._msgs
+            if self._runs:
+                for msg in msgs:
+                    found = self._locate(msg)
+                    if found is not None:
+                        self._mark_done(found[0], found[1], found[1] + 1, exact=True)
+                return self._note_committable()
             if not tree:
                 return -1
             removed = 0
@@ -207,28 +335,27 @@ class ProcessQueue:
 
     def _note_committable(self) -> int:
         """The smallest offset still cached, or `queue_offset_max + 1`; noted as pending (`lock` held)."""
-        first = self._first()
+        runs = self._runs
+        if runs:
+            first: int | None = runs[0].msgs[runs[0].next].queue_offset
+        else:
+            first = self._first()
         offset = first if first is not None else self.queue_offset_max + 1
         if offset > self.pending_offset:
             self.pending_offset = offset
         return offset
 
-    def ack(self, msgs: Iterable[MessageExt]) -> bool:
-        """Consumed messages, noted without the lock (a consume thread); `fold_acked` removes them.
+    def ack(self, run: PulledRun, start: int, stop: int) -> None:
+        """`run.msgs[start:stop]` were consumed: noted without the lock (a consume thread); `fold_acked` marks them.
 
-        The hand-off of a consume thread's successful batch: a `deque.extend`,
-        atomic under the GIL, so consume threads never queue on `lock`. True
-        when every cached message may be acknowledged now (the owner should
-        fold and commit soon): `len(acked) >= msg_count`, read after the
-        append, which `fold_acked` keeps exact by counting down one message at
-        a time as it takes them.
+        The hand-off of a consume thread's successful batch or task: one
+        `deque.append`, atomic under the GIL, so consume threads never queue
+        on `lock`, and the pull thread folds a range in O(1) steps.
         """
-        acked = self._acked
-        acked.extend(msgs)
-        return len(acked) >= self.msg_count
+        self._acked.append((run, start, stop))
 
     def fold_acked(self) -> int:
-        """Remove what `ack` noted (the owner's thread): the offset to commit, or -1 when nothing was noted.
+        """Mark what `ack` noted done (the owner's thread): the offset to commit, or -1 when nothing was noted.
 
         Like `remove_messages`: the smallest offset still cached (an acked
         message not folded yet counts as cached, so the offset never passes
@@ -238,19 +365,16 @@ class ProcessQueue:
         if not acked:
             return -1
         with self.lock:
-            pop = self._msgs.pop
             take = acked.popleft
-            while acked:  # until empty: an ack appended meanwhile is folded too (see `ack`)
-                msg = take()
-                if pop(msg.queue_offset, None) is not None:
-                    self.msg_count -= 1
-                    self.msg_size -= len(msg.body)
+            mark = self._mark_done
+            while acked:  # until empty: an ack appended meanwhile is folded too
+                mark(*take())
             return self._note_committable()
 
     @property
     def acked_pending(self) -> int:
-        """Messages `ack` noted that `fold_acked` has not removed yet."""
-        return len(self._acked)
+        """Messages `ack` noted that `fold_acked` has not marked done yet."""
+        return sum(stop - start for _, start, stop in list(self._acked))
 
     # -- orderly consumption ---------------------------------------------------------------------------------
     def take_messages(self, batch_size: int) -> list[MessageExt]:
