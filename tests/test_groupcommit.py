@@ -27,6 +27,7 @@ import mqlite.aio
 from mqlite.commitlog import PutMessageStatus
 from mqlite.config import StoreConfig
 from mqlite.store import MessageStore
+from mqlite import storeservices
 from mqlite.storeservices import GroupCommit
 from support import SMALL_STORE, deadline, no_leftover_threads, wait_until  # noqa: F401
 
@@ -623,26 +624,58 @@ def test_a_pipelined_send_answers_flush_disk_timeout_at_its_deadline_while_a_flu
             gate.open(10)
 
 
+class _HeldPause(threading.Event):
+    """The group commit's close event (`_stop`): a leader pausing after a failed flush waits on it.
+    Here each such wait is reported on `steps` and lasts until the test lets it end (`let_go`)."""
+
+    def __init__(self, steps: queue.Queue[tuple[str, float | None]]) -> None:
+        super().__init__()
+        self.steps = steps
+        self._permits = threading.Semaphore(0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.steps.put(("pause", timeout))
+        self._permits.acquire()
+        return self.is_set()
+
+    def let_go(self) -> None:
+        self._permits.release()
+
+
+@pytest.mark.parametrize("log_interval", [3600.0, 0.0])
 def test_a_failing_flush_is_retried_after_a_pause_and_logged_once_with_its_traceback(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 0.3})) as store:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, log_interval: float) -> None:
+    monkeypatch.setattr(storeservices, "FLUSH_FAILURE_LOG_INTERVAL", log_interval)
+    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 30.0})) as store:
         group_commit = store.group_commit
         assert group_commit is not None
-        calls = [0]
+        steps: queue.Queue[tuple[str, float | None]] = queue.Queue()
+        pause = group_commit._stop = _HeldPause(steps)
 
         def broken() -> int:
-            calls[0] += 1
+            steps.put(("flush", None))
             raise OSError(5, "Input/output error")
 
         group_commit._flush_to = broken  # type: ignore[method-assign]
         with deadline(30), caplog.at_level("ERROR", logger="mqlite"):
-            assert store.put("T", 0, b"x").status is PutMessageStatus.FLUSH_DISK_TIMEOUT
-        group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
-    # 0.3 s of failures: a try every 10 ms at most (without the pause: thousands of tries).
-    assert 2 <= calls[0] <= 40
+            writer, out = _put_in_thread(store, b"x")
+            for _ in range(3):  # each failed flush is followed by a pause before the next try
+                assert steps.get(timeout=10) == ("flush", None)
+                assert steps.get(timeout=10) == ("pause", storeservices.FLUSH_RETRY_PAUSE)
+                assert steps.empty()  # no try while the pause lasts
+                pause.let_go()
+            assert steps.get(timeout=10) == ("flush", None)
+            assert steps.get(timeout=10) == ("pause", storeservices.FLUSH_RETRY_PAUSE)
+            group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
+            pause.let_go()  # the disk recovered: the next try makes the record durable
+            writer.join()
+        assert out[0].status is PutMessageStatus.PUT_OK
     records = [r for r in caplog.records if "flushing the commit log" in r.getMessage()]
-    assert [r.exc_info is not None for r in records][:1] == [True]
-    assert len(records) <= 2 and not any(r.exc_info for r in records[1:])  # then at most once a second
+    assert records[0].exc_info is not None and not any(r.exc_info for r in records[1:])
+    # The first failure with its traceback; later ones one line each, at most once an interval.
+    assert len(records) == (1 if log_interval else 4)
+    if not log_interval:
+        assert "(4 times in a row)" in records[-1].getMessage()
 
 
 def test_a_callback_may_send_again_and_wait_for_that_send(broker: mqlite.Broker) -> None:
