@@ -152,3 +152,30 @@ def test_bad_use_is_refused(tmp_path: Path) -> None:
                 await consumer.poll(timeout=-1)
 
     asyncio.run(main())
+
+
+def test_cancelling_a_queued_send_cancels_it_and_a_stored_one_still_completes(tmp_path: Path) -> None:
+    """A send still queued on the pool is cancelled with its loop future (as `wrap_future` does);
+    a pipelined SYNC_FLUSH send is stored at once, so cancelling its loop future loses nothing."""
+    release = threading.Event()
+
+    async def main() -> list[bytes]:
+        async with mqlite.aio.open(_store(tmp_path), flush_disk_type="SYNC_FLUSH", **TEST_BROKER_CONFIG) as broker:
+            broker.create_topic("T", 1)
+            async with mqlite.aio.Producer(broker, "pg") as piped:
+                stored = piped.send_async(mqlite.Message("T", b"pipelined"))
+                stored.cancel()  # the send was stored before send_async returned
+            hooked = mqlite.aio.Producer(broker, "hg", async_thread_nums=1)
+            hooked.sync.add_send_hook(lambda ctx: release.wait(10))  # hooked sends go to the pool
+            async with hooked:
+                first = hooked.send_async(mqlite.Message("T", b"first"))  # holds the one pool thread
+                queued = hooked.send_async(mqlite.Message("T", b"queued"))
+                queued.cancel()
+                await asyncio.sleep(0)  # one loop turn: the cancelled future's callbacks run
+                release.set()
+                assert (await first).send_status is mqlite.SendStatus.SEND_OK
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            return [m.body for m in broker.store.get_messages("T", 0, 0, 10).messages]
+
+    assert asyncio.run(main()) == [b"pipelined", b"first"]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import collections
 import concurrent.futures
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ import mqlite.aio
 from mqlite.commitlog import PutMessageStatus
 from mqlite.config import StoreConfig
 from mqlite.store import MessageStore
+from mqlite import storeservices
 from mqlite.storeservices import GroupCommit
 from support import SMALL_STORE, deadline, no_leftover_threads, wait_until  # noqa: F401
 
@@ -385,6 +388,89 @@ def test_close_fails_the_writers_it_did_not_flush() -> None:
     assert group_commit.wait(300) is False and group_commit.wait(200) is True  # after close: at once
 
 
+class _RacingDeque(collections.deque[Any]):
+    """The group commit's deque of pipelined sends, with a sender that registers right after the
+    flush thread last looked at it before going idle: that look answers as the deque was, then
+    `sender` runs on its own thread until it returns or blocks on the group commit's mutex."""
+
+    sender: Callable[[], None] | None = None
+
+    def __bool__(self) -> bool:
+        answer = len(self) > 0
+        if self.sender is not None and sys._getframe(1).f_code.co_name == "_thread_loop":
+            sender, self.sender = self.sender, None
+            thread = threading.Thread(target=sender, name="racing-sender")
+            thread.start()
+            thread.join(0.5)  # returned, or parked on the mutex the flush thread holds (no event says so)
+        return answer
+
+
+def test_a_send_registering_as_the_flush_thread_goes_idle_is_flushed() -> None:
+    log_end = [0]
+    group_commit = GroupCommit(lambda: log_end[0], 30.0)
+    racing = group_commit._pipelined = _RacingDeque()
+    settled: queue.Queue[tuple[list[Any], list[Any]]] = queue.Queue()
+
+    def sink(durable: list[Any], failed: list[Any]) -> None:
+        settled.put((durable, failed))
+
+    def register(end: int, item: str) -> None:
+        log_end[0] = end  # its record is written, then it registers
+        group_commit.when_durable(end, item, sink)
+
+    racing.sender = lambda: register(200, "late")
+    with deadline(30):
+        register(100, "first")  # no flush runs: the flush thread leads
+        assert settled.get(timeout=10) == (["first"], [])
+        assert settled.get(timeout=10) == (["late"], [])  # not stranded behind the idle flush thread
+        group_commit.close(200)
+    assert racing.sender is None  # the race was run
+
+
+def test_a_send_registering_after_close_is_answered_at_once() -> None:
+    group_commit = GroupCommit(lambda: 100, 30.0)
+    group_commit.close(100)
+    answers: list[tuple[list[Any], list[Any], str]] = []
+
+    def sink(durable: list[Any], failed: list[Any]) -> None:
+        answers.append((durable, failed, threading.current_thread().name))
+
+    group_commit.when_durable(100, "covered", sink)
+    group_commit.when_durable(101, "beyond", sink)
+    here = threading.current_thread().name
+    assert answers == [(["covered"], [], here), ([], ["beyond"], here)]
+
+
+def test_pipelined_sends_are_stored_before_send_async_returns_whichever_path(broker: mqlite.Broker) -> None:
+    gate = GatedFlush(broker.store).install()  # type: ignore[arg-type]
+    log = broker.store.commitlog
+    big = bytes(range(256)) * 20  # over 4 KiB: compressed, so the full send path
+    sends: list[tuple[mqlite.Message, dict[str, Any]]] = [
+        (mqlite.Message("T", b"plain-learns", tags="a"), {}),  # a property map not seen before: checked, cached
+        (mqlite.Message("T", b"plain-cached", tags="a"), {}),  # the plain send, cached encoding
+        (mqlite.Message("T", big, tags="a"), {}),
+        (mqlite.Message("T", b"selected", keys="k1"), {"selector": mqlite.SelectMessageQueueByHash(), "arg": 7}),
+        (mqlite.Message("T", b"delayed", delay_time_level=1), {}),  # to the schedule topic
+    ]
+    with mqlite.Producer(broker) as producer, deadline(30):
+        futures = []
+        for msg, options in sends:
+            before = log.max_offset
+            futures.append(producer.send_async(msg, **options))
+            assert log.max_offset > before  # stored on this thread, before send_async returned
+            if len(futures) == 1:
+                gate.next_target()  # the flush thread's first flush is held at the gate
+        assert not any(f.done() for f in futures)
+        gate.open(3)
+        results = [f.result(10) for f in futures]
+    assert {r.send_status for r in results} == {mqlite.SendStatus.SEND_OK}
+    stored = {m.body: m for m in broker.store.get_messages("T", 0, 0, 10).messages}
+    assert sorted(stored) == sorted([b"plain-learns", b"plain-cached", big, b"selected"])
+    for (msg, _), result in zip(sends[:4], results):
+        assert stored[msg.body].msg_id == result.msg_id == msg.properties["UNIQ_KEY"]
+        assert stored[msg.body].tags == msg.tags and stored[msg.body].keys == msg.keys
+
+
 # -- review 14: the group commit never stalls, groups keep their order, sends answer at their deadline -------
 class _RaisingOnce:
     """The store's flush, raising `exc` on its first call (a `KeyboardInterrupt` in `fdatasync`, a
@@ -516,7 +602,7 @@ def test_pipelined_groups_reach_their_sink_in_end_order_when_the_next_leader_ove
         group_commit.when_durable(15, "P1", sink)  # covered by L1's flush
         w = threading.Thread(target=lambda: group_commit.wait(40), name="W")
         w.start()
-        wait_until(_parked(group_commit, 2), "W parked: it leads next")
+        wait_until(_parked(group_commit, 1), "W parked: it leads next")  # (P1 waits in the deque)
         group_commit.when_durable(35, "P2", sink)  # covered by W's flush only
         first_may_end.set()
         l1.join()
@@ -538,26 +624,58 @@ def test_a_pipelined_send_answers_flush_disk_timeout_at_its_deadline_while_a_flu
             gate.open(10)
 
 
+class _HeldPause(threading.Event):
+    """The group commit's close event (`_stop`): a leader pausing after a failed flush waits on it.
+    Here each such wait is reported on `steps` and lasts until the test lets it end (`let_go`)."""
+
+    def __init__(self, steps: queue.Queue[tuple[str, float | None]]) -> None:
+        super().__init__()
+        self.steps = steps
+        self._permits = threading.Semaphore(0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.steps.put(("pause", timeout))
+        self._permits.acquire()
+        return self.is_set()
+
+    def let_go(self) -> None:
+        self._permits.release()
+
+
+@pytest.mark.parametrize("log_interval", [3600.0, 0.0])
 def test_a_failing_flush_is_retried_after_a_pause_and_logged_once_with_its_traceback(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 0.3})) as store:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, log_interval: float) -> None:
+    monkeypatch.setattr(storeservices, "FLUSH_FAILURE_LOG_INTERVAL", log_interval)
+    with MessageStore(str(tmp_path), StoreConfig(**{**SYNC, "sync_flush_timeout": 30.0})) as store:
         group_commit = store.group_commit
         assert group_commit is not None
-        calls = [0]
+        steps: queue.Queue[tuple[str, float | None]] = queue.Queue()
+        pause = group_commit._stop = _HeldPause(steps)
 
         def broken() -> int:
-            calls[0] += 1
+            steps.put(("flush", None))
             raise OSError(5, "Input/output error")
 
         group_commit._flush_to = broken  # type: ignore[method-assign]
         with deadline(30), caplog.at_level("ERROR", logger="mqlite"):
-            assert store.put("T", 0, b"x").status is PutMessageStatus.FLUSH_DISK_TIMEOUT
-        group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
-    # 0.3 s of failures: a try every 10 ms at most (without the pause: thousands of tries).
-    assert 2 <= calls[0] <= 40
+            writer, out = _put_in_thread(store, b"x")
+            for _ in range(3):  # each failed flush is followed by a pause before the next try
+                assert steps.get(timeout=10) == ("flush", None)
+                assert steps.get(timeout=10) == ("pause", storeservices.FLUSH_RETRY_PAUSE)
+                assert steps.empty()  # no try while the pause lasts
+                pause.let_go()
+            assert steps.get(timeout=10) == ("flush", None)
+            assert steps.get(timeout=10) == ("pause", storeservices.FLUSH_RETRY_PAUSE)
+            group_commit._flush_to = store._flush_all_commitlog  # type: ignore[method-assign]
+            pause.let_go()  # the disk recovered: the next try makes the record durable
+            writer.join()
+        assert out[0].status is PutMessageStatus.PUT_OK
     records = [r for r in caplog.records if "flushing the commit log" in r.getMessage()]
-    assert [r.exc_info is not None for r in records][:1] == [True]
-    assert len(records) <= 2 and not any(r.exc_info for r in records[1:])  # then at most once a second
+    assert records[0].exc_info is not None and not any(r.exc_info for r in records[1:])
+    # The first failure with its traceback; later ones one line each, at most once an interval.
+    assert len(records) == (1 if log_interval else 4)
+    if not log_interval:
+        assert "(4 times in a row)" in records[-1].getMessage()
 
 
 def test_a_callback_may_send_again_and_wait_for_that_send(broker: mqlite.Broker) -> None:

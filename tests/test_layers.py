@@ -47,7 +47,7 @@ LAYERS: dict[str, int] = {
     "inbox": 2, "trace": 2, "traceview": 2,
     "admin": 2, "port": 2,
     # L3 clients (consumer/ and filter/ are packages)
-    "producer": 3, "consumer": 3, "rebalance": 3, "filter": 3,
+    "producer": 3, "durablesends": 3, "consumer": 3, "rebalance": 3, "filter": 3,
     # L4 adapters (spark/ is a package)
     "spark": 4, "cli": 4, "testing": 4, "_pytest_plugin": 4, "aio": 4, "__main__": 4, "remoting": 4,
 }
@@ -236,7 +236,7 @@ def test_package_init_may_import_anything(tmp_path: Path) -> None:
 # -- the broker port rule ---------------------------------------------------------------------------------
 #: Modules that must reach a broker only through `BrokerPort` (dotted names under the package; a
 #: package stands for all its modules): the L3 clients and the adapters built on them.
-PORT_CLIENTS = ("producer", "consumer", "rebalance", "filter", "aio", "testing", "_pytest_plugin")
+PORT_CLIENTS = ("producer", "durablesends", "consumer", "rebalance", "filter", "aio", "testing", "_pytest_plugin")
 #: A `Broker`'s internals: never read by a port client, whatever holds them.
 BROKER_INTERNALS = frozenset({"store", "arrivals", "consumer_groups", "queue_locks", "topics", "offsets"})
 #: Attributes too common to forbid everywhere (`os.path`), forbidden on anything named like a broker.

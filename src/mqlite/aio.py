@@ -47,6 +47,7 @@ import inspect
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import CancelledError as ConcurrentCancelledError
 from concurrent.futures import Executor
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any, Generic, Protocol, TypeVar
@@ -88,7 +89,10 @@ class _Completions:
     loop's self-pipe) per future. Sends complete in groups (under SYNC_FLUSH a
     whole flush's worth at once), so the futures completed before the loop
     runs the last call are handed over together: one call per group.
-    Cancelling the loop's future cancels the send's, as `wrap_future` does.
+    Cancelling the loop's future cancels the send's, as `wrap_future` does, while the
+    send can still be cancelled: a pipelined send is running from the start, and its
+    loop future gets no done-callback (which the loop would schedule as one more
+    handle a future when it completes).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -100,7 +104,8 @@ class _Completions:
     def bridge(self, source: ConcurrentFuture[T]) -> asyncio.Future[T]:
         """A future of `self.loop` that completes as `source` does (call it on the loop's thread)."""
         target: asyncio.Future[T] = self.loop.create_future()
-        target.add_done_callback(functools.partial(_cancel_source, source))
+        if not source.running():  # (a running or done future cannot be cancelled)
+            target.add_done_callback(functools.partial(_cancel_source, source))
         source.add_done_callback(functools.partial(self._completed, target))
         return target
 
@@ -123,10 +128,11 @@ class _Completions:
         for source, target in done:
             if target.cancelled():
                 continue
-            if source.cancelled():
+            try:
+                exc = source.exception()  # (done: no wait)
+            except ConcurrentCancelledError:
                 target.cancel()
                 continue
-            exc = source.exception()
             if exc is not None:
                 target.set_exception(exc)
             else:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import itertools
 import logging
 import operator
@@ -34,6 +33,7 @@ from typing import Any, Protocol, Self, cast
 from .broker import acquire, check_broker_target
 from .clock import SYSTEM_CLOCK, SystemClock
 from .commitlog import PutMessageStatus, PutResult
+from .durablesends import DurableSends
 from .config import JAVA_INT_MAX, MAX_MESSAGE_SIZE_LIMIT, check_int, check_seconds
 from .errors import DiskFullError, IllegalStateError, MQClientError
 from .message import (
@@ -58,7 +58,6 @@ from .message import (
 )
 from .port import BrokerPort
 from .record import EncodedBatchProperties
-from .storeservices import GroupCommit
 from .validators import check_group, validate_message
 from .trace import ProducerTracer
 
@@ -253,7 +252,7 @@ class Producer:
         self._system_clock = True  # `_now_ms` is SystemClock's: the plain send reads time_ns itself
         self._trace = trace
         self._tracer: ProducerTracer | None = None  # with trace=True, from start() to shutdown()
-        self._durable: _DurableSends | None = None  # send_async's pipeline under SYNC_FLUSH (a local store)
+        self._durable: DurableSends | None = None  # send_async's pipeline under SYNC_FLUSH (a local store)
         self._pool_pending = 0  # tasks on the send pool while a pipeline exists (send_async keeps FIFO with them)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -279,7 +278,7 @@ class Producer:
                 broker.release()
                 raise
             self._body_limit = self._max_message_size or broker.max_message_size
-            self._durable = _DurableSends.of(broker, self.group)
+            self._durable = DurableSends.of(broker, self.group, SendStatus.FLUSH_DISK_TIMEOUT)
             self._state = "RUNNING"
 
     def shutdown(self) -> None:
@@ -395,21 +394,29 @@ class Producer:
         (docs/benchmarks.md, 5b); the plain send below skips what was checked before.
         """
         if selector is None and queue is None and type(msg) is Message and not self._hooked:
-            # The plain send (no hook, selector or queue): a property map validated and encoded
-            # before is looked up, not checked again; measured in bench/bench_producer.py.
-            properties, body = msg.properties, msg.body
-            cached = self._plain_heads.get(tuple(properties.items()))
-            if (cached is not None and type(body) is bytes and 0 < len(body) <= self._body_limit
-                    and len(body) <= self.compress_msg_body_over_howmuch and msg.topic in self._checked_topics
-                    and type(msg.flag) is int and _INT32_MIN <= msg.flag <= _INT32_MAX):
-                return self._send_plain(msg, cached[0])
-            self._validate(msg)
-            cached = self._learn(msg)
-            if cached is not None and type(body) is bytes and len(body) <= self.compress_msg_body_over_howmuch:
-                return self._send_plain(msg, cached[0])
+            head = self._plain_head(msg)
+            if head is not None:
+                return self._send_plain(msg, head)[0]
             return self._send(msg, self._choose(msg, None, None, None), "SYNC")
         self._validate(msg)
         return self._send(msg, self._choose(msg, queue, selector, arg), "SYNC")
+
+    def _plain_head(self, msg: Message) -> bytes | None:
+        """For a `Message` sent without hook, selector or queue: the cached encoding of its property
+        map when the plain send (`_send_plain`) may take it, else None. Either way `msg` is valid on
+        return (raises `MQClientError` if not): a property map validated and encoded before is
+        looked up, not checked again (measured in bench/bench_producer.py)."""
+        properties, body = msg.properties, msg.body
+        cached = self._plain_heads.get(tuple(properties.items()))
+        if (cached is not None and type(body) is bytes and 0 < len(body) <= self._body_limit
+                and len(body) <= self.compress_msg_body_over_howmuch and msg.topic in self._checked_topics
+                and type(msg.flag) is int and _INT32_MIN <= msg.flag <= _INT32_MAX):
+            return cached[0]
+        self._validate(msg)
+        cached = self._learn(msg)
+        if cached is not None and type(body) is bytes and len(body) <= self.compress_msg_body_over_howmuch:
+            return cached[0]
+        return None
 
     def _learn(self, msg: Message) -> tuple[bytes, int] | None:
         """After `_validate(msg)`: remember its property map's encoding (bytes, characters) when the
@@ -424,7 +431,7 @@ class Producer:
             self._plain_heads[tuple(properties.items())] = cached
         return cached
 
-    def _send_plain(self, msg: Message, head: bytes) -> SendResult:
+    def _send_plain(self, msg: Message, head: bytes) -> tuple[SendResult, PutResult]:
         """`_send_put` for a valid message without hooks: round-robin queue, a new id, encoding reused."""
         broker = self._broker
         if self._state != "RUNNING" or broker is None:
@@ -442,7 +449,7 @@ class Producer:
         born = _time_ns() // 1_000_000 if self._system_clock else self._now_ms()
         put = broker.put_message(topic, mq.queue_id, msg.body, props, flag=msg.flag, born_timestamp=born)
         return SendResult(_SEND_OK if put.status is _PUT_OK else _STATUS[put.status], uniq, mq, put.queue_offset,
-                          put)
+                          put), put
 
     def send_orderly(self, msg: Message, sharding_key: Any) -> SendResult:
         """Send to the queue the sharding key hashes to, so one key's messages keep their order."""
@@ -456,19 +463,26 @@ class Producer:
         Bad input raises at once, before anything is queued. Under SYNC_FLUSH on a local store
         (and no send hook) the message is stored on the calling thread and its future completes
         once a group commit made it durable, so many sends in flight share each flush
-        (`_DurableSends`); its callbacks then run one at a time, in completion order, on the
+        (`mqlite.durablesends`); its callbacks then run one at a time, in completion order, on the
         producer's `mqlite-producer-<group>-callbacks` thread (a callback may send again and wait).
         Otherwise the send runs on the producer's pool (`async_thread_nums`), callbacks too.
         A failure after validation (a full disk) is the future's exception either way.
         """
         if callback is not None and not callable(callback):
             raise MQClientError(f"callback must be a callable taking the future, got {callback!r}")
-        self._validate(msg)
-        mq = self._choose(msg, queue, selector, arg)
         durable = self._durable
-        if durable is not None and not self._hooked and not self._pool_pending:
-            # Not while oneway or hooked sends wait on the pool: sends keep their order.
-            return durable.send(functools.partial(self._send_put, msg, mq, "ASYNC"), callback)
+        if durable is not None and (self._hooked or self._pool_pending):
+            durable = None  # not while oneway or hooked sends wait on the pool: sends keep their order
+        if durable is not None and selector is None and queue is None and type(msg) is Message:
+            head = self._plain_head(msg)  # validates
+            if head is not None:
+                return durable.send(callback, self._send_plain, msg, head)
+            mq = self._choose(msg, None, None, None)
+        else:
+            self._validate(msg)
+            mq = self._choose(msg, queue, selector, arg)
+        if durable is not None:
+            return durable.send(callback, self._send_put, msg, mq, "ASYNC")
         future = self._submit(self._send, msg, mq, "ASYNC", queued=True)
         if callback is not None:
             future.add_done_callback(callback)
@@ -794,140 +808,3 @@ class TransactionProducer(Producer):
             self.broker.end_transaction(msg.commit_log_offset, state is LocalTransactionState.COMMIT_MESSAGE,
                                         self.group, from_check=True, transaction_id=msg.transaction_id)
         return True
-
-
-def _run_callback(callback: Callable[[concurrent.futures.Future[SendResult]], None],
-                  future: concurrent.futures.Future[SendResult]) -> None:
-    """A user's send callback; what it raises is logged, as `Future.add_done_callback` does."""
-    try:
-        callback(future)
-    except Exception:
-        log.exception("exception calling callback for %r", future)
-
-
-class _DurableSends:
-    """`Producer.send_async` under SYNC_FLUSH on a local store, as a pipeline (RocketMQ's
-    `asyncPutMessage`: the put returns before its flush, and the group commit completes it).
-
-    The caller's thread validates and stores the message as `send` does (the put inside
-    `GroupCommit.deferring()`, so it does not wait), and registers (end offset, future) with the
-    group commit. After each flush the group commit hands over every send it made durable in
-    one call; one task per group on this pipeline's own thread (`mqlite-producer-<group>-results`)
-    completes the futures in order, so a slow callback never delays a flush. `send_async`'s
-    callbacks run one at a time on another thread (`mqlite-producer-<group>-callbacks`), in the
-    order their sends completed, never on the results thread: a callback may send again and
-    wait for that send. Measured (issue 14): one thread with up to 1000 sends in flight reached
-    many times the rate of the pool, whose 4 workers each waited for a flush of their own.
-    """
-
-    def __init__(self, group_commit: GroupCommit, group: str) -> None:
-        self._group_commit = group_commit
-        self._deferral = group_commit.deferring()
-        self._group = group
-        self._cv = threading.Condition()
-        self._outstanding = 0  # sends stored and not yet settled
-        self._closed = False
-        self._resolver: concurrent.futures.ThreadPoolExecutor | None = None
-        self._callbacks: concurrent.futures.ThreadPoolExecutor | None = None
-        self._idents: dict[str, int] = {}  # role ("results", "callbacks") -> its thread's ident, for `close`
-
-    @classmethod
-    def of(cls, broker: BrokerPort, group: str) -> _DurableSends | None:
-        """A pipeline for a producer of `broker` when it is local and flushes synchronously, else None."""
-        group_commit = getattr(broker, "group_commit", None)  # a third-party port may not have it
-        return cls(group_commit, group) if group_commit is not None else None
-
-    def send(self, put: Callable[[], tuple[SendResult, PutResult]],
-             callback: Callable[[concurrent.futures.Future[SendResult]], None] | None) -> concurrent.futures.Future[SendResult]:
-        """Store with `put()` now (the producer's `_send_put`); the future completes once the record
-        is durable (or FLUSH_DISK_TIMEOUT). Raises `IllegalStateError` once closed."""
-        future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
-        future.set_running_or_notify_cancel()  # the send has begun: it cannot be cancelled (as a pool task)
-        if callback is not None:
-            future.add_done_callback(functools.partial(self._call_back, callback))
-        with self._cv:
-            if self._closed:
-                raise IllegalStateError(f"producer {self._group!r} was shut down")
-            self._outstanding += 1
-        try:
-            with self._deferral:
-                result, stored = put()
-        except BaseException as exc:
-            if not isinstance(exc, Exception):
-                self._settled(1)
-                raise
-            future.set_exception(exc)  # a full disk, a closed broker: the future's exception, as on the pool
-            self._settled(1)  # (after: `close` then finds its callback queued)
-            return future
-        if stored.status is not _PUT_OK:
-            future.set_result(result)
-            self._settled(1)
-            return future
-        self._group_commit.when_durable(stored.commit_log_offset + stored.wrote_bytes, (future, result), self._sink)
-        return future
-
-    def _sink(self, durable: list[Any], failed: list[Any]) -> None:
-        """On the flushing thread: hand the group to the resolver thread (one task a group)."""
-        resolver = self._resolver
-        if resolver is None:
-            with self._cv:
-                if self._resolver is None:
-                    self._resolver = self._thread("results")
-                resolver = self._resolver
-        try:
-            resolver.submit(self._resolve, durable, failed)
-        except RuntimeError:  # shut down from one of its own callbacks: complete them here instead
-            self._resolve(durable, failed)
-
-    def _thread(self, role: str) -> concurrent.futures.ThreadPoolExecutor:
-        """One worker thread `mqlite-producer-<group>-<role>` whose ident `close` recognises (`_cv` held)."""
-        return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mqlite-producer-{self._group}-{role}",
-                                                     initializer=lambda: self._idents.__setitem__(role, threading.get_ident()))
-
-    def _call_back(self, callback: Callable[[concurrent.futures.Future[SendResult]], None],
-                   future: concurrent.futures.Future[SendResult]) -> None:
-        """Run a `send_async` callback on the callbacks thread (in completion order), never on the
-        thread that completed the future: the results thread, or the caller's when the put raised."""
-        with self._cv:
-            if self._callbacks is None:
-                self._callbacks = self._thread("callbacks")
-            callbacks = self._callbacks
-        try:
-            callbacks.submit(_run_callback, callback, future)
-        except RuntimeError:  # shut down (a send settled by the store's close after ours): run it here
-            _run_callback(callback, future)
-
-    def _resolve(self, durable: list[Any], failed: list[Any]) -> None:
-        """Complete a group's futures in end order; their callbacks run here."""
-        for future, result in durable:
-            future.set_result(result)
-        for future, result in failed:
-            result.send_status = SendStatus.FLUSH_DISK_TIMEOUT  # stored, its durability not confirmed in time
-            future.set_result(result)
-        self._settled(len(durable) + len(failed))
-
-    def _settled(self, n: int) -> None:
-        with self._cv:
-            self._outstanding -= n
-            if not self._outstanding:
-                self._cv.notify_all()
-
-    def close(self) -> None:
-        """Refuse new sends, wait until every stored one is settled, run their callbacks and join
-        both threads.
-
-        Bounded: every registered send is settled by a flush, at its `sync_flush_timeout` (the
-        group commit's watcher fails it even while a flush hangs), or when the store closes.
-        From one of its own threads (a callback) it cannot wait for that thread.
-        """
-        me = threading.get_ident()
-        on_resolver = self._idents.get("results") == me
-        with self._cv:
-            self._closed = True
-            while self._outstanding and not on_resolver:  # (the callbacks thread can wait: the resolver settles)
-                self._cv.wait(1.0)
-            resolver, callbacks = self._resolver, self._callbacks
-        if resolver is not None:
-            resolver.shutdown(wait=not on_resolver)
-        if callbacks is not None:  # last: completing the futures queued their callbacks
-            callbacks.shutdown(wait=self._idents.get("callbacks") != me)

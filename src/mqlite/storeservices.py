@@ -123,20 +123,21 @@ DurableSink = Callable[[list[Any], list[Any]], None]
 
 
 class _Waiter:
-    """One record waiting for its flush: a parked writer (`lock`, held until it is released) or a
-    pipelined send (`item` for `sink`). Kept in the waiter list in end order."""
+    """A parked writer: its record's end and deadline, and `lock`, held until it is released.
+    Kept in the waiter list in end order."""
 
-    __slots__ = ("end", "deadline", "lock", "outcome", "item", "sink")
+    __slots__ = ("end", "deadline", "lock", "outcome")
 
-    def __init__(self, end: int, deadline: float, item: Any = None, sink: DurableSink | None = None) -> None:
+    def __init__(self, end: int, deadline: float) -> None:
         self.end = end
         self.deadline = deadline
         self.outcome = 0
-        self.item = item
-        self.sink = sink
-        if sink is None:
-            self.lock = _allocate_lock()
-            self.lock.acquire()
+        self.lock = _allocate_lock()
+        self.lock.acquire()
+
+
+#: A pipelined send waiting for its flush: (end offset, deadline, item, sink).
+_Pipelined = tuple[int, float, Any, DurableSink]
 
 
 _END_OF = operator.attrgetter("end")
@@ -161,8 +162,9 @@ class GroupCommit:
       parked, to the flush thread `mqlite-group-commit` (started on first need, joined by
       `close`), which flushes while anyone waits and then sleeps. When nobody waits, no flush
       runs and the next writer leads again.
-    - **Pipelined sends** (`when_durable`) wait in the same list without a thread of their own;
-      their sink gets a whole group per flush. Groups are queued under the mutex in the order
+    - **Pipelined sends** (`when_durable`) wait without a thread of their own, in a deque the
+      sender appends to without the mutex while a flush is under way (the flusher takes the mutex
+      once a flush, not the sender once a send); their sink gets a whole group per flush. Groups are queued under the mutex in the order
       they were settled and handed over outside it by one thread at a time, so sinks see them
       in end order (it must be quick: hand the group to another thread). A watcher thread
       (`mqlite-group-commit-timeouts`, started with the first pipelined send) fails pipelined
@@ -185,7 +187,10 @@ class GroupCommit:
         self._mu = threading.Lock()
         self._flushed = 0
         self._flushing = False  # someone leads: a writer in `_lead` or the flush thread
-        self._waiters: list[_Waiter] = []  # parked writers and pipelined sends, in end order
+        self._waiters: list[_Waiter] = []  # parked writers, in end order
+        # Pipelined sends in the order they registered (their ends nearly in order: several
+        # threads may append); appended without the mutex, taken from its head under it.
+        self._pipelined: deque[_Pipelined] = deque()
         self._closed = False
         self._deferring: set[int] = set()  # threads whose `wait` returns at once (`deferring`)
         self._thread: threading.Thread | None = None
@@ -264,7 +269,7 @@ class GroupCommit:
                         leading = False
                         self._pass_lead()
                     elif flushed < 0:
-                        self._queue(self._expire(None))
+                        self._queue(self._expire())
                 self._drain()
                 if done:
                     return durable
@@ -286,21 +291,28 @@ class GroupCommit:
         """Call `sink([item], [])` once `end_offset` is durable, or `sink([], [item])` when the flush
         failed until `timeout` passed or the store closed first. Never blocks on the disk.
 
-        `sink` gets every item a flush settled in one call, in end order, on the flushing thread
-        (or this one, when `end_offset` is durable already): keep it short.
+        `sink` gets every item a flush settled in one call, in the order they registered, on the
+        thread that settled them or this one: keep it short. While a flush is under way this takes
+        no lock: one deque append.
         """
+        self._pipelined.append((end_offset, self._monotonic() + self._timeout, item, sink))
+        # Read after the append: a leader that lets the lead go clears `_flushing` before it looks
+        # at the deque (`_pass_lead`), and `close` sets `_closed` before it settles the deque, so
+        # either they see this send or this sees the flag.
+        if self._flushing and self._watcher is not None and not self._closed:
+            return
         with self._mu:
-            if self._flushed < end_offset and not self._closed:
-                insort(self._waiters, _Waiter(end_offset, self._monotonic() + self._timeout, item, sink),
-                       key=_END_OF)
+            if self._closed:  # `close` settled the deque already: answer what came after it
+                self._queue(self._settle_pipelined(self._flushed, fail_rest=True))
+            else:
                 if self._watcher is None:
                     self._start_watcher()
                 if not self._flushing:
-                    self._flushing = True
-                    self._lead_to_thread()
-                return
-            # Queued behind groups settled earlier and not yet handed over: sinks see end order.
-            self._ready.append({sink: ([item], []) if self._flushed >= end_offset else ([], [item])})
+                    # Queued behind groups settled earlier and not yet handed over: sinks see end order.
+                    self._queue(self._settle_pipelined(self._flushed))
+                    if self._pipelined:
+                        self._flushing = True
+                        self._lead_to_thread()
         self._drain()
 
     # -- the lead --------------------------------------------------------------------------------
@@ -353,8 +365,9 @@ class GroupCommit:
                 with self._mu:
                     self._delivering = False
 
-    def _settle(self, flushed: int) -> _Ready | None:
-        """After a flush (mutex held): release every waiter it covered; the pipelined ones to deliver."""
+    def _settle(self, flushed: int, *, fail_rest: bool = False) -> _Ready | None:
+        """After a flush (mutex held): release every parked writer it covered; the pipelined sends
+        it covered, or all of them with `fail_rest` (the store closes), to deliver."""
         if flushed > self._flushed:
             self._flushed = flushed
         flushed = self._flushed
@@ -363,28 +376,53 @@ class GroupCommit:
         for waiter in waiters:
             if waiter.end > flushed:
                 break
+            waiter.outcome = _ACKED
+            waiter.lock.release()
             n += 1
-        if not n:
+        if n:
+            del waiters[:n]
+        if not self._pipelined:
             return None
-        covered = waiters[:n]
-        del waiters[:n]
-        ready: _Ready | None = None
-        for waiter in covered:
-            if waiter.sink is None:
-                waiter.outcome = _ACKED
-                waiter.lock.release()
-            else:
-                ready = _add(ready, waiter, 0)
-        return ready
+        return self._settle_pipelined(flushed, fail_rest=fail_rest)
 
-    def _expire(self, ready: _Ready | None) -> _Ready | None:
-        """After a failed flush (mutex held): fail the pipelined sends past their deadline."""
-        now = self._monotonic()
-        expired = [w for w in self._waiters if w.sink is not None and w.deadline <= now]
-        for waiter in expired:
-            self._waiters.remove(waiter)
-            ready = _add(ready, waiter, 1)
-        return ready
+    def _expire(self) -> _Ready | None:
+        """(Mutex held.) Fail the pipelined sends past their deadline: after a failed flush, and
+        by the watcher while a flush hangs."""
+        if not self._pipelined:
+            return None
+        return self._settle_pipelined(self._flushed, expired_at=self._monotonic())
+
+    def _settle_pipelined(self, flushed: int, *, fail_rest: bool = False,
+                          expired_at: float | None = None) -> _Ready | None:
+        """(Mutex held.) Take the pipelined sends from the deque's head, in order, while their
+        record ends at or below `flushed` (durable), or `fail_rest` (failed: the store closes), or
+        their deadline is at or before `expired_at` (failed: FLUSH_DISK_TIMEOUT).
+
+        The deque is taken from its head only, so sends appended meanwhile are never lost; a send
+        behind one that is not settled waits for the next flush or deadline (ends and deadlines
+        are in registration order, but for sends of several threads racing to append).
+        """
+        pipelined = self._pipelined
+        ready: _Ready = {}
+        sink: DurableSink | None = None
+        lists: tuple[list[Any], list[Any]] = ([], [])
+        while pipelined:
+            end, deadline, item, item_sink = pipelined[0]
+            if end <= flushed:
+                failed = 0
+            elif fail_rest or (expired_at is not None and deadline <= expired_at):
+                failed = 1
+            else:
+                break
+            pipelined.popleft()
+            if item_sink is not sink:  # (one sink, a producer's, in the common case)
+                sink = item_sink
+                got = ready.get(sink)
+                if got is None:
+                    got = ready[sink] = ([], [])
+                lists = got
+            lists[failed].append(item)
+        return ready or None
 
     def _pass_lead(self) -> None:
         """The leader is done (mutex held): the lead goes on while anyone waits, else no flush runs.
@@ -394,16 +432,19 @@ class GroupCommit:
         interleaved rounds at 32 threads); the thread's extra wake-up costs more than it saves
         here. Pipelined sends have no thread to lead, so with no writer parked the thread leads.
         """
-        waiters = self._waiters
-        if not waiters or self._closed:
+        if self._closed:
             self._flushing = False
             return
-        for i, waiter in enumerate(waiters):
-            if waiter.sink is None:  # the oldest parked writer leads next
-                del waiters[i]
-                waiter.outcome = _LEAD
-                waiter.lock.release()
-                return
+        waiters = self._waiters
+        if waiters:
+            waiter = waiters.pop(0)  # the oldest parked writer leads next
+            waiter.outcome = _LEAD
+            waiter.lock.release()
+            return
+        self._flushing = False
+        if not self._pipelined:  # read after clearing the flag: see `when_durable`
+            return
+        self._flushing = True
         self._lead_to_thread()
 
     def _lead_to_thread(self) -> None:
@@ -447,11 +488,14 @@ class GroupCommit:
                 with self._mu:
                     self._queue(self._settle(flushed))
                     if flushed < 0:
-                        self._queue(self._expire(None))
-                    idle = not self._waiters or self._closed
+                        self._queue(self._expire())
+                    closed = self._closed
+                    idle = closed or not self._waiters
                     if idle:
                         self._thread_leads = self._flushing = False
-                    closed = self._closed
+                        if not closed and self._pipelined:  # read after clearing: see `when_durable`
+                            idle = False
+                            self._thread_leads = self._flushing = True
                 self._drain()
                 if closed:
                     return
@@ -474,10 +518,12 @@ class GroupCommit:
             with self._mu:
                 if self._closed:
                     return
-                self._queue(self._expire(None))
+                self._queue(self._expire())
                 now = monotonic()
-                # Sleep until the earliest deadline; a send registered later has one `timeout` away.
-                sleep = min([w.deadline for w in self._waiters if w.sink is not None], default=now + self._timeout) - now
+                # Sleep until the head's deadline (the earliest, but for sends of racing threads);
+                # a send registered later has one `timeout` away.
+                pipelined = self._pipelined
+                sleep = (pipelined[0][1] if pipelined else now + self._timeout) - now
             self._drain()
             self._stop.wait(max(sleep, 0.001))
 
@@ -492,13 +538,10 @@ class GroupCommit:
         join the flush thread. Later waits return at once. Idempotent."""
         with self._mu:
             self._closed = True
-            ready = self._settle(flushed)
+            ready = self._settle(flushed, fail_rest=True)
             for waiter in self._waiters:
-                if waiter.sink is None:
-                    waiter.outcome = _FAILED
-                    waiter.lock.release()
-                else:
-                    ready = _add(ready, waiter, 1)
+                waiter.outcome = _FAILED
+                waiter.lock.release()
             self._waiters.clear()
             self._queue(ready)
             if self._wake.locked():
@@ -513,18 +556,6 @@ class GroupCommit:
 
 #: Settled pipelined sends, per sink: (items durable, items failed).
 _Ready = dict[DurableSink, tuple[list[Any], list[Any]]]
-
-
-def _add(ready: _Ready | None, waiter: _Waiter, failed: int) -> _Ready:
-    """Add a pipelined waiter's item to its sink's group: to the durable list (`failed` 0) or the failed one (1)."""
-    if ready is None:
-        ready = {}
-    assert waiter.sink is not None
-    lists = ready.get(waiter.sink)
-    if lists is None:
-        lists = ready[waiter.sink] = ([], [])
-    lists[failed].append(waiter.item)
-    return ready
 
 
 def _deliver(ready: _Ready) -> None:
