@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mqlite
@@ -114,6 +114,9 @@ def _as_encoded(ctx: TraceContext) -> TraceContext:
                         success=ctx.success)
 
 
+# Generating trace contexts is slow on a loaded 2-core machine: no deadline and no too_slow health check
+# (both failed this test under load; neither is what it checks).
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_contexts(), max_size=5))
 def test_codec_round_trip(contexts: list[TraceContext]) -> None:
     text = "".join(map(encode_trace_context, contexts))
