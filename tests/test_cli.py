@@ -449,6 +449,10 @@ def test_main_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> No
     assert all(c.name in out for c in COMMANDS) and "Exit status" in out
 
 
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ok(capsys, "--version") == f"mqlite {mqlite.__version__}\n"
+
+
 MISSING = "/nonexistent/mqlite-store"
 BAD_ARGUMENTS: list[tuple[list[str], int, str]] = [
     ([], 2, "no command given"),

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from .. import __version__
 from ..errors import ConfigError, MQClientError, MQLiteError
 from .commands import COMMANDS, Command
 from .context import STORE_ENV, CommandError, Context, UsageError, find_store
@@ -53,6 +54,7 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
     parser = _Parser(prog="mqlite", description="Admin commands for an mqlite store, with mqadmin's names, "
                      "flags and columns.", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                      allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"mqlite {__version__}")
     parser.add_argument("--store", metavar="PATH", help=f"store directory (default: ${STORE_ENV})")
     parser.add_argument("-n", "--namesrvAddr", dest="address", metavar="HOST:PORT",
                         help="run on the process serving a store at HOST:PORT (mqlite serve) instead of a path")
@@ -79,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except _ParseError as exc:
         return _fail(str(exc), 2)
-    except SystemExit as exc:  # --help
+    except SystemExit as exc:  # --help, --version
         return int(exc.code or 0)
     if args.command is None:
         return _fail("mqlite: no command given (see mqlite --help)", 2)
