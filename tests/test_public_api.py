@@ -87,3 +87,10 @@ def test_mypy_is_clean() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
+def test_import_on_a_platform_without_fcntl_says_why() -> None:
+    # Windows has no fcntl: `import mqlite` must say what is missing, not fail deep inside the store.
+    code = "import sys; sys.modules['fcntl'] = None\ntry:\n    import mqlite\nexcept ImportError as e:\n    print(e)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "mqlite runs on POSIX systems" in out and "fcntl" in out

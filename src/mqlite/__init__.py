@@ -8,6 +8,14 @@
 
 from __future__ import annotations
 
+try:  # the store's lock is an fcntl lock: without fcntl (Windows) nothing below could work
+    import fcntl as _fcntl  # noqa: F401
+except ImportError:
+    import sys as _sys
+
+    raise ImportError(f"mqlite runs on POSIX systems (Linux, macOS): it locks a store directory with fcntl, "
+                      f"which this platform ({_sys.platform}) does not have") from None
+
 from . import rebalance
 from .broker import Broker, QueueProgress, QueueStatus, set_remote_connector
 from .config import StoreConfig
