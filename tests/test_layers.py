@@ -263,12 +263,15 @@ def _import_base(node: ast.ImportFrom, module: str, path: Path) -> str:
 
 
 def _private_imports(node: ast.ImportFrom, module: str, path: Path, root: Path) -> list[tuple[str, str]]:
-    """(module, name) of each private name `node` imports from another mqlite module (not a private module)."""
+    """(module, name) of each private name `node` imports from another mqlite module (not a private module).
+
+    A dunder (`__version__`) is public by convention, as in `_is_private_member`."""
     base = _import_base(node, module, path)
     if base == module or (base != root.name and not base.startswith(root.name + ".")):
         return []
     return [(base, a.name) for a in node.names
-            if a.name.startswith("_") and not _module_exists(f"{base}.{a.name}", root)]
+            if a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__"))
+            and not _module_exists(f"{base}.{a.name}", root)]
 
 
 def _is_private_member(node: ast.Attribute) -> bool:
