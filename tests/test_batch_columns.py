@@ -74,9 +74,8 @@ def _store_files(root: str) -> dict[str, bytes]:
     return files
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_a_column_wise_batch_writes_the_bytes_of_the_per_record_path(tmp_path: Path, case: str,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def _count_column_appends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches that go down column-wise (`CommitLog._append_columns`), as they are appended."""
     columns_used: list[int] = []
     column_append = CommitLog._append_columns
 
@@ -85,6 +84,13 @@ def test_a_column_wise_batch_writes_the_bytes_of_the_per_record_path(tmp_path: P
         return column_append(self, *args, **kwargs)
 
     monkeypatch.setattr(CommitLog, "_append_columns", counted)
+    return columns_used
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_column_wise_batch_writes_the_bytes_of_the_per_record_path(tmp_path: Path, case: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    columns_used = _count_column_appends(monkeypatch)
     roots = str(tmp_path / "columns"), str(tmp_path / "maps")
     settings = dict(SMALL_STORE, flush_disk_type="ASYNC_FLUSH")
     with mqlite.open(roots[0], clock=ManualClock(T0), **settings) as by_columns, \
@@ -189,14 +195,7 @@ def test_a_batch_sent_with_a_before_hook_stores_what_the_hook_changed(tmp_path: 
         ctx.message.body = b"changed by the hook"
         ctx.message.properties["HOOKED"] = "yes"
 
-    columns_used: list[int] = []
-    column_append = CommitLog._append_columns
-
-    def counted(self: CommitLog, *args: Any, **kwargs: Any) -> Any:
-        columns_used.append(len(args[2]))
-        return column_append(self, *args, **kwargs)
-
-    monkeypatch.setattr(CommitLog, "_append_columns", counted)
+    columns_used = _count_column_appends(monkeypatch)
     with mqlite.open(str(tmp_path), **SMALL_STORE) as broker, mqlite.Producer(broker) as producer:
         producer.send_batch([mqlite.Message(TOPIC, b"warm", tags="A")])
         producer.send_batch([mqlite.Message(TOPIC, b"cached", tags="A")])

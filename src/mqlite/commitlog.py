@@ -467,8 +467,10 @@ class CommitLog:
             key_rows, key_hashes = index_key_rows(topic, columns.head_maps, index,
                                                   index_key_hashes(f"{topic}#", suffixes[:, :-1]))
         # A tags code per distinct map, from the map of its first message (the code reads no UNIQ_KEY).
-        samples: list[Mapping[str, str] | None] = [columns[0]]
-        if columns.head_index is not None:
+        samples: list[Mapping[str, str] | None]
+        if columns.head_index is None:
+            samples = [columns[0]]
+        else:
             heads_used, first_of = np.unique(index, return_index=True)
             samples = [None] * len(columns.heads)
             for head, first_message in zip(heads_used.tolist(), first_of.tolist()):

@@ -122,10 +122,12 @@ class DurableSends:
                    future: concurrent.futures.Future[SendResult]) -> None:
         """Run a `send_async` callback on the callbacks thread (in completion order), never on the
         thread that completed the future: the results thread, or the caller's when the put raised."""
-        with self._cv:
-            if self._callbacks is None:
-                self._callbacks = self._thread("callbacks")
-            callbacks = self._callbacks
+        callbacks = self._callbacks
+        if callbacks is None:  # the lock only to start the thread (every send takes it: not once a callback)
+            with self._cv:
+                if self._callbacks is None:
+                    self._callbacks = self._thread("callbacks")
+                callbacks = self._callbacks
         try:
             callbacks.submit(_run_callback, callback, future)
         except RuntimeError:  # shut down (a send settled by the store's close after ours): run it here
@@ -159,7 +161,7 @@ class DurableSends:
         with self._cv:
             self._closed = True
             while self._outstanding and not on_resolver:  # (the callbacks thread can wait: the resolver settles)
-                self._cv.wait(1.0)
+                self._cv.wait()  # `_settled` notifies when the last one settles
             resolver, callbacks = self._resolver, self._callbacks
         if resolver is not None:
             resolver.shutdown(wait=not on_resolver)

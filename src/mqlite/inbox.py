@@ -203,8 +203,6 @@ def _tags_table(heads: Sequence[dict[str, str]], head_index: Any) -> tuple[list[
     return table, of_head[head_index] if len(head_index) else np.zeros(0, dtype=np.int64)
 
 
-
-
 @dataclass
 class Chunk:
     """One chunk of a staged file, decoded (`read_chunks`); arrays are int64."""

@@ -58,6 +58,7 @@ from .compression import decompress
 from .errors import MQClientError, StoreCorruptedError
 from .message import (
     PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     EncodedProperties,
     MessageExt,
@@ -850,7 +851,7 @@ class EncodedBatchProperties(Sequence[EncodedProperties]):
         return np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(len(ids), -1)
 
 
-_PROPERTY_END = b"\x02"
+_PROPERTY_END = PROPERTY_SEPARATOR.encode()
 
 
 def _fill_rows(rows: np.ndarray, header_bytes: np.ndarray, tail_table: np.ndarray | None, index: np.ndarray,

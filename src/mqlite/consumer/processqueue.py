@@ -168,7 +168,7 @@ class ProcessQueue:
     # -- lite pull: whole pull results --------------------------------------------------------------------
     def put_run(self, msgs: list[MessageExt]) -> PulledRun:
         """Add one pull result (non-empty, ascending offsets, after everything cached) as a whole."""
-        run = PulledRun(msgs, sum(len(msg.body) for msg in msgs))
+        run = PulledRun(msgs, body_bytes(msgs))
         with self.lock:
             self._runs.append(run)
             self.msg_count += len(msgs)
@@ -202,7 +202,7 @@ class ProcessQueue:
             if end == len(left):
                 size = run.size
             else:  # a part (an iteration): count its bytes
-                size = sum(len(msg.body) for msg in msgs)
+                size = body_bytes(msgs)
             run.size -= size
             self.msg_size -= size
             self.msg_count -= count

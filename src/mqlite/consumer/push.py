@@ -538,7 +538,7 @@ class PushConsumer(ConsumerBase):
         size = self.consume_message_batch_max_size
         submit, consume = pool.submit_call, self._consume_concurrently
         if size == 1:
-            if len(msgs) > 1 and pool.backlog >= DEEP_BACKLOG_PER_THREAD * pool.size:
+            if len(msgs) > 1 and pool.queued() >= DEEP_BACKLOG_PER_THREAD * pool.size:
                 # Every thread has work queued already: a task of several messages (still one listener call
                 # each) saves hand-offs without delaying any message a free thread could have taken.
                 each = self._consume_each
@@ -720,7 +720,7 @@ class PushConsumer(ConsumerBase):
         """
         pq.ack(run, start, stop)
         pool = self._pool
-        if pq.flow_blocked or (pool is not None and not pool.backlog):
+        if pq.flow_blocked or (pool is not None and not pool.queued()):
             pq.flow_blocked = False
             loop = self._loop
             if loop is not None:

@@ -74,7 +74,7 @@ class WorkerPool:
     @property
     def backlog(self) -> int:
         """Tasks submitted and not taken by a worker yet (approximate while workers run)."""
-        return self._tasks.qsize()
+        return self.queued()
 
     def _work(self) -> None:
         get = self._tasks.get
