@@ -17,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,25 +108,47 @@ def get(board: Dashboard | str, path: str) -> Any:
 
 
 # -- the command ------------------------------------------------------------------------------------------------
-def test_the_command_serves_a_store_read_only_until_sigterm(template: Facts) -> None:
+@contextmanager
+def dashboard_process(*argv: str) -> Iterator[str]:
+    """`mqlite dashboard ARGV --listen 127.0.0.1:0` as users run it: yields the URL it prints first, then
+    stops it with SIGTERM and checks it exits 0 without a traceback."""
     with deadline(30):
-        child = subprocess.Popen(
-            [sys.executable, "-m", "mqlite", "dashboard", template.path, "--listen", "127.0.0.1:0", "--interval", "0.2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": SRC})
+        child = subprocess.Popen([sys.executable, "-m", "mqlite", "dashboard", *argv, "--listen", "127.0.0.1:0",
+                                  "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "PYTHONPATH": SRC})
         try:
             assert child.stdout is not None
             url = child.stdout.readline().strip()
             assert url.startswith("http://127.0.0.1:") and url.endswith("/"), url
-            overview = get(url, "api/overview")
-            assert {t["topic"] for t in overview["topics"]} >= {"orders", "%DLQ%cg"}
-            assert overview["store"]["mode"] == "read-only" and overview["store"]["writable"] is False
-            status, refused = call(url, f"api/dlq/cg/resend", {"msg_ids": [template.dead_msg_id], "confirm": True})
-            assert (status, refused["kind"]) == (403, "ForbiddenError")
+            yield url
         finally:
             child.send_signal(signal.SIGTERM)
             out, err = child.communicate(timeout=20)
         assert child.returncode == 0, err
-        assert "read-only" in err and "Traceback" not in err
+        assert "SIGINT or SIGTERM stops" in err and "Traceback" not in err
+
+
+def test_the_command_serves_a_store_read_only_until_sigterm(template: Facts) -> None:
+    with dashboard_process(template.path) as url:
+        overview = get(url, "api/overview")
+        assert {t["topic"] for t in overview["topics"]} >= {"orders", "%DLQ%cg"}
+        assert overview["store"]["mode"] == "read-only" and overview["store"]["writable"] is False
+        status, refused = call(url, "api/dlq/cg/resend", {"msg_ids": [template.dead_msg_id], "confirm": True})
+        assert (status, refused["kind"]) == (403, "ForbiddenError")
+
+
+def test_the_command_over_n_re_sends_on_the_serving_broker(store: Facts) -> None:
+    with mqlite.open(store.path, **SMALL_STORE) as broker:
+        server = broker.serve("127.0.0.1:0")
+        with dashboard_process("-n", server.address) as url:
+            overview = get(url, "api/overview")
+            assert overview["store"]["mode"] == "remote" and overview["store"]["writable"] is True
+            status, result = call(url, "api/dlq/cg/resend", {"msg_ids": [store.dead_msg_id], "confirm": True})
+            assert status == 200, result
+        [sent] = result["results"]
+        copy = broker.query_message_by_offset(sent["topic"], sent["queue_id"], sent["queue_offset"])
+        assert (copy.topic, copy.msg_id, copy.body) == ("%RETRY%cg", store.dead_msg_id, b"body-0")
+        server.close()
 
 
 def test_the_command_refuses_write_while_another_holds_the_store(store: Facts,
@@ -377,10 +400,19 @@ def test_a_read_only_dashboard_follows_a_live_writer(store: Facts) -> None:
             wait_until(lambda: topics().get("fresh") == 1 and topics()["orders"] == 7, topics)
             [found] = get(board, "api/messages?key=knew&topic=fresh")["messages"]
             assert found["topic"] == "fresh"
-            [more] = get(board, "api/messages?key=kmore&topic=orders")["messages"]
-            assert get(board, f"api/message?offset_msg_id={more['offset_msg_id']}")["body_text"] == "more"
             health = get(board, "api/overview")["health"]
             assert health["clean_shutdown"] is None and "a writer holds the store" in health["notes"][0]
+
+
+def test_searches_beside_a_live_writer_see_its_latest_messages(store: Facts) -> None:
+    with mqlite.open(store.path, **SMALL_STORE) as writer:
+        # No sampling round after the first: each request itself picks up what the writer stored.
+        with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker, interval=3600) as board:
+            writer.put_message("orders", 1, b"more", {"KEYS": "kmore"})
+            writer.wait_dispatched()
+            [more] = get(board, "api/messages?key=kmore&topic=orders")["messages"]
+            assert get(board, f"api/message?offset_msg_id={more['offset_msg_id']}")["body_text"] == "more"
+            assert get(board, "api/topics/orders")["queues"][1]["max_offset"] == 4
 
 
 def test_a_dashboard_over_the_wire(store: Facts) -> None:
