@@ -115,6 +115,16 @@ def test_snapshot_matches_the_store(broker: mqlite.Broker) -> None:
     assert {k: v[:3] for k, v in _figures(again)["groups"].items()} == {k: v[:3] for k, v in expected["groups"].items()}
 
 
+def test_byte_sums_follow_a_deleted_and_refilled_topic(broker: mqlite.Broker) -> None:
+    """The byte sums kept between calls are not reused for units that are other messages now."""
+    _send(broker, {"audit": 4})
+    assert _figures(broker.metrics())["topics"]["audit"] == _expected(broker, {})["topics"]["audit"]
+    broker.delete_topic("audit")
+    broker.create_topic("audit", TOPICS["audit"])
+    _send(broker, {"audit": 6}, start=50)  # the same queue offsets again, and more, of other sizes
+    assert _figures(broker.metrics())["topics"]["audit"] == _expected(broker, {})["topics"]["audit"]
+
+
 def test_dead_letters_retries_and_system_topics_are_labelled(broker: mqlite.Broker) -> None:
     _send(broker, {"orders": 2})
     msg = _stored(broker, "orders", 0)[0]

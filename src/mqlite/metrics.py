@@ -204,34 +204,33 @@ class StoreFigures:
 
     def __init__(self, files: StoreFiles) -> None:
         self.files = files
-        self._spans: dict[Hashable, tuple[int, int, int]] = {}  # key -> (low, high, bytes of units [low, high))
+        #: key -> (low, high, bytes of units [low, high), commit-log offset of unit high - 1)
+        self._spans: dict[Hashable, tuple[int, int, int, int]] = {}
         self._lock = threading.Lock()
 
     def unit_bytes(self, key: Hashable, topic: str, queue_id: int, low: int, high: int) -> int:
         """Bytes of the records of units [low, high) of a queue; `key` names the cached span.
 
-        Cost: the units past the span cached under `key` (all of them the first time, or when `low`
-        moved or `high` went back)."""
-        if high <= low:
+        Cost: the units past the span cached under `key`; all of them the first time, or when `low`
+        moved, `high` went back or the span's last unit is another one now (the queue was deleted and
+        written again, or cut by a recovery)."""
+        cq = self.files.consume_queue(topic, queue_id)
+        if cq is None or high <= low:
             return 0
         with self._lock:
             cached = self._spans.get(key)
-        if cached is not None and cached[0] == low and cached[1] <= high:
-            start, total = cached[1], cached[2]
-        else:
-            start, total = low, 0
-        total += self._sum_units(topic, queue_id, start, high)
+        start, total = low, 0
+        if cached is not None and cached[0] == low and low < cached[1] <= high:
+            last = cq.unit_at(cached[1] - 1)
+            if last is not None and last[0] == cached[3]:
+                start, total = cached[1], cached[2]
+        if start < high:
+            sizes = cq.units_array(start, high)["size"]
+            total += int(sizes[(sizes > 0) & (sizes != _BLANK_SIZE)].astype(np.int64).sum())
+        end = cq.unit_at(high - 1)
         with self._lock:
-            self._spans[key] = (low, high, total)
+            self._spans[key] = (low, high, total, end[0] if end is not None else -1)
         return total
-
-    def _sum_units(self, topic: str, queue_id: int, start: int, stop: int) -> int:
-        cq = self.files.consume_queue(topic, queue_id)
-        if cq is None or stop <= start:
-            return 0
-        sizes = cq.units_array(start, stop)["size"]
-        valid = (sizes > 0) & (sizes != _BLANK_SIZE)
-        return int(sizes[valid].astype(np.int64).sum())
 
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time of the message at a queue offset (-1 when absent): one record header read."""
