@@ -74,7 +74,7 @@ from .storeservices import HistogramSnapshot
 from .topics import TopicConfig, is_system_topic
 
 __all__ = ["MetricsSource", "MetricsSnapshot", "TopicFigures", "GroupTopicFigures", "StoreFacts", "StoreFigures",
-           "collect", "disk_bytes", "render_prometheus", "CONTENT_TYPE"]
+           "QueueRow", "collect", "disk_bytes", "render_prometheus", "CONTENT_TYPE"]
 
 #: The `Content-Type` of `render_prometheus`' text.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -98,6 +98,16 @@ class QueueStatusLike(Protocol):
     def max_offset(self) -> int: ...
     @property
     def last_update_timestamp(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRow:
+    """One queue's offsets read from the files (`StoreFigures.queue_status`), as `topic_status` gives them."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
 
 
 class MetricsSource(Protocol):
@@ -232,6 +242,23 @@ class StoreFigures:
             self._spans[key] = (low, high, total, end[0] if end is not None else -1)
         return total
 
+    def queue_status(self, topic: str, config: TopicConfig | None) -> list[QueueRow]:
+        """`Broker.topic_status` from the files: the topic's read queues (per `config`) and any queue
+        with files, their min and max offsets and newest store time. Call `files.refresh()` first
+        (once for all topics: `topic_status` of a reader refreshes the whole store each call)."""
+        files = self.files
+        ids = set(files.queue_ids(topic))
+        if config is None:
+            ids.update(range(max(ids) + 1) if ids else ())
+        elif config.readable:
+            ids.update(range(config.read_queue_nums))
+        rows = []
+        for queue_id in sorted(ids):
+            high = files.max_offset(topic, queue_id)
+            last = files.store_timestamp(topic, queue_id, high - 1) if high > 0 else 0
+            rows.append(QueueRow(queue_id, files.min_offset(topic, queue_id), high, max(last, 0)))
+        return rows
+
     def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
         """Store time of the message at a queue offset (-1 when absent): one record header read."""
         return self.files.store_timestamp(topic, queue_id, queue_offset)
@@ -287,21 +314,29 @@ def collect(source: MetricsSource, offsets: Mapping[str, Mapping[int, int]], *,
 
     `store` adds what the files know (bytes, disk, flush, recovery); pass a `StoreFigures` kept between
     calls so bytes are read incrementally (a bare `StoreFiles` reads every unit each time). `now_ms`
-    defaults to the source's clock. Cost: per topic `topic_status` and `topic_config` (round trips over a
-    connection), per lagging group and queue one record read; with `store`, the units added since the
-    last call and one walk of the directory.
+    defaults to the source's clock. Cost: per topic `topic_config` and, without `store`, `topic_status` (round
+    trips over a connection); per lagging group and queue one record read. With `store`, queue offsets
+    come from the files (one refresh of a reader), plus the units added since the last call and one walk
+    of the directory.
     """
     figures = StoreFigures(store) if isinstance(store, StoreFiles) else store
     now = source.clock.now_ms() if now_ms is None else now_ms
+    if figures is not None:  # a reader maps what the writer added (new queues list new topics), once
+        figures.files.refresh()
     topic_names = source.topic_list()
-    statuses = {topic: list(source.topic_status(topic)) for topic in topic_names}
-    topics = tuple(_topic_figures(source, topic, statuses[topic], figures) for topic in topic_names)
+    configs = {topic: source.topic_config(topic) for topic in topic_names}
+    statuses: dict[str, Sequence[QueueStatusLike]]
+    if figures is not None:  # queue offsets from the files: `topic_status` of a reader refreshes per topic
+        statuses = {topic: figures.queue_status(topic, configs[topic]) for topic in topic_names}
+    else:
+        statuses = {topic: source.topic_status(topic) for topic in topic_names}
+    topics = tuple(_topic_figures(topic, configs[topic], statuses[topic], figures) for topic in topic_names)
     groups: list[GroupTopicFigures] = []
     group_names = groups_of(offsets)
     for group in group_names:
         for topic, committed in sorted(group_table(offsets, group).items()):
             if topic not in statuses:  # committed offsets of a topic no longer in the table
-                statuses[topic] = list(source.topic_status(topic))
+                statuses[topic] = source.topic_status(topic)
             groups.append(_group_figures(source, group, topic, committed, statuses[topic], figures, now))
     all_groups = set(group_names) | {_group_of(t) for t in topic_names if is_retry_topic(t) or is_dlq_topic(t)}
     return MetricsSnapshot(timestamp_ms=now, broker_name=source.broker_name, topics=topics, groups=tuple(groups),
@@ -322,25 +357,24 @@ def _kind(topic: str) -> str:
     return "system" if is_system_topic(topic) else "user"
 
 
-def _message_type(source: MetricsSource, topic: str) -> str:
+def _message_type(topic: str, config: TopicConfig | None) -> str:
     """RocketMQ's `TopicMessageType` metrics value, as far as the topic tells it (a send tells RocketMQ
     per message; a delayed message is stored in the delay topic first, then in its own)."""
     if topic in _DELAY_TOPICS:
         return "delay"
     if topic in _TRANSACTION_TOPICS:
         return "transaction"
-    config = source.topic_config(topic)
     return "fifo" if config is not None and config.order else "normal"
 
 
-def _topic_figures(source: MetricsSource, topic: str, status: Sequence[QueueStatusLike],
+def _topic_figures(topic: str, config: TopicConfig | None, status: Sequence[QueueStatusLike],
                    figures: StoreFigures | None) -> TopicFigures:
     bytes_in = None
     if figures is not None:
         bytes_in = sum(figures.unit_bytes((topic, q.queue_id), topic, q.queue_id, q.min_offset, q.max_offset)
                        for q in status)
     return TopicFigures(
-        topic=topic, kind=_kind(topic), message_type=_message_type(source, topic), queues=len(status),
+        topic=topic, kind=_kind(topic), message_type=_message_type(topic, config), queues=len(status),
         messages_in=sum(q.max_offset for q in status),
         messages_stored=sum(max(q.max_offset - q.min_offset, 0) for q in status), bytes_in=bytes_in,
         last_store_timestamp=max((q.last_update_timestamp for q in status), default=0))
