@@ -209,13 +209,15 @@ class StoreFigures:
 
     Keep one per store and pass it to every `collect`: it caches, per queue (and per group and
     queue), the byte sum of the units it already read, so a scrape reads only the units added since
-    the last one (numpy over the mapped units). Thread-safe.
+    the last one (numpy over the mapped units), and the store times it read. Thread-safe.
     """
 
     def __init__(self, files: StoreFiles) -> None:
         self.files = files
         #: key -> (low, high, bytes of units [low, high), commit-log offset of unit high - 1)
         self._spans: dict[Hashable, tuple[int, int, int, int]] = {}
+        #: key -> (queue offset, its record's commit-log offset, store time): one answer per queue (and group)
+        self._times: dict[Hashable, tuple[int, int, int]] = {}
         self._lock = threading.Lock()
 
     def unit_bytes(self, key: Hashable, topic: str, queue_id: int, low: int, high: int) -> int:
@@ -242,26 +244,51 @@ class StoreFigures:
             self._spans[key] = (low, high, total, end[0] if end is not None else -1)
         return total
 
-    def queue_status(self, topic: str, config: TopicConfig | None) -> list[QueueRow]:
-        """`Broker.topic_status` from the files: the topic's read queues (per `config`) and any queue
-        with files, their min and max offsets and newest store time. Call `files.refresh()` first
-        (once for all topics: `topic_status` of a reader refreshes the whole store each call)."""
+    def queue_statuses(self, configs: Mapping[str, TopicConfig | None]) -> dict[str, list[QueueRow]]:
+        """`Broker.topic_status` of each topic of `configs`, from the files: its read queues (per its
+        config) and any queue with files, their min and max offsets and newest store time. A reader
+        should `refresh()` first (once for all topics, where a reader's `topic_status` refreshes the
+        whole store each call)."""
         files = self.files
-        ids = set(files.queue_ids(topic))
-        if config is None:
-            ids.update(range(max(ids) + 1) if ids else ())
-        elif config.readable:
-            ids.update(range(config.read_queue_nums))
-        rows = []
-        for queue_id in sorted(ids):
-            high = files.max_offset(topic, queue_id)
-            last = files.store_timestamp(topic, queue_id, high - 1) if high > 0 else 0
-            rows.append(QueueRow(queue_id, files.min_offset(topic, queue_id), high, max(last, 0)))
-        return rows
+        by_topic: dict[str, set[int]] = {}
+        for topic, queue_id in list(files.consume_queues):
+            by_topic.setdefault(topic, set()).add(queue_id)
+        statuses = {}
+        for topic, config in configs.items():
+            ids = by_topic.get(topic, set())
+            if config is None:
+                ids = ids | set(range(max(ids) + 1) if ids else ())
+            elif config.readable:
+                ids = ids | set(range(config.read_queue_nums))
+            rows = []
+            for queue_id in sorted(ids):
+                high = files.max_offset(topic, queue_id)
+                last = self.store_timestamp((topic, queue_id), topic, queue_id, high - 1) if high > 0 else 0
+                rows.append(QueueRow(queue_id, files.min_offset(topic, queue_id), high, max(last, 0)))
+            statuses[topic] = rows
+        return statuses
 
-    def store_timestamp(self, topic: str, queue_id: int, queue_offset: int) -> int:
-        """Store time of the message at a queue offset (-1 when absent): one record header read."""
-        return self.files.store_timestamp(topic, queue_id, queue_offset)
+    def refresh(self) -> None:
+        """Map what the writer added since the last look (a reader; nothing for the writer)."""
+        self.files.refresh()
+
+    def store_timestamp(self, key: Hashable, topic: str, queue_id: int, queue_offset: int) -> int:
+        """Store time of the message at a queue offset (-1 when absent); `key` names the cached answer.
+
+        Cost: one unit read when the answer cached under `key` is for the same offset and record,
+        else one record read too."""
+        cq = self.files.consume_queue(topic, queue_id)
+        unit = cq.unit_at(queue_offset) if cq is not None else None
+        if unit is None:
+            return -1
+        with self._lock:
+            cached = self._times.get(key)
+        if cached is not None and cached[0] == queue_offset and cached[1] == unit[0]:
+            return cached[2]
+        stored = self.files.commitlog.store_timestamp_at(unit[0], unit[1])
+        with self._lock:
+            self._times[key] = (queue_offset, unit[0], stored)
+        return stored
 
     def facts(self) -> StoreFacts:
         """Disk bytes, flush mode and (a writer's) flush figures, recovery counts. Walks the directory."""
@@ -322,12 +349,12 @@ def collect(source: MetricsSource, offsets: Mapping[str, Mapping[int, int]], *,
     figures = StoreFigures(store) if isinstance(store, StoreFiles) else store
     now = source.clock.now_ms() if now_ms is None else now_ms
     if figures is not None:  # a reader maps what the writer added (new queues list new topics), once
-        figures.files.refresh()
+        figures.refresh()
     topic_names = source.topic_list()
     configs = {topic: source.topic_config(topic) for topic in topic_names}
     statuses: dict[str, Sequence[QueueStatusLike]]
     if figures is not None:  # queue offsets from the files: `topic_status` of a reader refreshes per topic
-        statuses = {topic: figures.queue_status(topic, configs[topic]) for topic in topic_names}
+        statuses = dict(figures.queue_statuses(configs))
     else:
         statuses = {topic: source.topic_status(topic) for topic in topic_names}
     topics = tuple(_topic_figures(topic, configs[topic], statuses[topic], figures) for topic in topic_names)
@@ -395,7 +422,7 @@ def _group_figures(source: MetricsSource, group: str, topic: str, committed: Map
             bytes_out += figures.unit_bytes((group, topic, q.queue_id), topic, q.queue_id, q.min_offset,
                                             max(consumed, q.min_offset))
         if consumed < q.max_offset:
-            stored = _store_time(source, figures, topic, q.queue_id, max(consumed, q.min_offset))
+            stored = _store_time(source, figures, group, topic, q.queue_id, max(consumed, q.min_offset))
             if stored > 0 and (oldest is None or stored < oldest):
                 oldest = stored
     return GroupTopicFigures(
@@ -405,10 +432,11 @@ def _group_figures(source: MetricsSource, group: str, topic: str, committed: Map
         lag_latency_ms=max(now - oldest, 0) if oldest is not None else 0)
 
 
-def _store_time(source: MetricsSource, figures: StoreFigures | None, topic: str, queue_id: int, offset: int) -> int:
+def _store_time(source: MetricsSource, figures: StoreFigures | None, group: str, topic: str, queue_id: int,
+                offset: int) -> int:
     """Store time of the message at a queue offset: from the files when we have them, else asked."""
     if figures is not None:
-        return figures.store_timestamp(topic, queue_id, offset)
+        return figures.store_timestamp((group, topic, queue_id), topic, queue_id, offset)
     try:
         return source.query_message_by_offset(topic, queue_id, offset).store_timestamp
     except MQLiteError:  # not found (expired), or damaged meanwhile: no start to count from
