@@ -102,7 +102,7 @@ class QueueStatusLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class QueueRow:
-    """One queue's offsets read from the files (`StoreFigures.queue_status`), as `topic_status` gives them."""
+    """One queue's offsets read from the files (`StoreFigures.queue_statuses`), as `topic_status` gives them."""
 
     queue_id: int
     min_offset: int
@@ -133,11 +133,12 @@ class MetricsSource(Protocol):
         ...
 
     def topic_status(self, topic: str) -> Sequence[QueueStatusLike]:
-        """Per queue of `topic`: min and max offsets and the newest store time."""
+        """Per queue of `topic`: min and max offsets and the newest store time (asked when `collect` has no
+        files; with them the offsets are read from the files)."""
         ...
 
     def query_message_by_offset(self, topic: str, queue_id: int, offset: int) -> MessageExt:
-        """The message at a queue offset (its store time is the lag latency's start)."""
+        """The message at a queue offset (its store time is the lag latency's start; asked without files)."""
         ...
 
 
