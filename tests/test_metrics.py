@@ -160,6 +160,7 @@ def test_prometheus_text_parses_and_equals_the_snapshot(tmp_path: Path) -> None:
         _send(broker, {"orders": 6, "audit": 3})
         _commit_all(broker, COMMITTED)
         snap = broker.metrics()
+        first_stored = _stored(broker, "orders", 0)[0].store_timestamp  # the first message sent
     text = render_prometheus(snap)
     families = _parsed(text)
     for name in ("rocketmq_messages_in", "rocketmq_throughput_in", "rocketmq_messages_out", "rocketmq_throughput_out"):
@@ -185,6 +186,8 @@ def test_prometheus_text_parses_and_equals_the_snapshot(tmp_path: Path) -> None:
     assert samples("mqlite_storage_file_bytes") == {(k,): v for k, v in facts.disk_bytes.items()}
     assert facts.disk_bytes["commitlog"] > 0 and facts.disk_bytes["consumequeue"] > 0
     assert samples("mqlite_store_info") == {("mqlite", "SYNC_FLUSH"): 1}
+    assert facts.earliest_store_timestamp == first_stored
+    assert samples("rocketmq_storage_message_reserve_time") == {("local", "disk"): snap.timestamp_ms - first_stored}
     # The flush histogram: cumulative buckets up to +Inf, which equals _count; _sum as observed.
     histogram = families["mqlite_storage_flush_latency_seconds"]
     assert histogram.type == "histogram"

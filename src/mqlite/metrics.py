@@ -35,6 +35,7 @@ The names (RocketMQ's `BrokerMetricsConstant` and `DefaultStoreMetricsConstant`)
 | `rocketmq_consumer_group_number` | gauge | | groups with offsets or retry/DLQ topics |
 | `rocketmq_storage_size` | gauge (bytes) | storage_type, storage_medium | the store directory's allocated bytes |
 | `rocketmq_storage_flush_behind_bytes` | gauge | storage_type, storage_medium | log end - flushed (writer only) |
+| `rocketmq_storage_message_reserve_time` | gauge (ms) | storage_type, storage_medium | now - store time of the commit log's first record |
 | `mqlite_messages_stored` | gauge | topic | max - min offsets: messages still stored |
 | `mqlite_storage_file_bytes` | gauge | kind | allocated bytes per kind of file |
 | `mqlite_storage_flush_latency_seconds` | histogram | | one observation per commit-log flush round (writer only) |
@@ -180,6 +181,7 @@ class StoreFacts:
     flush_latency: HistogramSnapshot | None  # commit-log flush rounds of this writer process; None for a reader
     recoveries: int  # writer opens recorded in config/recoveryHistory.jsonl
     abnormal_recoveries: int  # of which recovered after a crash (or from a bad checkpoint)
+    earliest_store_timestamp: int | None  # store time of the oldest record in the commit log; None when empty
 
     @property
     def total_disk_bytes(self) -> int:
@@ -304,7 +306,16 @@ class StoreFigures:
             disk_bytes=disk_bytes(files.root), flush_disk_type=files.config.flush_disk_type,
             flush_behind_bytes=flushed,
             flush_latency=writer.flush_latency.snapshot() if writer is not None else None,
-            recoveries=last.seq if last else 0, abnormal_recoveries=last.abnormal_total if last else 0)
+            recoveries=last.seq if last else 0, abnormal_recoveries=last.abnormal_total if last else 0,
+            earliest_store_timestamp=self._earliest())
+
+    def _earliest(self) -> int | None:
+        """`getEarliestMessageTime`: the store time of the commit log's first record (one header read)."""
+        commitlog = self.files.commitlog
+        first = commitlog.min_offset
+        size = commitlog.record_size_at(first) if first >= 0 else 0
+        stored = commitlog.store_timestamp_at(first, size) if size else -1
+        return stored if stored > 0 else None
 
 
 #: Top-level entries of a store directory -> the kind their bytes count under (anything else: "other").
@@ -494,13 +505,17 @@ def render_prometheus(snapshot: MetricsSnapshot) -> str:
             [({"topic": t.topic}, t.messages_stored) for t in snapshot.topics])
     facts = snapshot.store
     if facts is not None:
-        _render_store(out, snapshot.broker_name, facts)
+        _render_store(out, snapshot, facts)
     return "".join(out)
 
 
-def _render_store(out: list[str], broker_name: str, facts: StoreFacts) -> None:
+def _render_store(out: list[str], snapshot: MetricsSnapshot, facts: StoreFacts) -> None:
     _family(out, "rocketmq_storage_size", "gauge", "Allocated bytes of the store directory's files.",
             [(_STORAGE_LABELS, facts.total_disk_bytes)])
+    if facts.earliest_store_timestamp is not None:
+        _family(out, "rocketmq_storage_message_reserve_time", "gauge",
+                "Milliseconds since the oldest message still in the commit log was stored.",
+                [(_STORAGE_LABELS, max(snapshot.timestamp_ms - facts.earliest_store_timestamp, 0))])
     if facts.flush_behind_bytes is not None:
         _family(out, "rocketmq_storage_flush_behind_bytes", "gauge",
                 "Commit-log bytes written but not flushed yet.", [(_STORAGE_LABELS, facts.flush_behind_bytes)])
@@ -514,7 +529,7 @@ def _render_store(out: list[str], broker_name: str, facts: StoreFacts) -> None:
     _family(out, "mqlite_recoveries_total", "counter", "Writer opens of the store, by how they recovered.",
             [({"abnormal": "false"}, clean), ({"abnormal": "true"}, facts.abnormal_recoveries)])
     _family(out, "mqlite_store_info", "gauge", "The store's name and flush mode (always 1).",
-            [({"broker_name": broker_name, "flush_disk_type": facts.flush_disk_type}, 1)])
+            [({"broker_name": snapshot.broker_name, "flush_disk_type": facts.flush_disk_type}, 1)])
 
 
 def _family(out: list[str], name: str, kind: str, help_text: str,
