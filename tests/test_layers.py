@@ -42,10 +42,12 @@ LAYERS: dict[str, int] = {
     # L1 storage
     "mappedfile": 1, "record": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1, "offsetfile": 1,
+    "recoveryhistory": 1,
     # L2 broker
     "topics": 2, "offsets": 2, "delay": 2, "txn": 2, "sendback": 2, "groups": 2, "longpoll": 2, "broker": 2,
     "inbox": 2, "trace": 2, "traceview": 2,
     "admin": 2, "port": 2,
+    "metrics": 2,
     # L3 clients (consumer/ and filter/ are packages)
     "producer": 3, "durablesends": 3, "consumer": 3, "rebalance": 3, "filter": 3,
     # L4 adapters (spark/ is a package)

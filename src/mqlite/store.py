@@ -21,6 +21,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,8 +46,17 @@ from .recovery import (
     save_set_aside,
     walk_records,
 )
+from .recoveryhistory import record_recovery
 from .storebase import StoreFiles, config_for
-from .storeservices import REPUT_BATCH, CleanService, FlushService, GroupCommit, ReputService, file_expired
+from .storeservices import (
+    REPUT_BATCH,
+    CleanService,
+    FlushService,
+    GroupCommit,
+    LatencyHistogram,
+    ReputService,
+    file_expired,
+)
 
 __all__ = ["MessageStore", "ArrivalListener", "held_here", "try_lock_store", "writer_alive"]
 
@@ -218,6 +228,7 @@ class MessageStore(StoreFiles):
 
     def __init__(self, root: str, config: StoreConfig | None = None, *, clock: Clock = SYSTEM_CLOCK,
                  tags_code_fn: TagsCodeFn | None = None, on_arrival: ArrivalListener | None = None) -> None:
+        opened = time.monotonic()
         root = check_store_path(root, create=True)
         config = config or config_for(root, {})
         self._lock = _DirectoryLock(root)
@@ -261,6 +272,8 @@ class MessageStore(StoreFiles):
                                                       self.checkpoint.logics_msg_timestamp)
             # Settings are recorded only once the files opened with them.
             _record_config(root, config)
+            record_recovery(root, self.recovery, time_ms=clock.now_ms(), pid=os.getpid(),
+                            duration_ms=int((time.monotonic() - opened) * 1000))
         except BaseException as exc:
             self.close_files()
             self._lock.release()
@@ -277,6 +290,8 @@ class MessageStore(StoreFiles):
         self._dispatch_started = self._dispatch_rounds = 0
         self._index_stalled = False  # the last attempt could not write the index: the disk is full
         self._flush_lock = threading.Lock()
+        #: How long each commit-log flush took (one `fdatasync` round, group commit or periodic; `mqlite.metrics`).
+        self.flush_latency = LatencyHistogram()
         self._closed = False
         # False while closed or while the disk is fuller than disk_space_warning_level_ratio
         # (RocketMQ's runningFlags): the put path reads this one flag.
@@ -615,17 +630,19 @@ class MessageStore(StoreFiles):
         with self._flush_lock:
             target, last_ts = self._log_end()
             queue = self.commitlog.mapped_files
+            before, began = queue.flushed_where, time.perf_counter()
             while queue.flushed_where < target and not queue.flush(0):
                 pass
-            self._flushed_to(target, last_ts)
+            self._flushed_to(target, last_ts, before, began)
             return queue.flushed_where
 
     def flush_commitlog(self, least_pages: int) -> None:
         """One round of the ASYNC flush (least_pages 0 means thorough)."""
         with self._flush_lock:
             target, last_ts = self._log_end()
+            before, began = self.commitlog.mapped_files.flushed_where, time.perf_counter()
             self.commitlog.mapped_files.flush(least_pages)
-            self._flushed_to(target, last_ts)
+            self._flushed_to(target, last_ts, before, began)
 
     def _log_end(self) -> tuple[int, int]:
         """The log's end and the store time of the record that ends it, read together: every
@@ -633,10 +650,15 @@ class MessageStore(StoreFiles):
         with self.commitlog.put_lock:
             return self.commitlog.max_offset, self.commitlog.last_store_timestamp
 
-    def _flushed_to(self, target: int, last_ts: int) -> None:
+    def _flushed_to(self, target: int, last_ts: int, before: int, began: float) -> None:
         """After a flush: when everything below `target` is durable, so is every record stored by
-        `last_ts` (RocketMQ's flush services then set `physicMsgTimestamp`)."""
-        if last_ts and self.commitlog.mapped_files.flushed_where >= target:
+        `last_ts` (RocketMQ's flush services then set `physicMsgTimestamp`). A round that flushed
+        something (`flushed_where` moved from `before`) counts in `flush_latency`: once a round,
+        whatever the number of records it made durable."""
+        flushed = self.commitlog.mapped_files.flushed_where
+        if flushed != before:
+            self.flush_latency.observe(time.perf_counter() - began)
+        if last_ts and flushed >= target:
             self.checkpoint.physic_msg_timestamp = last_ts
 
     def flush_queues(self, least_pages: int) -> None:

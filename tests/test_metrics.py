@@ -1,0 +1,314 @@
+"""mqlite.metrics: the snapshot's figures against the store, the Prometheus text, readers, connections,
+the flush latency histogram and the recovery history.
+
+The expected figures are computed from what the test sent, committed and read back (each message's
+`store_size` and `store_timestamp`), never from the code under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from support import SMALL_STORE, deadline
+from support import no_leftover_threads  # noqa: F401
+
+import mqlite
+from mqlite import recoveryhistory
+from mqlite.clock import ManualClock
+from mqlite.metrics import MetricsSnapshot, StoreFigures, collect, render_prometheus
+from mqlite.recoveryhistory import recovery_history, recovery_history_path
+
+#: Topics and their queue counts; "orders" gets more messages than "audit".
+TOPICS = {"orders": 3, "audit": 2}
+NOW_MS = 4_000_000_000_000  # a fixed "now" after every store time, for the lag latency
+
+
+def _send(broker: mqlite.Broker, counts: dict[str, int], start: int = 0) -> None:
+    """Send `counts[topic]` messages of growing sizes to each topic, round-robin over its queues."""
+    with mqlite.Producer(broker, group="pg") as producer:
+        for topic, n in counts.items():
+            for i in range(start, start + n):
+                mq = mqlite.MessageQueue(topic, broker.broker_name, i % TOPICS[topic])
+                producer.send(mqlite.Message(topic, b"x" * (10 + 7 * i), tags=f"t{i % 3}", keys=f"k{i}"),
+                              queue=mq)
+
+
+def _stored(broker: mqlite.Broker, topic: str, queue_id: int) -> list[mqlite.MessageExt]:
+    """Every message of a queue, read back with a pull (size and store time as stored)."""
+    mq = mqlite.MessageQueue(topic, broker.broker_name, queue_id)
+    found: list[mqlite.MessageExt] = []
+    while True:
+        result = broker.pull("reader", mq, len(found), 32)
+        if not result.msg_found_list:
+            return found
+        found += result.msg_found_list
+
+
+def _commit(broker: mqlite.Broker, group: str, topic: str, offsets: dict[int, int]) -> None:
+    for queue_id, offset in offsets.items():
+        broker.commit_offset(group, mqlite.MessageQueue(topic, broker.broker_name, queue_id), offset)
+
+
+def _expected(broker: mqlite.Broker, committed: dict[tuple[str, str], dict[int, int]]) -> dict[str, Any]:
+    """Messages and bytes in per topic, and out, bytes out, lag and lag latency per (group, topic), from
+    the messages themselves."""
+    stored = {(t, q): _stored(broker, t, q) for t, n in TOPICS.items() for q in range(n)}
+    topics = {t: (sum(len(stored[t, q]) for q in range(n)), sum(m.store_size for q in range(n) for m in stored[t, q]))
+              for t, n in TOPICS.items()}
+    groups = {}
+    for (group, topic), table in committed.items():
+        queues = range(TOPICS[topic])
+        unconsumed = [stored[topic, q][table.get(q, 0)] for q in queues if table.get(q, 0) < len(stored[topic, q])]
+        groups[group, topic] = (
+            sum(table.get(q, 0) for q in queues),
+            sum(m.store_size for q in queues for m in stored[topic, q][: table.get(q, 0)]),
+            sum(len(stored[topic, q]) - table.get(q, 0) for q in queues),
+            NOW_MS - min(m.store_timestamp for m in unconsumed) if unconsumed else 0)
+    return {"topics": topics, "groups": groups}
+
+
+def _figures(snap: MetricsSnapshot) -> dict[str, Any]:
+    """The snapshot's figures in `_expected`'s shape."""
+    return {"topics": {t.topic: (t.messages_in, t.bytes_in) for t in snap.topics if t.topic in TOPICS},
+            "groups": {(g.group, g.topic): (g.messages_out, g.bytes_out, g.lag_messages, g.lag_latency_ms)
+                       for g in snap.groups}}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[mqlite.Broker]:
+    # Every reading of the clock moves it on by 1 ms: each message has a store time of its own.
+    with mqlite.open(str(tmp_path / "mq"), clock=ManualClock(step_ms=1), **SMALL_STORE) as opened:
+        for topic, queues in TOPICS.items():
+            opened.create_topic(topic, queues)
+        yield opened
+
+
+COMMITTED = {("cg1", "orders"): {0: 3, 1: 1, 2: 0}, ("cg1", "audit"): {0: 2, 1: 2}, ("cg2", "orders"): {1: 4}}
+
+
+def _commit_all(broker: mqlite.Broker, committed: dict[tuple[str, str], dict[int, int]]) -> None:
+    for (group, topic), table in committed.items():
+        _commit(broker, group, topic, table)
+
+
+def test_snapshot_matches_the_store(broker: mqlite.Broker) -> None:
+    _send(broker, {"orders": 12, "audit": 4})
+    _commit_all(broker, COMMITTED)
+    figures = StoreFigures(broker.store)  # kept between calls, as Broker.metrics() keeps its own
+    snap = collect(broker, broker.offset_snapshot(), store=figures, now_ms=NOW_MS)
+    assert _figures(snap) == _expected(broker, COMMITTED)
+    assert snap.topic_number == len(broker.topic_list()) and snap.consumer_group_number == 2
+    assert {t.topic: t.messages_stored for t in snap.topics if t.topic in TOPICS} == {"orders": 12, "audit": 4}
+    assert _figures(broker.metrics())["topics"] == _figures(snap)["topics"]
+
+    # More sends and commits: the byte sums and store times read before are reused only where still true.
+    _send(broker, {"orders": 7, "audit": 3}, start=12)
+    moved = {**COMMITTED, ("cg1", "orders"): {0: 5, 1: 6, 2: 1}, ("cg2", "orders"): {1: 2}}  # cg2 went back
+    _commit_all(broker, moved)
+    again = collect(broker, broker.offset_snapshot(), store=figures, now_ms=NOW_MS)
+    assert _figures(again) == _expected(broker, moved)
+    assert _figures(broker.metrics())["topics"] == _figures(again)["topics"]
+
+
+def test_byte_sums_follow_a_deleted_and_refilled_topic(broker: mqlite.Broker) -> None:
+    """The byte sums kept between calls are not reused for units that are other messages now."""
+    _send(broker, {"audit": 4})
+    assert _figures(broker.metrics())["topics"]["audit"] == _expected(broker, {})["topics"]["audit"]
+    broker.delete_topic("audit")
+    broker.create_topic("audit", TOPICS["audit"])
+    _send(broker, {"audit": 6}, start=50)  # the same queue offsets again, and more, of other sizes
+    assert _figures(broker.metrics())["topics"]["audit"] == _expected(broker, {})["topics"]["audit"]
+
+
+def test_dead_letters_retries_and_system_topics_are_labelled(broker: mqlite.Broker) -> None:
+    _send(broker, {"orders": 2})
+    broker.create_topic("sequenced", 2, order=True)  # an orderly topic: RocketMQ's FIFO message type
+    broker.put_message("sequenced", 1, b"in order")
+    msg = _stored(broker, "orders", 0)[0]
+    broker.send_message_back("cg1", msg, delay_level=-1)  # straight to %DLQ%cg1
+    broker.send_message_back("cg1", msg)  # creates %RETRY%cg1 (the message waits in the delay topic)
+    broker.commit_offset("cg1", mqlite.MessageQueue("%RETRY%cg1", broker.broker_name, 0), 0)
+    snap = broker.metrics()
+    kinds = {t.topic: t.kind for t in snap.topics}
+    assert kinds["orders"] == "user" and kinds["%DLQ%cg1"] == "dlq" and kinds["%RETRY%cg1"] == "retry"
+    assert [g.is_retry for g in snap.groups if g.topic == "%RETRY%cg1"] == [True]
+    families = {f.name: f for f in text_string_to_metric_families(render_prometheus(snap))}
+    dlq = [(s.labels, s.value) for s in families["rocketmq_send_to_dlq_messages"].samples]
+    assert dlq == [({"consumer_group": "cg1", "is_system": "false"}, 1)]
+    # RocketMQ's in-counters leave retry and dead-letter topics out; the delay topic is a system topic.
+    assert {s.labels["topic"]: (s.labels["message_type"], s.labels["is_system"], s.value)
+            for s in families["rocketmq_messages_in"].samples} == \
+        {"orders": ("normal", "false", 2), "audit": ("normal", "false", 0), "SCHEDULE_TOPIC_XXXX": ("delay", "true", 1),
+         "sequenced": ("fifo", "false", 1)}
+
+
+def _parsed(text: str) -> dict[str, Any]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_prometheus_text_parses_and_equals_the_snapshot(tmp_path: Path) -> None:
+    with mqlite.open(str(tmp_path / "mq"), flush_disk_type="SYNC_FLUSH", **SMALL_STORE) as broker:
+        for topic, queues in TOPICS.items():
+            broker.create_topic(topic, queues)
+        _send(broker, {"orders": 6, "audit": 3})
+        _commit_all(broker, COMMITTED)
+        snap = broker.metrics()
+        first_stored = _stored(broker, "orders", 0)[0].store_timestamp  # the first message sent
+    text = render_prometheus(snap)
+    families = _parsed(text)
+    for name in ("rocketmq_messages_in", "rocketmq_throughput_in", "rocketmq_messages_out", "rocketmq_throughput_out"):
+        assert families[name].type == "counter" and all(s.name == name + "_total" for s in families[name].samples)
+    assert "# TYPE rocketmq_messages_in_total counter\n" in text and "# HELP rocketmq_messages_in_total " in text
+
+    def samples(name: str) -> dict[tuple[str, ...], float]:
+        return {tuple(s.labels.values()): s.value for s in families[name].samples}
+
+    assert samples("rocketmq_messages_in") == {(t.topic, t.message_type, "false"): t.messages_in for t in snap.topics}
+    assert samples("rocketmq_throughput_in") == {(t.topic, t.message_type, "false"): t.bytes_in for t in snap.topics}
+    by_group = {(g.topic, g.group, "false", "false"): g for g in snap.groups}
+    assert samples("rocketmq_messages_out") == {k: g.messages_out for k, g in by_group.items()}
+    assert samples("rocketmq_throughput_out") == {k: g.bytes_out for k, g in by_group.items()}
+    assert samples("rocketmq_consumer_lag_messages") == {k: g.lag_messages for k, g in by_group.items()}
+    assert samples("rocketmq_consumer_lag_latency") == {k: g.lag_latency_ms for k, g in by_group.items()}
+    assert samples("rocketmq_topic_number") == {(): snap.topic_number}
+    assert samples("rocketmq_consumer_group_number") == {(): snap.consumer_group_number}
+    facts = snap.store
+    assert facts is not None and facts.flush_latency is not None and facts.flush_behind_bytes is not None
+    assert samples("rocketmq_storage_size") == {("local", "disk"): facts.total_disk_bytes}
+    assert samples("rocketmq_storage_flush_behind_bytes") == {("local", "disk"): facts.flush_behind_bytes}
+    assert samples("mqlite_storage_file_bytes") == {(k,): v for k, v in facts.disk_bytes.items()}
+    assert facts.disk_bytes["commitlog"] > 0 and facts.disk_bytes["consumequeue"] > 0
+    assert samples("mqlite_store_info") == {("mqlite", "SYNC_FLUSH"): 1}
+    assert facts.earliest_store_timestamp == first_stored
+    assert samples("rocketmq_storage_message_reserve_time") == {("local", "disk"): snap.timestamp_ms - first_stored}
+    # The flush histogram: cumulative buckets up to +Inf, which equals _count; _sum as observed.
+    histogram = families["mqlite_storage_flush_latency_seconds"]
+    assert histogram.type == "histogram"
+    buckets = [(float(s.labels["le"]), s.value) for s in histogram.samples if s.name.endswith("_bucket")]
+    assert [b for b, _ in buckets] == [*facts.flush_latency.bounds, float("inf")]
+    assert [n for _, n in buckets] == sorted(n for _, n in buckets)
+    assert buckets[-1][1] == facts.flush_latency.count > 0
+    sums = {s.name: s.value for s in histogram.samples if not s.name.endswith("_bucket")}
+    assert sums == {"mqlite_storage_flush_latency_seconds_count": facts.flush_latency.count,
+                    "mqlite_storage_flush_latency_seconds_sum": pytest.approx(facts.flush_latency.sum)}
+
+
+def test_label_values_are_escaped(tmp_path: Path) -> None:
+    """RocketMQ's store takes any topic name (the clients' rules are the clients'); quotes, backslashes and
+    newlines in topic and group names come back from the parser unchanged."""
+    topic, group = 'we"ird\\topic\nname', 'gr"oup\\\nx'
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL_STORE) as broker:
+        for size in (5, 50, 500):
+            broker.store.put(topic, 0, b"b" * size)  # the store's own put: no client name rules
+    with mqlite.open(path, read_only=True) as reader:
+        snap = collect(reader, {f"{topic}@{group}": {0: 1}}, store=reader.store, now_ms=NOW_MS)
+    families = _parsed(render_prometheus(snap))
+    (sample,) = families["rocketmq_messages_in"].samples
+    assert sample.labels["topic"] == topic and sample.value == 3
+    (lag,) = families["rocketmq_consumer_lag_messages"].samples
+    assert (lag.labels["topic"], lag.labels["consumer_group"], lag.value) == (topic, group, 2)
+
+
+def test_a_reader_beside_the_live_writer_sees_the_same_figures(broker: mqlite.Broker) -> None:
+    _send(broker, {"orders": 9, "audit": 5})
+    _commit_all(broker, COMMITTED)
+    assert broker.offsets is not None and broker.offsets.persist()  # what the writer does every few seconds
+    written = broker.metrics()
+    with mqlite.open(broker.path, read_only=True) as reader:
+        seen = reader.metrics()
+        # (Lag latency counts from each call's own "now".)
+        assert _figures(seen)["topics"] == _figures(written)["topics"]
+        assert {k: v[:3] for k, v in _figures(seen)["groups"].items()} == \
+            {k: v[:3] for k, v in _figures(written)["groups"].items()}
+        assert seen.store is not None and written.store is not None
+        assert seen.store.flush_latency is None and seen.store.flush_behind_bytes is None  # the writer's own
+        assert written.store.flush_latency is not None
+        _send(broker, {"audit": 2}, start=5)  # the writer goes on; the reader follows on its next look
+        broker.create_topic("late", 2)
+        broker.put_message("late", 1, b"new queue files")
+        later = {t.topic: (t.queues, t.messages_in) for t in reader.metrics().topics}
+        assert later["audit"] == (2, 7) and later["late"] == (2, 1)
+
+
+def test_over_a_connection(broker: mqlite.Broker) -> None:
+    broker.create_topic("idle", 2)  # queues without messages count as queues (0/0), as topicStatus lists them
+    _send(broker, {"orders": 5, "audit": 2})
+    _commit_all(broker, COMMITTED)
+    local = collect(broker, broker.offset_snapshot(), store=broker.store, now_ms=NOW_MS)
+    server = broker.serve("127.0.0.1:0")
+    try:
+        with deadline(60), mqlite.connect(server.address) as remote:
+            snap = collect(remote, remote.consumer_offset_table(), now_ms=NOW_MS)
+    finally:
+        server.close()
+    assert snap.store is None and all(t.bytes_in is None for t in snap.topics)
+    # Queue offsets from `topic_status` over the wire, from the files locally: the same figures.
+    assert [t for t in snap.topics] == [dataclasses.replace(t, bytes_in=None) for t in local.topics]
+    assert {(g.group, g.topic): (g.messages_out, g.lag_messages, g.lag_latency_ms) for g in snap.groups} == \
+        {(g.group, g.topic): (g.messages_out, g.lag_messages, g.lag_latency_ms) for g in local.groups}
+    families = _parsed(render_prometheus(snap))
+    # What needs the files is left out, not rendered as zero.
+    assert "rocketmq_throughput_in" not in families and "rocketmq_storage_size" not in families
+    assert "rocketmq_messages_in" in families and "rocketmq_consumer_lag_messages" in families
+
+
+def test_flush_latency_counts_flushes_not_messages(tmp_path: Path) -> None:
+    with mqlite.open(str(tmp_path / "mq"), flush_disk_type="SYNC_FLUSH", **SMALL_STORE) as broker:
+        def flushes() -> int:
+            facts = broker.metrics().store
+            assert facts is not None and facts.flush_latency is not None
+            return facts.flush_latency.count
+
+        before = flushes()
+        with mqlite.Producer(broker, group="pg") as producer:
+            for i in range(5):
+                producer.send(mqlite.Message("orders", b"x" * 100))
+        after_sends = flushes()
+        assert after_sends >= before + 5  # one thread: each send waits for its own flush
+        # One batch of 300 messages is one append and one flush (the periodic flush may add a round).
+        broker.put_messages("orders", 0, [b"y" * 50] * 300, [None] * 300)
+        after_batch = flushes()
+        assert after_sends < after_batch <= after_sends + 3
+
+
+def test_recovery_history_records_clean_and_crashed_opens(tmp_path: Path) -> None:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL_STORE) as broker:
+        broker.put_messages("orders", 0, [b"a"] * 10, [None] * 10)
+    with mqlite.open(path, **SMALL_STORE):
+        pass
+    Path(path, "abort").write_bytes(b"")  # as a crashed writer leaves it
+    with mqlite.open(path, **SMALL_STORE) as broker:
+        snap = broker.metrics()
+    history = recovery_history(path)
+    assert [(r.seq, r.abnormal, r.abnormal_total) for r in history] == [(1, False, 0), (2, False, 0), (3, True, 1)]
+    assert history[2].records_scanned >= 10 and history[2].process_offset > 0
+    assert all(r.pid == os.getpid() for r in history)
+    assert snap.store is not None and (snap.store.recoveries, snap.store.abnormal_recoveries) == (3, 1)
+    samples = {s.labels["abnormal"]: s.value for s in _parsed(render_prometheus(snap))["mqlite_recoveries"].samples}
+    assert samples == {"false": 2, "true": 1}
+    # A reader writes nothing; a torn line is skipped, and the file keeps its last few records.
+    with mqlite.open(path, read_only=True):
+        pass
+    assert len(recovery_history(path)) == 3
+    with open(recovery_history_path(path), "a", encoding="utf-8") as f:
+        f.write('{"seq": "4", "abnormal_total": 1, "time_ms": 1, "pid": 1, "abnormal": false}\n{"seq": 4, "abnor')
+    assert [r.seq for r in recovery_history(path)] == [1, 2, 3]
+
+
+def test_recovery_history_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recoveryhistory, "RECOVERY_HISTORY_LIMIT", 3)
+    path = str(tmp_path / "mq")
+    for _ in range(5):
+        with mqlite.open(path, **SMALL_STORE):
+            pass
+    with open(recovery_history_path(path), encoding="utf-8") as f:
+        assert [json.loads(line)["seq"] for line in f] == [3, 4, 5]
