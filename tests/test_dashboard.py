@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from support import SMALL_STORE, deadline, no_leftover_threads, wait_until  # noqa: F401
 
 import mqlite
@@ -397,6 +398,36 @@ def test_health_and_verify(reader: Dashboard, template: Facts) -> None:
     assert verify["ok"] is True and verify["records"] == 7 and verify["problems"] == []
 
 
+def test_a_store_its_writer_did_not_close_shows_as_unclean(store: Facts) -> None:
+    Path(store.path, "abort").touch()  # what a crashed writer leaves
+    with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:
+        health = get(board, "api/overview")["health"]
+        assert (health["clean_shutdown"], health["status"]) == (False, "warn")
+        assert "not closed cleanly" in health["notes"][0]
+    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker) as board:  # recovers, and records it
+        assert get(board, "api/health")["clean_shutdown"] is False
+        assert get(board, "api/health")["recovery_history"][0]["abnormal"] is True
+
+
+# -- metrics ------------------------------------------------------------------------------------------------------
+def scrape(board: Dashboard) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """`/metrics` parsed by Prometheus' own parser: (sample name, labels) -> value."""
+    with urllib.request.urlopen(board.url + "metrics", timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = response.read().decode("utf-8")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_are_served_for_prometheus_and_match_the_store(reader: Dashboard) -> None:
+    samples = scrape(reader)
+    orders = frozenset({("topic", "orders"), ("message_type", "normal"), ("is_system", "false")})
+    assert samples[("rocketmq_messages_in_total", orders)] == 6
+    lag = {labels: v for (name, labels), v in samples.items() if name == "rocketmq_consumer_lag_messages"}
+    assert [v for labels, v in lag.items() if ("consumer_group", "cg") in labels and ("topic", "orders") in labels] == [5]
+    assert samples[("rocketmq_storage_size", frozenset({("storage_type", "local"), ("storage_medium", "disk")}))] > 0
+
+
 # -- beside a live writer, and over the wire ----------------------------------------------------------------------
 def test_a_read_only_dashboard_follows_a_live_writer(store: Facts) -> None:
     with mqlite.open(store.path, **SMALL_STORE) as writer:
@@ -412,7 +443,8 @@ def test_a_read_only_dashboard_follows_a_live_writer(store: Facts) -> None:
             [found] = get(board, "api/messages?key=knew&topic=fresh")["messages"]
             assert found["topic"] == "fresh"
             health = get(board, "api/overview")["health"]
-            assert health["clean_shutdown"] is None and "a writer holds the store" in health["notes"][0]
+            assert health["clean_shutdown"] is True  # the writer's open recorded a clean store
+            assert "a writer holds the store" in health["notes"][0]
 
 
 def test_searches_beside_a_live_writer_see_its_latest_messages(store: Facts) -> None:
@@ -437,6 +469,7 @@ def test_a_dashboard_over_the_wire(store: Facts) -> None:
             [found] = get(board, "api/messages?key=k4&topic=orders")["messages"]
             assert found["msg_id"] == store.msg_ids[4]
             assert get(board, "api/health")["available"] is False
+            assert scrape(board)[("rocketmq_topic_number", frozenset())] == len(overview["topics"])
             status, error = call(board, "api/verify", {})
             assert status == 400 and "mqlite verify PATH" in error["error"]
             status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [store.dead_msg_id], "confirm": True})

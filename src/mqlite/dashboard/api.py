@@ -19,7 +19,8 @@ from ..admin import check_resend, dlq_messages, find_message, resend_dlq_message
 from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
 from ..sendback import dlq_topic
-from .health import clean_shutdown, disk_bytes, health, run_verify
+from ..store import writer_alive
+from .health import clean_shutdown, health, run_verify, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
 from .source import Source, topic_kind
@@ -64,7 +65,7 @@ class Api:
                       "flush_disk_type": local.config.flush_disk_type if local else None},
             "totals": {"topics": len(topics), "queues": sum(t["queues"] for t in topics),
                        "messages": sum(t["messages"] for t in topics),
-                       "disk_bytes": disk_bytes(local.path) if local else None,
+                       "disk_bytes": total_disk_bytes(local.path) if local else None,
                        "in_per_s": _in_total(last), "out_per_s": _out_total(last)},
             "health": self._health_summary(),
             "topics": topics,
@@ -92,9 +93,9 @@ class Api:
         if source.local is not None:
             clean = clean_shutdown(source.local.path)
             if clean is False:
-                notes.append("the last writer did not close the store (an abort file is there): the next writer "
-                             "to open it recovers the files")
-            if source.mode == "read-only" and clean is None:
+                notes.append("the store was not closed cleanly by its last writer: the current writer recovered "
+                             "it, or the next one will (see the recovery history)")
+            if source.mode == "read-only" and writer_alive(source.local.path):
                 notes.append("a writer holds the store: figures follow it (committed offsets as it last persisted "
                              "them)")
         status = "warn" if source.last_error is not None or clean is False else "ok"

@@ -1,73 +1,73 @@
-"""Store health for the dashboard: files, sizes, the checkpoint, the last shutdown, and `verify` on demand.
+"""Store health for the dashboard: files, sizes, the checkpoint, recoveries, and `verify` on demand.
 
 Read from the store directory (a connection over `-n` cannot reach its files:
 then `available` is False and the file figures are None). Sizes are the
-blocks the files occupy on disk (segments are sparse until written), found
-with one `os.scandir` walk; nothing is opened but the checkpoint.
+blocks the files occupy on disk (segments are sparse until written), as
+`mqlite.metrics.disk_bytes` counts them; nothing is opened but the checkpoint
+and the recovery history.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 from ..checkpoint import StoreCheckpoint
 from ..errors import MQClientError
+from ..metrics import disk_bytes
+from ..recoveryhistory import recovery_history
 from ..store import writer_alive
 from ..verify import verify_store
 from .source import Source
 
-__all__ = ["disk_bytes", "health", "clean_shutdown", "run_verify"]
+__all__ = ["health", "clean_shutdown", "run_verify", "total_disk_bytes"]
 
 
-def _files(path: str) -> Iterator[os.DirEntry[str]]:
-    """Every regular file under `path` (symlinks not followed); none when it is missing."""
+def total_disk_bytes(path: str) -> int:
+    """Bytes the store's files occupy on disk (one `stat` per file)."""
+    return sum(disk_bytes(path).values())
+
+
+def _files_of(directory: str) -> list[dict[str, Any]]:
+    """`[{"name", "bytes"}]` of the files in one flat directory (commit-log segments, index files), by name."""
     try:
-        entries = list(os.scandir(path))
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
-        return
+        return []
+    files = []
     for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            yield from _files(entry.path)
-        elif entry.is_file(follow_symlinks=False):
-            yield entry
-
-
-def _allocated(entry: os.DirEntry[str]) -> int:
-    """Bytes the file occupies on disk (a sparse segment counts what was written)."""
-    try:
-        return entry.stat(follow_symlinks=False).st_blocks * 512
-    except OSError:  # removed meanwhile (retention, a topic deleted)
-        return 0
-
-
-def disk_bytes(path: str) -> int:
-    """Bytes the files under `path` occupy on disk."""
-    return sum(_allocated(e) for e in _files(path))
+        try:
+            if entry.is_file(follow_symlinks=False):
+                files.append({"name": entry.name, "bytes": entry.stat(follow_symlinks=False).st_blocks * 512})
+        except OSError:  # removed meanwhile (retention)
+            continue
+    return files
 
 
 def clean_shutdown(path: str) -> bool | None:
-    """True when the last writer closed the store cleanly (no `abort` file), False when it did not,
-    None while a writer holds it (its `abort` file is there by design: the question is open)."""
-    if writer_alive(path):
-        return None
-    return not os.path.exists(os.path.join(path, "abort"))
+    """Whether the store was closed cleanly before its current (or next) writer.
+
+    Without a live writer: no `abort` file. With one (its `abort` file is there by design): what
+    its open recorded in the recovery history (`abnormal`), None when nothing was recorded.
+    """
+    if not writer_alive(path):
+        return not os.path.exists(os.path.join(path, "abort"))
+    history = recovery_history(path)
+    return not history[-1].abnormal if history else None
 
 
 def health(source: Source) -> dict[str, Any]:
-    """`GET /api/health`: flush mode, commit-log segments, consume-queue and index bytes, the checkpoint and
-    the last shutdown. Caller holds `source.lock`."""
+    """`GET /api/health`: flush mode, commit-log segments, bytes per kind of file, the checkpoint and the
+    recovery history. Caller holds `source.lock`."""
     local = source.local
     if local is None:
-        return {"available": False, "flush_disk_type": None, "commitlog": None, "consume_queue_bytes": None,
-                "index_files": None, "disk_bytes": None, "clean_shutdown": None, "checkpoint": None,
-                "recovery_history": None}
+        return {"available": False, "path": None, "flush_disk_type": None, "commitlog": None,
+                "consume_queue_bytes": None, "index_files": None, "disk_bytes": None, "disk_bytes_by_kind": None,
+                "clean_shutdown": None, "checkpoint": None, "recovery_history": None}
     path = local.path
     config = local.config
-    segments = sorted(_files(os.path.join(path, "commitlog")), key=lambda e: e.name)
     low, high = local.commit_log_range()
-    index = sorted(_files(os.path.join(path, "index")), key=lambda e: e.name)
+    kinds = disk_bytes(path)
     with StoreCheckpoint(os.path.join(path, "checkpoint"), read_only=True) as checkpoint:
         checkpoint_fields = {"physic_msg_timestamp": checkpoint.physic_msg_timestamp,
                              "logics_msg_timestamp": checkpoint.logics_msg_timestamp,
@@ -77,13 +77,14 @@ def health(source: Source) -> dict[str, Any]:
         "path": os.path.abspath(path),
         "flush_disk_type": config.flush_disk_type,
         "commitlog": {"file_size": config.commitlog_file_size, "min_offset": low, "max_offset": high,
-                      "segments": [{"name": e.name, "bytes": _allocated(e)} for e in segments]},
-        "consume_queue_bytes": disk_bytes(os.path.join(path, "consumequeue")),
-        "index_files": [{"name": e.name, "bytes": _allocated(e)} for e in index],
-        "disk_bytes": disk_bytes(path),
+                      "segments": _files_of(os.path.join(path, "commitlog"))},
+        "consume_queue_bytes": kinds["consumequeue"],
+        "index_files": _files_of(os.path.join(path, "index")),
+        "disk_bytes": sum(kinds.values()),
+        "disk_bytes_by_kind": kinds,
         "clean_shutdown": clean_shutdown(path),
         "checkpoint": checkpoint_fields,
-        "recovery_history": None,
+        "recovery_history": [record.to_json() for record in reversed(recovery_history(path))],
     }
 
 

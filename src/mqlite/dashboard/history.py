@@ -15,7 +15,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..broker import QueueProgress, QueueStatus
+from ..broker import QueueProgress
+from ..metrics import QueueStatusLike
 
 __all__ = ["Sample", "Point", "History"]
 
@@ -28,8 +29,8 @@ class Sample:
     """The figures of one sampling round (epoch ms `t`)."""
 
     t: int
-    topics: Mapping[str, tuple[QueueStatus, ...]]
-    """Every topic's queues, as `topic_status` gave them."""
+    topics: Mapping[str, tuple[QueueStatusLike, ...]]
+    """Every topic's queues, as `topic_status` gives them (from the files, or over the wire)."""
     progress: Mapping[str, tuple[QueueProgress, ...]]
     """Every consumer group's queues, as `consumer_progress` gave them."""
     members: Mapping[str, list[str] | None] = field(default_factory=dict)

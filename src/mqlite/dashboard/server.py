@@ -36,6 +36,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .._service import Service, close_at_exit, forget_at_exit
 from ..errors import ConfigError, IllegalStateError, MessageNotFoundError, MQClientError, MQLiteError, RemotingError
+from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ..metrics import render_prometheus
 from ..remoting.address import parse_address
 from . import DEFAULT_HISTORY, DEFAULT_INTERVAL
 from .api import Api
@@ -432,8 +434,10 @@ class Dashboard:
             raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} {path}: static files take GET")
         if path == "/":
             path = "/static/index.html"
-        if path == "/metrics":
-            raise NotFoundError("/metrics is not served yet")
+        if path == "/metrics":  # Prometheus' scrape: the figures of `mqlite.metrics`, as text
+            text = render_prometheus(self._source.metrics())
+            self._send(request, HTTPStatus.OK, text.encode("utf-8"), METRICS_CONTENT_TYPE, head=method == "HEAD")
+            return
         found = _static_file(self._static, path[len("/static/"):]) if path.startswith("/static/") else None
         if found is None:
             raise NotFoundError(f"no file {path}")

@@ -22,8 +22,9 @@ import time
 from typing import TypeAlias
 
 from ..admin import consumer_groups, consumer_progress, group_exists, offset_table
-from ..broker import Broker, QueueProgress, QueueStatus
+from ..broker import Broker, QueueProgress
 from ..errors import ConfigError, MQLiteError
+from ..metrics import MetricsSnapshot, QueueStatusLike, StoreFigures, collect
 from ..remoting.remote import RemoteBroker
 from ..sendback import DLQ_GROUP_TOPIC_PREFIX, is_dlq_topic, is_retry_topic
 from ..topics import is_system_topic
@@ -68,6 +69,9 @@ class Source:
                               "letters (open the store for writing, or pass writable=False)")
         self.writable = writable
         self.mode = "remote" if self.local is None else ("read-only" if self.local.read_only else "writer")
+        #: The files' figures (`mqlite.metrics`): queue offsets of every topic in one pass after one refresh,
+        #: where a reader's `topic_status` refreshes the whole store on each call. None over the wire.
+        self.figures = StoreFigures(self.local.store) if self.local is not None else None
         self.lock = threading.RLock()
         #: Why the last sampling round failed (a serving broker gone), or None.
         self.last_error: str | None = None
@@ -116,21 +120,35 @@ class Source:
         if not self.writable:
             raise ForbiddenError(_READ_ONLY[self.mode])
 
+    def metrics(self) -> MetricsSnapshot:
+        """The `mqlite.metrics` figures: `Broker.metrics()` with the files, else `collect` over the wire
+        with the serving broker's offset table."""
+        with self.lock:
+            if self.local is not None:
+                return self.local.metrics()
+            return collect(self.broker, self.offsets())
+
     # -- sampling -----------------------------------------------------------------------------------------
     def sample(self) -> Sample:
         """One round's figures: every topic's queues, every group's progress and members.
 
-        Cost: one `topic_status` per topic and one `consumer_progress` per group (over the wire, one
-        request each), one read of the offset table. A topic deleted while the round runs is left out.
+        Cost: with the files, one refresh (a reader) and every queue's offsets and newest store time
+        (`StoreFigures.queue_statuses`: 1,200 queues of a reader ~15 ms); over the wire one `topic_status`
+        per topic. Then one read of the offset table and one `consumer_progress` per group (a request
+        each over the wire). A topic deleted while the round runs is left out.
         """
         with self.lock:
-            self.refresh()
-            topics: dict[str, tuple[QueueStatus, ...]] = {}
-            for topic in self.broker.topic_list():
-                try:
-                    topics[topic] = tuple(self.broker.topic_status(topic))
-                except MQLiteError as exc:  # deleted meanwhile, or a name the broker refuses to show
-                    log.debug("dashboard: topic %r left out of this round: %s", topic, exc)
+            topics: dict[str, tuple[QueueStatusLike, ...]] = {}
+            if self.figures is not None:
+                self.figures.refresh()
+                configs = {topic: self.broker.topic_config(topic) for topic in self.broker.topic_list()}
+                topics = {topic: tuple(rows) for topic, rows in self.figures.queue_statuses(configs).items()}
+            else:
+                for topic in self.broker.topic_list():
+                    try:
+                        topics[topic] = tuple(self.broker.topic_status(topic))
+                    except MQLiteError as exc:  # deleted meanwhile, or a name the broker refuses to show
+                        log.debug("dashboard: topic %r left out of this round: %s", topic, exc)
             offsets = self.offsets()
             groups = consumer_groups(self.broker, offsets)
             progress = {g: tuple(self.progress(g, offsets)) for g in groups}
