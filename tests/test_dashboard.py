@@ -406,7 +406,7 @@ def test_a_store_its_writer_did_not_close_shows_as_unclean(store: Facts) -> None
         assert "not closed cleanly" in health["notes"][0]
     with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker) as board:  # recovers, and records it
         assert get(board, "api/health")["clean_shutdown"] is False
-        assert get(board, "api/health")["recovery_history"][0]["abnormal"] is True
+        assert get(board, "api/health")["recovery_history"][-1]["abnormal"] is True
 
 
 # -- metrics ------------------------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def health(source: Source) -> dict[str, Any]:
         "disk_bytes_by_kind": kinds,
         "clean_shutdown": clean_shutdown(path),
         "checkpoint": checkpoint_fields,
-        "recovery_history": [record.to_json() for record in reversed(recovery_history(path))],
+        "recovery_history": [record.to_json() for record in recovery_history(path)],
     }
 
 
