@@ -32,12 +32,18 @@
     return el;
   }
 
-  function put(el, children) {
+  function put(el, ...children) {
     for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
       el.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
     return el;
+  }
+
+  /** Replace an element's children (nulls and falses skipped, as in h). */
+  function fill(el, ...children) {
+    el.replaceChildren();
+    return put(el, ...children);
   }
 
   /** A link inside the page: `parts` are path segments, encoded here. */
@@ -168,7 +174,7 @@
   function confirmWrite(title, body, okLabel) {
     const dialog = document.getElementById("confirm");
     document.getElementById("confirm-title").textContent = title;
-    document.getElementById("confirm-body").replaceChildren(...body);
+    fill(document.getElementById("confirm-body"), body);
     dialog.querySelector("[value=ok]").textContent = okLabel;
     dialog.returnValue = "";
     dialog.showModal();
@@ -240,7 +246,7 @@
   function setStoreLine(store) {
     const where = store.path || store.address || "";
     const mode = store.mode === "writer" ? "writer" : store.mode === "remote" ? "remote" : "read-only";
-    document.getElementById("store-line").replaceChildren(
+    fill(document.getElementById("store-line"),
       h("span", { class: "where", title: where }, where), " ",
       badge(mode, store.writable ? "writable" : "readonly"), " ",
       h("span", { class: "muted" }, store.flush_disk_type || ""));
@@ -277,13 +283,13 @@
         setStoreLine(d.store);
         topicNames = d.topics.map((t) => t.topic);
         const t = d.totals;
-        totals.replaceChildren(facts("totals", [
+        fill(totals, facts("totals", [
           ["Topics", fmtNum(t.topics), "total-topics"], ["Queues", fmtNum(t.queues), "total-queues"],
           ["Messages", fmtNum(t.messages), "total-messages"], ["Disk", fmtBytes(t.disk_bytes), "total-disk"],
           ["In/s", fmtRate(t.in_per_s), "total-in"], ["Out/s", fmtRate(t.out_per_s), "total-out"],
           ["Health", badge(d.health.status, d.health.status), "total-health"],
         ]));
-        health.replaceChildren(
+        fill(health,
           h("p", {}, badge(d.health.status, d.health.status), " ",
             d.health.clean_shutdown === null ? "Shutdown state unknown." :
               d.health.clean_shutdown ? "Last shutdown was clean." : "Last shutdown was not clean: recovery ran.",
@@ -314,7 +320,7 @@
         const d = await api("api/topics/" + encodeURIComponent(name));
         if (!ctx.alive()) return;
         const stored = d.queues.reduce((s, q) => s + q.max_offset - q.min_offset, 0);
-        head.replaceChildren(facts("topic-facts", [
+        fill(head, facts("topic-facts", [
           ["Kind", kindBadge(d.kind)], ["Read / write queues", `${d.read_queues} / ${d.write_queues}`],
           ["Permission", String(d.perm)], ["Messages", fmtNum(stored), "topic-messages"],
           ["Groups", d.groups.length ? d.groups.map((g, i) => [i ? ", " : "", link(g, ["group", g])]) : "none"],
@@ -369,7 +375,7 @@
       async refresh() {
         const d = await api("api/groups/" + encodeURIComponent(name));
         if (!ctx.alive()) return;
-        head.replaceChildren(facts("group-facts", [
+        fill(head, facts("group-facts", [
           ["Lag", fmtNum(d.lag), "group-lag"], ["Members", membersList(d.members)],
           ["Dead letters", link("%DLQ%" + name, ["dlq", name])],
         ]));
@@ -504,7 +510,7 @@
         textButton.addEventListener("click", () => show("text"));
         hexButton.addEventListener("click", () => show("hex"));
         show(m.body_text === null ? "hex" : "text");
-        ctx.root.replaceChildren(
+        fill(ctx.root,
           h("h1", {}, "Message ", h("code", {}, m.msg_id)),
           h("p", {}, link("Trace and track per group", ["trace", m.msg_id], null, { testid: "trace-link" }), " · ",
             link("All copies of this msg_id", ["search"], { mode: "msg_id", msg_id: m.msg_id })),
@@ -625,7 +631,7 @@
           { label: "", cell: (r) => link("view", ["message", r.offset_msg_id], { by: "offset_msg_id" }) },
         ], (r) => ({ msgId: r.msg_id, topic: r.topic }));
         t.set(d.results);
-        results.replaceChildren(t.el);
+        fill(results, t.el);
         selected.clear();
         await load();
       } catch (e) {
@@ -655,24 +661,26 @@
     const segments = table("segments-table", null, [
       { label: "Segment", cell: (s) => h("code", {}, s.name) },
       { label: "Bytes", num: true, cell: (s) => fmtBytes(s.bytes) },
+      { label: "Written", cell: (s) => (segmentSize ? h("meter", { min: 0, max: segmentSize, value: s.bytes, "aria-label": `${s.name} written` }) : "") },
     ], (s) => ({ segment: s.name }), "No commit-log segments.");
+    let segmentSize = 0;
     const recovery = h("div", { testid: "recovery-history" });
     const checkpoint = h("div", { testid: "checkpoint" });
     const verifyOut = h("div", { testid: "verify-result", "aria-live": "polite" });
     const verify = h("button", { type: "button", class: "primary", testid: "verify-button" }, "Run verify");
     verify.addEventListener("click", async () => {
       verify.disabled = true;
-      verifyOut.replaceChildren(h("p", { class: "muted" }, "Verifying every record, consume queue and index file…"));
+      fill(verifyOut, h("p", { class: "muted" }, "Verifying every record, consume queue and index file…"));
       try {
         const r = await api("api/verify", {});
         if (!ctx.alive()) return;
-        verifyOut.replaceChildren(
+        fill(verifyOut,
           h("p", {}, badge(r.ok ? "ok" : "problems", r.ok ? "ok" : "warn"), " ", r.summary || ""),
           facts("verify-facts", [["Records", fmtNum(r.records)], ["Consume-queue units", fmtNum(r.units)],
             ["Queues", fmtNum(r.queues)], ["Index files", fmtNum(r.index_files)]]),
           r.problems.length ? h("ul", { class: "problems", testid: "verify-problems" }, r.problems.map((p) => h("li", {}, typeof p === "string" ? p : JSON.stringify(p)))) : null);
       } catch (e) {
-        verifyOut.replaceChildren();
+        fill(verifyOut);
         showError(e, true);
       } finally {
         verify.disabled = false;
@@ -686,7 +694,7 @@
         const d = await api("api/health");
         if (!ctx.alive()) return;
         const cl = d.commitlog || {};
-        head.replaceChildren(
+        fill(head,
           d.available === false ? h("p", { class: "note" }, "This dashboard talks to a serving broker: the store's files are not visible from here.") : null,
           facts("health-facts", [
             ["Flush", d.flush_disk_type || "—", "flush-mode"],
@@ -695,15 +703,16 @@
             ["Segment size", fmtBytes(cl.file_size)], ["Consume queues", fmtBytes(d.consume_queue_bytes)],
             ["Index files", Array.isArray(d.index_files) ? fmtNum(d.index_files.length) : fmtValue("index_files", d.index_files)],
           ]));
+        segmentSize = cl.file_size || 0;
         segments.set(cl.segments || []);
         const history = d.recovery_history || [];
         const keys = [...new Set(history.flatMap((r) => Object.keys(r)))];
         const rt = table("recovery-table", null, keys.map((k) => ({ label: k.replace(/_/g, " "), cell: (r) => fmtValue(k, r[k]) })), null,
           "No recovery recorded yet.");
         rt.set(history.slice().reverse());
-        recovery.replaceChildren(history.length ? rt.el : h("p", { class: "muted" }, "No recovery recorded yet."));
+        fill(recovery, history.length ? rt.el : h("p", { class: "muted" }, "No recovery recorded yet."));
         const cp = Object.entries(d.checkpoint || {});
-        checkpoint.replaceChildren(cp.length ? facts("checkpoint-facts", cp.map(([k, v]) => [k, fmtValue(k, v)])) : h("p", { class: "muted" }, "—"));
+        fill(checkpoint, cp.length ? facts("checkpoint-facts", cp.map(([k, v]) => [k, fmtValue(k, v)])) : h("p", { class: "muted" }, "—"));
       },
     };
   }
