@@ -14,7 +14,7 @@ The serving adapter (`BROKER_ADAPTERS`: mqlite/remoting/) drives a `Broker` itse
 through the broker's public methods all the same (its `config`, `path` and `clock` are public): no
 internal of a broker, and no private name imported from another module.
 
-Every L4 adapter (`ADAPTERS`: spark/, cli/, testing, the pytest plugin, aio, remoting/) imports no
+Every L4 adapter (`ADAPTERS`: spark/, cli/, testing, the pytest plugin, aio, remoting/, dashboard/) imports no
 private name of another mqlite module and reads private members only of `self`/`cls`: what it needs
 is a public, documented name of the module it comes from. Spark, which runs in other processes
 than the broker, imports only the names of `SPARK_MAY_IMPORT` (L0 basics, storage's public read
@@ -50,6 +50,7 @@ LAYERS: dict[str, int] = {
     "producer": 3, "durablesends": 3, "consumer": 3, "rebalance": 3, "filter": 3,
     # L4 adapters (spark/ is a package)
     "spark": 4, "cli": 4, "testing": 4, "_pytest_plugin": 4, "aio": 4, "__main__": 4, "remoting": 4,
+    "dashboard": 4,
 }
 #: `mqlite/__init__.py` may import anything; importing the package itself counts as importing
 #: its top (what it re-exports), so only L4 adapters may do it.
@@ -406,7 +407,7 @@ def test_the_adapter_rule_allows_public_broker_methods(tmp_path: Path, source: s
 
 # -- the adapter rule: no private names of other modules or objects (every L4 adapter) -------------------------------
 #: The L4 adapters (top-level names under the package; a package stands for all its modules).
-ADAPTERS = ("spark", "cli", "testing", "_pytest_plugin", "aio", "remoting", "__main__")
+ADAPTERS = ("spark", "cli", "testing", "_pytest_plugin", "aio", "remoting", "__main__", "dashboard")
 
 
 def _is_adapter(module: str) -> bool:

@@ -23,7 +23,7 @@ offsets), so it works on a writer and on a read-only broker alike; only
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
@@ -45,7 +45,7 @@ from .offsetfile import group_table, groups_of
 from .offsets import ConsumerOffsets
 from .port import BrokerPort, Subscription
 from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
-from .topics import PERM_READ, PERM_WRITE, TopicConfig
+from .topics import PERM_READ, PERM_WRITE, TopicConfig, is_system_topic
 from .traceview import MessageTrack, TraceView
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "dlq_messages",
     "ResendResult",
     "resend_destination",
+    "check_resend",
     "resend_dlq_message",
 ]
 
@@ -73,6 +74,8 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 #: `MixAll.CID_RMQ_SYS_PREFIX`: groups the broker itself uses (the transaction check's).
 _SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 _PULL_BATCH = 32  # what mqadmin's printMsg pulls at a time
+#: `TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC`: a server routes it exactly when it creates topics on first send.
+_AUTO_CREATE_TOPIC_KEY = "TBW102"
 _MINUTE_MS = 60_000
 _DAY_MS = 24 * 3600_000
 #: Properties a re-sent dead letter drops: it starts over as a fresh delivery.
@@ -353,6 +356,42 @@ def resend_destination(msg: MessageExt, group: str, *, to_origin: bool = False) 
     """
     origin = _origin_topic(msg)
     return origin if to_origin else retry_topic(group)
+
+
+def _auto_creates_topics(broker: AdminSurface) -> bool:
+    """Whether a send to a missing topic creates it: the store's setting; over a connection, whether the
+    server routes the default topic `TBW102` (it does exactly when its auto_create_topic is on)."""
+    if isinstance(broker, Broker):
+        return broker.config.auto_create_topic
+    return broker.topic_config(_AUTO_CREATE_TOPIC_KEY) is not None
+
+
+def check_resend(broker: AdminSurface, letters: Iterable[MessageExt], group: str, *, to_origin: bool = False) -> None:
+    """Refuse a re-send of `letters` before the first copy is sent: `MessageNotFoundError` for a letter
+    that names no original topic, `MQClientError` naming the first destination topic that would refuse.
+
+    The retry topic is created on the first re-send when missing; an original
+    topic must exist (or the store auto-creates topics), take writes and have queues.
+    Cost: one topic look-up per distinct destination.
+    """
+    destinations = {resend_destination(msg, group, to_origin=to_origin) for msg in letters}
+    for topic in sorted(destinations):
+        config = broker.topic_config(topic)
+        if to_origin and is_system_topic(topic):
+            problem = "is a system topic, which takes no sends: re-send without --to-origin (to the retry topic)"
+        elif config is None:
+            if not to_origin or _auto_creates_topics(broker):
+                continue  # created by the first re-send to it
+            problem = (f"does not exist: create it with `mqlite updateTopic -t {topic}`, or re-send without "
+                       "--to-origin (to the retry topic)")
+        elif not config.writable:
+            problem = (f"is not writable (perm {config.perm}): make it writable with "
+                       f"`mqlite updateTopic -t {topic} -p 6`")
+        elif config.write_queue_nums < 1:
+            problem = f"has no write queues: give it some with `mqlite updateTopic -t {topic} -w 8`"
+        else:
+            continue
+        raise MQClientError(f"topic {topic!r} {problem}")
 
 
 def resend_dlq_message(broker: AdminSurface, msg: MessageExt, group: str, *, to_origin: bool = False,

@@ -33,7 +33,7 @@ __all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV", "
 REMOTE_COMMANDS = frozenset({
     "topicList", "topicStatus", "updateTopic", "deleteTopic", "resetOffsetByTime", "skipAccumulatedMessage",
     "queryMsgById", "queryMsgByKey", "queryMsgByOffset", "printMsg", "sendMessage", "consumeMessage", "queryDlq",
-    "consumerProgress", "statsAll", "queryMsgTraceById", "resendDlq",
+    "consumerProgress", "statsAll", "queryMsgTraceById", "resendDlq", "dashboard",
 })
 
 #: The environment variable naming the store when neither PATH nor --store does.

@@ -6,13 +6,10 @@ import argparse
 import dataclasses
 from collections.abc import Iterator
 
-from ..admin import AdminSurface, dlq_messages, find_message, resend_destination, resend_dlq_message
-from ..broker import Broker
-from ..errors import MessageNotFoundError, MQLiteError
+from ..admin import AdminSurface, check_resend, dlq_messages, find_message, resend_dlq_message
+from ..errors import MessageNotFoundError, MQClientError, MQLiteError
 from ..message import PROPERTY_RETRY_TOPIC, MessageExt
 from ..sendback import dlq_topic
-from ..remoting.remote import DEFAULT_TOPIC
-from ..topics import is_system_topic
 from .checks import check_window
 from .context import CommandError, Context, UsageError
 from .output import Column, Report, Row, human_time_ms, message_row
@@ -83,40 +80,11 @@ def resend_dlq(ctx: Context, args: argparse.Namespace) -> Report:
     ], footer=lambda: ["", f"{len(sent)} dead letters of {args.group} re-sent"])
 
 
-def _auto_creates_topics(broker: AdminSurface) -> bool:
-    """Whether a send to a missing topic creates it: the store's setting; over `-n`, whether the server
-    routes the default topic `TBW102` (it does exactly when its auto_create_topic is on)."""
-    if isinstance(broker, Broker):
-        return broker.config.auto_create_topic
-    return broker.topic_config(DEFAULT_TOPIC) is not None
-
-
 def _check_destinations(broker: AdminSurface, letters: list[MessageExt], group: str, to_origin: bool) -> None:
-    """`CommandError` naming the first topic a re-send of `letters` would be refused by, before any is sent.
-
-    The retry topic is created on the first re-send when missing; an original
-    topic must exist (or the store auto-creates topics), take writes and have queues.
-    """
-    destinations: set[str] = set()
-    for msg in letters:
-        try:
-            destinations.add(resend_destination(msg, group, to_origin=to_origin))
-        except MessageNotFoundError as exc:
-            raise CommandError(f"{exc}; nothing was re-sent (name the others with -i)") from None
-    for topic in sorted(destinations):
-        config = broker.topic_config(topic)
-        if to_origin and is_system_topic(topic):
-            problem = "is a system topic, which takes no sends: re-send without --to-origin (to the retry topic)"
-        elif config is None:
-            if not to_origin or _auto_creates_topics(broker):
-                continue  # created by the first re-send to it
-            problem = (f"does not exist: create it with `mqlite updateTopic -t {topic}`, or re-send without "
-                       "--to-origin (to the retry topic)")
-        elif not config.writable:
-            problem = (f"is not writable (perm {config.perm}): make it writable with "
-                       f"`mqlite updateTopic -t {topic} -p 6`")
-        elif config.write_queue_nums < 1:
-            problem = f"has no write queues: give it some with `mqlite updateTopic -t {topic} -w 8`"
-        else:
-            continue
-        raise CommandError(f"topic {topic!r} {problem}; nothing was re-sent")
+    """`CommandError` naming the first topic a re-send of `letters` would be refused by, before any is sent."""
+    try:
+        check_resend(broker, letters, group, to_origin=to_origin)
+    except MessageNotFoundError as exc:
+        raise CommandError(f"{exc}; nothing was re-sent (name the others with -i)") from None
+    except MQClientError as exc:
+        raise CommandError(f"{exc}; nothing was re-sent") from None
