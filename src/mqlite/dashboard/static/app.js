@@ -194,11 +194,14 @@
       this.host = h("div", { class: "chart", id: `chart-${id}`, testid: `chart-${id}`, role: "img", "aria-label": `${unit} over time` });
       this.plot = null;
       this.names = null;
+      this.empty = h("p", { class: "chart-empty muted", hidden: true }, "Waiting for samples…");
+      this.host.append(this.empty);
     }
 
     set(tMs, series) {
       const data = [tMs.map((t) => t / 1000), ...series.map((s) => s.values)];
       const names = series.map((s) => s.label).join("\u0000");
+      this.empty.hidden = series.some((s) => s.values.some((v) => v !== null && v !== undefined));
       if (this.plot && names === this.names) { this.plot.setData(data); return; }
       this.destroy();
       this.names = names;
@@ -322,7 +325,7 @@
         const stored = d.queues.reduce((s, q) => s + q.max_offset - q.min_offset, 0);
         fill(head, facts("topic-facts", [
           ["Kind", kindBadge(d.kind)], ["Read / write queues", `${d.read_queues} / ${d.write_queues}`],
-          ["Permission", String(d.perm)], ["Messages", fmtNum(stored), "topic-messages"],
+          ["Permission", permission(d.perm)], ["Messages", fmtNum(stored), "topic-messages"],
           ["Groups", d.groups.length ? d.groups.map((g, i) => [i ? ", " : "", link(g, ["group", g])]) : "none"],
           ["Find", [link("by key or time", ["search"], { topic: name })]],
         ]));
@@ -330,6 +333,12 @@
         queues.set(d.queues);
       },
     };
+  }
+
+  /** RocketMQ's PermName bits: 4 read, 2 write, 1 inherit. */
+  function permission(perm) {
+    const names = [[4, "read"], [2, "write"], [1, "inherit"]].filter(([bit]) => perm & bit).map(([, n]) => n);
+    return `${names.join(", ") || "none"} (${perm})`;
   }
 
   function membersList(members) {
@@ -485,7 +494,7 @@
         if (!ctx.alive()) return;
         const keys = m.keys || [];
         const headers = facts("message-headers", [
-          ["Topic", link(m.topic, ["topic", m.topic])], ["Queue", `${m.queue_id} at offset ${fmtNum(m.queue_offset)}`],
+          ["Topic", link(m.topic, ["topic", m.topic]), "message-topic"], ["Queue", `${m.queue_id} at offset ${fmtNum(m.queue_offset)}`],
           ["msg_id", h("code", {}, m.msg_id)], ["offset_msg_id", h("code", {}, m.offset_msg_id)],
           ["Tags", m.tags || "—"],
           ["Keys", keys.length ? keys.map((k, i) => [i ? " " : "", link(k, ["search"], { mode: "key", topic: m.topic, key: k })]) : "—"],
@@ -512,8 +521,7 @@
         show(m.body_text === null ? "hex" : "text");
         fill(ctx.root,
           h("h1", {}, "Message ", h("code", {}, m.msg_id)),
-          h("p", {}, link("Trace and track per group", ["trace", m.msg_id], null, { testid: "trace-link" }), " · ",
-            link("All copies of this msg_id", ["search"], { mode: "msg_id", msg_id: m.msg_id })),
+          h("p", {}, link("Trace and track per group", ["trace", m.msg_id], null, { testid: "trace-link" })),
           h("div", { class: "columns" }, section("Headers", headers), section("Properties", props.el)),
           section("Body",
             h("div", { class: "toggle", role: "group", "aria-label": "Show the body as" }, textButton, hexButton),
@@ -675,7 +683,8 @@
         const r = await api("api/verify", {});
         if (!ctx.alive()) return;
         fill(verifyOut,
-          h("p", {}, badge(r.ok ? "ok" : "problems", r.ok ? "ok" : "warn"), " ", r.summary || ""),
+          h("p", {}, badge(r.ok ? "ok" : "problems", r.ok ? "ok" : "warn")),
+          h("pre", { class: "summary", testid: "verify-summary" }, r.summary || ""),
           facts("verify-facts", [["Records", fmtNum(r.records)], ["Consume-queue units", fmtNum(r.units)],
             ["Queues", fmtNum(r.queues)], ["Index files", fmtNum(r.index_files)]]),
           r.problems.length ? h("ul", { class: "problems", testid: "verify-problems" }, r.problems.map((p) => h("li", {}, typeof p === "string" ? p : JSON.stringify(p)))) : null);
