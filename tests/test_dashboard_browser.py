@@ -48,6 +48,7 @@ ORDERS = 20  # messages in "orders": key order-<i>, body "order <i> body", round
 PAYMENTS = 6
 COMMITTED = 2  # billing's committed offset in each of orders' 4 queues
 MORE = 8  # messages sent to orders while the group page is open
+BLOB = bytes([0xFF, 0xFE, 0x00, 0x01]) + b"not utf-8"  # the one message of "blobs", queue 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ def _fill_store(path: str) -> None:
                                                 keys=f"order-{i}")).msg_id for i in range(ORDERS)]
             for i in range(PAYMENTS):
                 producer.send(mqlite.Message("payments", f"payment {i}".encode(), keys=f"pay-{i}"))
+            producer.send(mqlite.Message("blobs", BLOB), queue=mqlite.MessageQueue("blobs", broker.broker_name, 0))
         for mq in broker.fetch_subscribe_queues("orders"):
             broker.commit_offset("billing", mq, COMMITTED)
         _message_back(broker, "billing", ids[0])
@@ -266,6 +268,14 @@ def test_search_by_key_finds_the_message_and_shows_its_body(driver: WebDriver, s
     # The track per group is the store's (Broker.message_track).
     assert sorted(attributes(driver, "[data-testid=tracks-table] tbody tr[data-group]", "data-group")) == groups
     screenshot(driver, shots, "trace")
+    # A body that is not UTF-8 shows as hex, and the text view is not offered.
+    open_page(driver, store.url, "search?mode=offset&topic=blobs&queue_id=0&offset=0", "search")
+    driver.find_element(By.CSS_SELECTOR, "[data-testid=search-results] tbody tr[data-msg-id] a.mono").click()
+    wait_loaded(driver, "message")
+    body = driver.find_element(By.CSS_SELECTOR, "[data-testid=message-body]")
+    assert body.get_attribute("data-mode") == "hex" and body.text.startswith("00000000  ff fe 00 01 6e 6f 74")
+    assert not driver.find_element(By.CSS_SELECTOR, "[data-testid=body-text]").is_enabled()
+    screenshot(driver, shots, "message-binary")
 
 
 def test_lag_chart_draws_as_the_consumer_falls_behind(driver: WebDriver, store: Dashboard, shots: Path) -> None:
@@ -338,11 +348,12 @@ def test_dlq_resend_moves_the_message(driver: WebDriver, writable: Dashboard, sh
 
 def test_every_page_loads_without_console_errors(driver: WebDriver, store: Dashboard, shots: Path) -> None:
     for route, view in [("", "overview"), ("topic/payments", "topic"), ("groups", "groups"),
-                        ("group/billing", "group"), ("search?mode=time&topic=payments&begin=2000-01-01T00:00:00"
-                                                     "&end=2100-01-01T00:00:00", "search"),
-                        ("dlq", "dlq"), ("dlq/billing", "dlq"), ("health", "health")]:
+                        ("group/billing", "group"), ("dlq", "dlq"), ("dlq/billing", "dlq"), ("health", "health"),
+                        ("search?mode=time&topic=payments&begin=2000-01-01T00:00:00&end=2100-01-01T00:00:00", "search")]:
         open_page(driver, store.url, route, view)
         screenshot(driver, shots, f"page-{view}-{route.split('?')[0].replace('/', '-') or 'index'}")
+    # The time-range search (the last search above) found every payment.
+    assert len(attributes(driver, "[data-testid=search-results] tbody tr[data-msg-id]", "data-msg-id")) == PAYMENTS
     # The read-only dashboard offers no resend: the button stays disabled and says why.
     open_page(driver, store.url, "dlq/billing", "dlq")
     assert driver.find_element(By.CSS_SELECTOR, "[data-testid=readonly-note]").is_displayed()
@@ -354,3 +365,10 @@ def test_every_page_loads_without_console_errors(driver: WebDriver, store: Dashb
         lambda b: b.find_element(By.CSS_SELECTOR, "[data-testid=verify-result] .badge"))
     assert result.text == "ok", _banner(driver)
     screenshot(driver, shots, "health")
+    # The dark theme (prefers-color-scheme), for a person to look at.
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        open_page(driver, store.url, "group/billing", "group")
+        screenshot(driver, shots, "group-dark")
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
