@@ -48,7 +48,8 @@ ORDERS = 20  # messages in "orders": key order-<i>, body "order <i> body", round
 PAYMENTS = 6
 COMMITTED = 2  # billing's committed offset in each of orders' 4 queues
 MORE = 8  # messages sent to orders while the group page is open
-BLOB = bytes([0xFF, 0xFE, 0x00, 0x01]) + b"not utf-8"  # the one message of "blobs", queue 0
+BLOB = bytes([0xFF, 0xFE, 0x00, 0x01]) + b"not utf-8"  # "blobs" queue 0 offset 0
+MARKUP = '<img src="x" onerror="window.pwned = 1"><script>window.pwned = 2</script>'  # offset 1: shown as text
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ def _fill_store(path: str) -> None:
                                                 keys=f"order-{i}")).msg_id for i in range(ORDERS)]
             for i in range(PAYMENTS):
                 producer.send(mqlite.Message("payments", f"payment {i}".encode(), keys=f"pay-{i}"))
-            producer.send(mqlite.Message("blobs", BLOB), queue=mqlite.MessageQueue("blobs", broker.broker_name, 0))
+            blobs = mqlite.MessageQueue("blobs", broker.broker_name, 0)
+            producer.send(mqlite.Message("blobs", BLOB), queue=blobs)
+            producer.send(mqlite.Message("blobs", MARKUP.encode(), keys="<b>k</b>", properties={"note": MARKUP}), queue=blobs)
         for mq in broker.fetch_subscribe_queues("orders"):
             broker.commit_offset("billing", mq, COMMITTED)
         _message_back(broker, "billing", ids[0])
@@ -276,6 +279,15 @@ def test_search_by_key_finds_the_message_and_shows_its_body(driver: WebDriver, s
     assert body.get_attribute("data-mode") == "hex" and body.text.startswith("00000000  ff fe 00 01 6e 6f 74")
     assert not driver.find_element(By.CSS_SELECTOR, "[data-testid=body-text]").is_enabled()
     screenshot(driver, shots, "message-binary")
+    # Markup in a body, key or property is text on the page, never markup (nothing runs, nothing loads).
+    driver.back()
+    wait_loaded(driver, "search")
+    driver.find_elements(By.CSS_SELECTOR, "[data-testid=search-results] tbody tr[data-msg-id] a.mono")[1].click()
+    wait_loaded(driver, "message")
+    assert driver.find_element(By.CSS_SELECTOR, "[data-testid=message-body]").text == MARKUP
+    assert MARKUP in driver.find_element(By.CSS_SELECTOR, "[data-testid=properties-table]").text
+    assert "<b>k</b>" in driver.find_element(By.CSS_SELECTOR, "[data-testid=message-headers]").text
+    assert driver.execute_script("return window.pwned === undefined && !document.querySelector('#view img, #view script')")
 
 
 def test_lag_chart_draws_as_the_consumer_falls_behind(driver: WebDriver, store: Dashboard, shots: Path) -> None:
