@@ -74,7 +74,8 @@ def test_read_commands_over_n_answer_as_on_the_path(served: tuple[mqlite.Broker,
         assert over_the_wire == on_the_path, argv
         assert over_the_wire, argv  # something was found: the comparison is not of two empty lists
     assert {c[0] for c in commands} | {"updateTopic", "deleteTopic", "resetOffsetByTime", "skipAccumulatedMessage",
-                                       "sendMessage", "resendDlq"} == REMOTE_COMMANDS
+                                       "sendMessage", "resendDlq",
+                                       "dashboard"} == REMOTE_COMMANDS  # dashboard -n: tests/test_dashboard.py
 
 
 def test_write_commands_over_n_change_the_served_store(served: tuple[mqlite.Broker, str],

@@ -272,9 +272,20 @@ class ConsumeQueue:
             for mf in self.mapped_files.files:
                 if mf.file_from_offset > last.file_from_offset:
                     mf.wrote_position = _valid_prefix(mf) * _UNIT
+                    self._follow_last_unit(mf)
             return
         count = _valid_prefix(last, start=last.wrote_position // _UNIT)
-        last.wrote_position = count * _UNIT
+        if count * _UNIT > last.wrote_position:
+            last.wrote_position = count * _UNIT
+            self._follow_last_unit(last)
+
+    def _follow_last_unit(self, mf: MappedFile) -> None:
+        """Read-only: `max_commit_log_offset` follows the newest unit seen, so a reader's end of the
+        commit log (`StoreReader.refresh`) covers the records the writer dispatched since it opened."""
+        if mf.wrote_position >= _UNIT:
+            offset, size, _ = CQ_UNIT_STRUCT.unpack_from(mf.mm, mf.wrote_position - _UNIT)
+            if size != BLANK_UNIT[1] or offset != 0:
+                self.max_commit_log_offset = max(self.max_commit_log_offset, offset + size)
 
     # -- append -------------------------------------------------------------------------
     def put(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:

@@ -38,7 +38,7 @@ from .dlq import query_dlq, resend_dlq
 from .groups import consumer_progress, reset_offset_by_time, skip_accumulated_message
 from .messages import consume_message, print_msg, query_msg_by_id, query_msg_by_key, query_msg_by_offset, send_message
 from .output import Report
-from .dashboard import DEFAULT_INTERVAL, dashboard, interval_arg
+from .dashboard import DEFAULT_INTERVAL, dashboard, interval_arg, listen_arg
 from .serve import serve
 from .store import stats_all, store_info, verify
 from .topics import delete_topic, topic_list, topic_status, update_topic
@@ -158,7 +158,7 @@ COMMANDS: tuple[Command, ...] = (
         opt("--allow-anonymous", dest="allow_anonymous", action="store_true",
             help="serve a non-loopback address without ACL (only on a trusted network)")), creates_store=True),
     Command("dashboard", dashboard, (
-        opt("--listen", dest="listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+        opt("--listen", dest="listen", type=listen_arg, default="127.0.0.1:8080", metavar="HOST:PORT",
             help="address to serve the page on (default 127.0.0.1:8080; port 0 picks a free one)"),
         opt("--write", action="store_true",
             help="open the store as its writer (refused while another process holds it): allows re-sending "

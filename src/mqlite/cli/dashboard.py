@@ -11,12 +11,13 @@ import threading
 from ..broker import Broker
 from ..broker import open as open_broker
 from ..dashboard import DEFAULT_INTERVAL
-from ..errors import StoreLockedError
+from ..errors import ConfigError, StoreLockedError
+from ..remoting.address import parse_address
 from ..remoting.remote import RemoteBroker
 from .context import CommandError, Context, UsageError
 from .output import Report
 
-__all__ = ["dashboard", "interval_arg", "DEFAULT_INTERVAL"]
+__all__ = ["dashboard", "interval_arg", "listen_arg", "DEFAULT_INTERVAL"]
 
 
 def interval_arg(text: str) -> float:
@@ -28,6 +29,15 @@ def interval_arg(text: str) -> float:
     if not 0 < value <= 3600:
         raise argparse.ArgumentTypeError(f"bad interval {text!r}: give seconds, more than 0 and at most 3600")
     return value
+
+
+def listen_arg(text: str) -> str:
+    """argparse type: `HOST:PORT` to listen on (`[v6]:port` for IPv6; port 0 picks a free one)."""
+    try:
+        parse_address(text, allow_port_0=True)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _writer(ctx: Context) -> Broker:
