@@ -324,7 +324,8 @@
         if (!ctx.alive()) return;
         const stored = d.queues.reduce((s, q) => s + q.max_offset - q.min_offset, 0);
         fill(head, facts("topic-facts", [
-          ["Kind", kindBadge(d.kind)], ["Read / write queues", `${d.read_queues} / ${d.write_queues}`],
+          ["Kind", kindBadge(d.kind)],
+          ["Read / write queues", d.read_queues === null ? "not in the topic table" : `${d.read_queues} / ${d.write_queues}`],
           ["Permission", permission(d.perm)], ["Messages", fmtNum(stored), "topic-messages"],
           ["Groups", d.groups.length ? d.groups.map((g, i) => [i ? ", " : "", link(g, ["group", g])]) : "none"],
           ["Find", [link("by key or time", ["search"], { topic: name })]],
@@ -337,6 +338,7 @@
 
   /** RocketMQ's PermName bits: 4 read, 2 write, 1 inherit. */
   function permission(perm) {
+    if (perm === null || perm === undefined) return "—";
     const names = [[4, "read"], [2, "write"], [1, "inherit"]].filter(([bit]) => perm & bit).map(([, n]) => n);
     return `${names.join(", ") || "none"} (${perm})`;
   }
@@ -353,6 +355,7 @@
       { label: "Group", cell: (g) => link(g.group, ["group", g.group]) },
       { label: "Topics", cell: (g) => g.topics.map((t, i) => [i ? ", " : "", link(t, ["topic", t])]) },
       { label: "Lag", num: true, cell: (g) => fmtNum(g.lag) },
+      { label: "Out/s", num: true, cell: (g) => fmtRate(g.out_per_s) },
       { label: "Members", num: true, cell: (g) => (g.members === null ? "—" : fmtNum(g.members.length)) },
       { label: "Dead letters", num: true, cell: (g) => (g.dlq ? link(fmtNum(g.dlq), ["dlq", g.group]) : "0") },
     ], (g) => ({ group: g.group }), "No consumer groups have committed offsets yet.");
@@ -375,6 +378,7 @@
       { label: "Broker offset", num: true, cell: (q) => fmtNum(q.broker_offset) },
       { label: "Consumer offset", num: true, cell: (q) => fmtNum(q.consumer_offset) },
       { label: "Lag", num: true, cell: (q) => h("span", { class: q.lag > 0 ? "behind" : null }, fmtNum(q.lag)) },
+      { label: "Client", cell: (q) => (q.client_id ? h("code", {}, q.client_id) : "—") },
       { label: "Last consumed message stored", cell: (q) => fmtTime(q.last_timestamp) },
     ], (q) => ({ topic: q.topic, queue: q.queue_id, lag: q.lag }), "This group has no committed offsets.");
     put(ctx.root, h("h1", {}, "Group ", h("code", {}, name)), head,
@@ -591,6 +595,7 @@
       "Read-only: this dashboard does not hold the store. Start it with ", h("code", {}, "mqlite dashboard PATH --write"),
       " (or ", h("code", {}, "-n HOST:PORT"), " to a serving broker) to resend.");
     const results = h("div", { testid: "resend-results" });
+    const more = h("p", { class: "muted", hidden: true }, "Showing the oldest 200 dead letters: resend those to see the rest.");
     const sync = () => {
       resend.disabled = !writable || selected.size === 0;
       resend.textContent = selected.size ? `Resend ${selected.size}…` : "Resend…";
@@ -649,13 +654,14 @@
     put(ctx.root, section(["Messages in ", h("code", {}, dlq)],
       h("div", { class: "toolbar" }, resend,
         h("label", { class: "inline" }, toOrigin, " to each message's origin topic instead of ", h("code", {}, retry))),
-      note, messages.el, results));
+      note, messages.el, more, results));
     async function load() {
       const [list, d] = await Promise.all([api("api/dlq"), api(`api/dlq/${encodeURIComponent(group)}?limit=200`)]);
       if (!ctx.alive()) return;
       writable = list.writable;
       queues.set(list.queues);
       shown = d.messages;
+      more.hidden = !d.truncated;
       const present = new Set(shown.map((m) => m.msg_id));
       for (const id of [...selected]) if (!present.has(id)) selected.delete(id);
       messages.set(shown);
@@ -715,11 +721,13 @@
         segmentSize = cl.file_size || 0;
         segments.set(cl.segments || []);
         const history = d.recovery_history || [];
+        const noHistory = d.recovery_history === null || d.recovery_history === undefined
+          ? "Not available here (over -n the store's files are not visible)." : "No recovery recorded yet.";
         const keys = [...new Set(history.flatMap((r) => Object.keys(r)))];
         const rt = table("recovery-table", null, keys.map((k) => ({ label: k.replace(/_/g, " "), cell: (r) => fmtValue(k, r[k]) })), null,
           "No recovery recorded yet.");
         rt.set(history.slice().reverse());
-        fill(recovery, history.length ? rt.el : h("p", { class: "muted" }, "No recovery recorded yet."));
+        fill(recovery, history.length ? rt.el : h("p", { class: "muted" }, noHistory));
         const cp = Object.entries(d.checkpoint || {});
         fill(checkpoint, cp.length ? facts("checkpoint-facts", cp.map(([k, v]) => [k, fmtValue(k, v)])) : h("p", { class: "muted" }, "—"));
       },
