@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,11 +97,14 @@ def _fill_dlq_store(path: str) -> str:
         return msg_id
 
 
+@contextmanager
 def _start(path: str, tmp: Path, *extra: str) -> Iterator[Dashboard]:
-    """Run `mqlite dashboard PATH` as a user would; SIGTERM it afterwards (it must exit cleanly)."""
+    """Run `mqlite dashboard PATH` (or, with PATH "", `mqlite dashboard -n ...`) as a user would; SIGTERM it
+    afterwards (it must exit cleanly)."""
     err = open(tmp / "dashboard.stderr", "w+")
     process = subprocess.Popen(
-        [sys.executable, "-m", "mqlite", "dashboard", path, "--listen", "127.0.0.1:0", "--interval", "0.2", *extra],
+        [sys.executable, "-m", "mqlite", "dashboard", *([path] if path else []), "--listen", "127.0.0.1:0",
+         "--interval", "0.2", *extra],
         stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert process.stdout is not None
@@ -129,7 +133,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     tmp = tmp_path_factory.mktemp("dashboard")
     path = str(tmp / "store")
     _fill_store(path)
-    yield from _start(path, tmp)
+    with _start(path, tmp) as dashboard:
+        yield dashboard
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +143,8 @@ def writable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     tmp = tmp_path_factory.mktemp("dashboard-write")
     path = str(tmp / "store")
     _fill_dlq_store(path)
-    yield from _start(path, tmp, "--write")
+    with _start(path, tmp, "--write") as dashboard:
+        yield dashboard
 
 
 @pytest.fixture(scope="module")
@@ -384,3 +390,30 @@ def test_every_page_loads_without_console_errors(driver: WebDriver, store: Dashb
         screenshot(driver, shots, "group-dark")
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_a_served_broker_shows_its_members(driver: WebDriver, tmp_path: Path, shots: Path) -> None:
+    """`mqlite dashboard -n` on a serving broker: the group page lists the live consumer; no file facts."""
+    path = str(tmp_path / "store")
+    with mqlite.open(path, **SMALL_STORE) as broker:
+        with mqlite.Producer(broker, group="pg") as producer:
+            for i in range(4):
+                producer.send(mqlite.Message("orders", f"order {i}".encode()))
+        server = broker.serve("127.0.0.1:0")
+        try:
+            with mqlite.PushConsumer(broker, group="live", subscription={"orders": "*"},
+                                     listener=lambda msgs, context: None) as consumer:
+                assert broker.wait_idle(consumer, timeout=10)
+                with _start("", tmp_path, "-n", server.address) as served:
+                    open_page(driver, served.url, "group/live", "group")
+                    wait_for(driver, "the live consumer among the members",
+                             "return document.querySelector('[data-testid=group-facts]').textContent.includes(arguments[0])",
+                             consumer.client_id)
+                    assert driver.find_element(By.CSS_SELECTOR, "[data-testid=store-line]").text.startswith(server.address)
+                    screenshot(driver, shots, "group-remote")
+                    open_page(driver, served.url, "health", "health")
+                    assert driver.find_element(By.CSS_SELECTOR, "[data-testid=files-unavailable]").is_displayed()
+                    assert not driver.find_element(By.CSS_SELECTOR, "[data-testid=verify-button]").is_displayed()
+                    screenshot(driver, shots, "health-remote")
+        finally:
+            server.close()

@@ -701,23 +701,27 @@
         verify.disabled = false;
       }
     });
-    put(ctx.root, h("h1", {}, "Store health"), head,
-      section("Verify", h("p", {}, "Reads every commit-log record and checks the consume queues and index against it (read-only; takes a while on a large store). "), verify, verifyOut),
-      section("Commit-log segments", segments.el), section("Recovery history", recovery), section("Checkpoint", checkpoint));
+    // The file panels: hidden over -n, where the store's files are not visible.
+    const files = [section("Verify", h("p", {}, "Reads every commit-log record and checks the consume queues and index against it (read-only; takes a while on a large store). "), verify, verifyOut),
+      section("Commit-log segments", segments.el), section("Recovery history", recovery), section("Checkpoint", checkpoint)];
+    put(ctx.root, h("h1", {}, "Store health"), head, files);
     return {
       async refresh() {
         const d = await api("api/health");
         if (!ctx.alive()) return;
         const cl = d.commitlog || {};
         fill(head,
-          d.available === false ? h("p", { class: "note" }, "This dashboard talks to a serving broker: the store's files are not visible from here.") : null,
-          facts("health-facts", [
+          d.available === false ? h("p", { class: "note", testid: "files-unavailable" },
+            "This dashboard talks to a serving broker: the store's files are not visible from here. ",
+            "Run ", h("code", {}, "mqlite verify PATH"), " and ", h("code", {}, "mqlite dashboard PATH"), " where the store is.") : null,
+          d.available === false ? null : facts("health-facts", [
             ["Flush", d.flush_disk_type || "—", "flush-mode"],
             ["Last shutdown", d.clean_shutdown === null || d.clean_shutdown === undefined ? "unknown" : d.clean_shutdown ? "clean" : "abnormal (recovered)"],
             ["Disk", fmtBytes(d.disk_bytes)], ["Commit log", `${fmtNum(cl.min_offset)} … ${fmtNum(cl.max_offset)} bytes`],
             ["Segment size", fmtBytes(cl.file_size)], ["Consume queues", fmtBytes(d.consume_queue_bytes)],
             ["Index files", Array.isArray(d.index_files) ? fmtNum(d.index_files.length) : fmtValue("index_files", d.index_files)],
           ]));
+        for (const panel of files) panel.hidden = d.available === false;
         segmentSize = cl.file_size || 0;
         segments.set(cl.segments || []);
         const history = d.recovery_history || [];
