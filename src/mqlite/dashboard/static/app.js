@@ -511,9 +511,8 @@
         ], ([k]) => ({ property: k }), "No properties.");
         props.set(Object.entries(m.properties || {}).sort(([a], [b]) => a.localeCompare(b)));
         const body = h("pre", { class: "body", testid: "message-body", tabindex: 0 });
-        const textButton = h("button", { type: "button", testid: "body-text", disabled: m.body_text === null });
+        const textButton = h("button", { type: "button", testid: "body-text", disabled: m.body_text === null }, "Text");
         const hexButton = h("button", { type: "button", testid: "body-hex" }, "Hex");
-        textButton.textContent = "Text";
         const show = (mode) => {
           body.textContent = mode === "text" ? m.body_text : hexDump(m.body_hex);
           body.dataset.mode = mode;
