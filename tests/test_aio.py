@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,10 @@ from mqlite.errors import IllegalStateError, MQClientError
 from mqlite.testing import TEST_BROKER_CONFIG, MockClock
 
 FIRST = mqlite.ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+SRC = Path(mqlite.__file__).resolve().parent.parent
+#: Each async client and the blocking client it wraps.
+WRAPS = {mqlite.aio.Producer: mqlite.Producer, mqlite.aio.LitePullConsumer: mqlite.LitePullConsumer,
+         mqlite.aio.PushConsumer: mqlite.PushConsumer}
 
 
 def _store(tmp_path: Path) -> str:
@@ -179,3 +187,42 @@ def test_cancelling_a_queued_send_cancels_it_and_a_stored_one_still_completes(tm
             return [m.body for m in broker.store.get_messages("T", 0, 0, 10).messages]
 
     assert asyncio.run(main()) == [b"pipelined", b"first"]
+
+
+def _parameters(cls: type) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(cls, eval_str=True).parameters)
+
+
+@pytest.mark.parametrize("aio_class", list(WRAPS), ids=lambda cls: cls.__name__)
+def test_async_clients_take_the_keywords_of_the_blocking_ones(aio_class: type) -> None:
+    # Same names, kinds, defaults and types, in the same order, so the two cannot drift apart; the async
+    # client adds `executor`, and an async push consumer's listener is a coroutine function.
+    ours, theirs = _parameters(aio_class), _parameters(WRAPS[aio_class])
+    executor = ours.pop("executor")
+    assert (executor.kind, executor.default) == (inspect.Parameter.KEYWORD_ONLY, None)
+    if aio_class is mqlite.aio.PushConsumer:
+        assert ours["listener"].annotation == (mqlite.aio.AsyncMessageListener | None)
+        assert theirs["listener"].annotation != ours["listener"].annotation
+        ours["listener"] = theirs["listener"]
+    assert list(ours.values()) == list(theirs.values())
+
+
+def test_mypy_refuses_a_wrong_keyword_or_type_for_an_async_client(tmp_path: Path) -> None:
+    pytest.importorskip("mypy")
+    calls = {  # line -> what mypy says about it
+        'mqlite.aio.Producer("mq", "pg", send_msg_timeot=1.0)': 'Unexpected keyword argument "send_msg_timeot"',
+        'mqlite.aio.LitePullConsumer("mq", "lg", pol_timeout=1.0)': 'Unexpected keyword argument "pol_timeout"',
+        'mqlite.aio.PushConsumer("mq", "cg", consume_thread_num=4)':
+            'Unexpected keyword argument "consume_thread_num"',
+        'mqlite.aio.LitePullConsumer("mq", "lg", poll_timeout="1")': 'Argument "poll_timeout"',
+    }
+    fine = 'mqlite.aio.PushConsumer("mq", "cg", consume_thread_nums=4, executor=None)'
+    (tmp_path / "calls.py").write_text("import mqlite.aio\n\n\ndef calls() -> None:\n"
+                                       + "".join(f"    {call}\n" for call in [*calls, fine]), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", os.devnull, str(tmp_path / "calls.py")],
+        cwd=SRC.parent, env=dict(os.environ, MYPYPATH=str(SRC)), capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    for line, (call, message) in enumerate(calls.items(), start=5):
+        assert any(f"calls.py:{line}:" in error and message in error for error in errors), (call, result.stdout)
+    assert len(errors) == len(calls), result.stdout

@@ -345,6 +345,17 @@ def test_a_foreign_host_is_refused_on_every_route(reader: Dashboard) -> None:
     assert call(reader, "api/overview", headers={"Host": f"localhost:{port}"})[0] == 200
 
 
+def test_beyond_loopback_ip_literals_pass_and_names_do_not(template: Facts) -> None:
+    with mqlite.open(template.path, read_only=True) as broker, Dashboard(broker, "0.0.0.0:0") as board:
+        assert board.loopback is False
+        port = board.address.rsplit(":", 1)[1]
+        url = f"http://127.0.0.1:{port}/"
+        assert call(url, "api/dlq")[0] == 200
+        assert call(url, "api/dlq", headers={"Host": f"10.1.2.3:{port}"})[0] == 200  # as a LAN client sends it
+        assert call(url, "api/dlq", headers={"Host": f"rebound.example:{port}"})[0] == 403
+        assert call(url, "api/dlq", headers={"Host": "10.1.2.3:1"})[0] == 403  # another port
+
+
 def test_static_paths_never_leave_the_static_directory(reader: Dashboard, tmp_path: Path) -> None:
     for path in ("static/../server.py", "static/%2e%2e/server.py", "static/..%2fserver.py", "static//etc/passwd",
                  "static/%5c..%5cserver.py", "../pyproject.toml"):

@@ -16,71 +16,125 @@ except ImportError:
     raise ImportError(f"mqlite runs on POSIX systems (Linux, macOS): it locks a store directory with fcntl, "
                       f"which this platform ({_sys.platform}) does not have") from None
 
-from . import rebalance
-from .broker import Broker, QueueProgress, QueueStatus, set_remote_connector
-from .config import StoreConfig
-from .consumer import (
-    ConsumeConcurrentlyContext,
-    ConsumeConcurrentlyStatus,
-    ConsumeFromWhere,
-    ConsumeOrderlyContext,
-    ConsumeOrderlyStatus,
-    LitePullConsumer,
-    MessageModel,
-    PushConsumer,
-)
-from .errors import (
-    ConfigError,
-    DiskFullError,
-    FilterError,
-    IllegalStateError,
-    MessageNotFoundError,
-    MQClientError,
-    MQLiteError,
-    RemotingError,
-    SendTimeoutError,
-    StoreCorruptedError,
-    StoreLockedError,
-)
-from .filter import ExpressionType, MessageSelector
-from .longpoll import PullResult, PullStatus
-from .message import Message, MessageExt, MessageQueue
-from .producer import (
-    LocalTransactionState,
-    Producer,
-    SelectMessageQueueByHash,
-    SelectMessageQueueByRandom,
-    SendMessageContext,
-    SendResult,
-    SendStatus,
-    TransactionProducer,
-    TransactionSendResult,
-)
-from .reader import StoreReader
-from .remoting.holder import connect_to_holder
-from .remoting.holder import open_store as open
-from .remoting.remote import RemoteBroker, connect
-from .store import MessageStore
-from .storebase import GetMessageResult, GetMessageStatus
-from .traceview import MessageTrack, TraceView, TrackType
-from .broker import set_server_factory as _set_server_factory
+import importlib as _importlib
+import typing as _typing
+
+from . import _wiring
 from .remoting import serve_broker as _serve_broker
 
-# Clients given the path of a store another process holds and serves connect to that process.
-set_remote_connector(connect_to_holder)
+if _typing.TYPE_CHECKING:
+    from . import rebalance
+    from .broker import Broker, QueueProgress, QueueStatus
+    from .config import StoreConfig
+    from .consumer import (
+        ConsumeConcurrentlyContext,
+        ConsumeConcurrentlyStatus,
+        ConsumeFromWhere,
+        ConsumeOrderlyContext,
+        ConsumeOrderlyStatus,
+        LitePullConsumer,
+        MessageModel,
+        PushConsumer,
+    )
+    from .errors import (
+        ConfigError,
+        DiskFullError,
+        FilterError,
+        IllegalStateError,
+        MessageNotFoundError,
+        MQClientError,
+        MQLiteError,
+        RemotingError,
+        SendTimeoutError,
+        StoreCorruptedError,
+        StoreLockedError,
+    )
+    from .filter import ExpressionType, MessageSelector
+    from .longpoll import PullResult, PullStatus
+    from .message import Message, MessageExt, MessageQueue
+    from .producer import (
+        LocalTransactionState,
+        Producer,
+        SelectMessageQueueByHash,
+        SelectMessageQueueByRandom,
+        SendMessageContext,
+        SendResult,
+        SendStatus,
+        TransactionProducer,
+        TransactionSendResult,
+    )
+    from .reader import StoreReader
+    from .remoting.holder import open_store as open
+    from .remoting.remote import RemoteBroker, connect
+    from .remoting.server import Server
+    from .store import MessageStore
+    from .storebase import GetMessageResult, GetMessageStatus
+    from .traceview import MessageTrack, TraceView, TrackType
 
 __version__ = "0.1.0"
 
-_set_server_factory(_serve_broker)  # Broker.serve (layer L2) builds servers of mqlite.remoting (L4)
+
+def _connect_to_holder(path: str) -> RemoteBroker:
+    """`mqlite.remoting.holder.connect_to_holder`, imported when a client first meets a store another process holds."""
+    from .remoting.holder import connect_to_holder
+
+    return connect_to_holder(path)
+
+
+# Clients given the path of a store another process holds connect to that process, and Broker.serve (layer L2)
+# builds servers of mqlite.remoting (L4): installed before mqlite.broker is imported, which takes them from here.
+_wiring.remote_connector = _connect_to_holder
+_wiring.server_factory = _serve_broker
+
+#: Public name -> the module that defines it (and the name there). `import mqlite` imports none of them:
+#: the broker pulls in the store and numpy, the server asyncio, and a process that only loads the
+#: pytest plugin or reads `mqlite.__version__` needs neither. The first `mqlite.NAME` imports the module
+#: (PEP 562) and binds NAME here, so later lookups are plain attribute reads.
+_LAZY: dict[str, tuple[str, str]] = {
+    "Broker": ("broker", "Broker"), "QueueProgress": ("broker", "QueueProgress"),
+    "QueueStatus": ("broker", "QueueStatus"),
+    "StoreConfig": ("config", "StoreConfig"),
+    **{name: ("consumer", name) for name in (
+        "ConsumeConcurrentlyContext", "ConsumeConcurrentlyStatus", "ConsumeFromWhere", "ConsumeOrderlyContext",
+        "ConsumeOrderlyStatus", "LitePullConsumer", "MessageModel", "PushConsumer")},
+    **{name: ("errors", name) for name in (
+        "ConfigError", "DiskFullError", "FilterError", "IllegalStateError", "MessageNotFoundError",
+        "MQClientError", "MQLiteError", "RemotingError", "SendTimeoutError", "StoreCorruptedError",
+        "StoreLockedError")},
+    "ExpressionType": ("filter", "ExpressionType"), "MessageSelector": ("filter", "MessageSelector"),
+    "PullResult": ("longpoll", "PullResult"), "PullStatus": ("longpoll", "PullStatus"),
+    "Message": ("message", "Message"), "MessageExt": ("message", "MessageExt"),
+    "MessageQueue": ("message", "MessageQueue"),
+    **{name: ("producer", name) for name in (
+        "LocalTransactionState", "Producer", "SelectMessageQueueByHash", "SelectMessageQueueByRandom",
+        "SendMessageContext", "SendResult", "SendStatus", "TransactionProducer", "TransactionSendResult")},
+    "StoreReader": ("reader", "StoreReader"),
+    "open": ("remoting.holder", "open_store"),
+    "RemoteBroker": ("remoting.remote", "RemoteBroker"), "connect": ("remoting.remote", "connect"),
+    "Server": ("remoting.server", "Server"),
+    "MessageStore": ("store", "MessageStore"),
+    "GetMessageResult": ("storebase", "GetMessageResult"), "GetMessageStatus": ("storebase", "GetMessageStatus"),
+    "MessageTrack": ("traceview", "MessageTrack"), "TraceView": ("traceview", "TraceView"),
+    "TrackType": ("traceview", "TrackType"),
+}
 
 
 def __getattr__(name: str) -> object:
-    # `mqlite.Server` without importing asyncio for every `import mqlite`.
-    if name == "Server":
-        from .remoting.server import Server
+    """`mqlite.NAME` for a public name not imported yet: import its module (PEP 562) and bind NAME here."""
+    if name == "rebalance":
+        value: object = _importlib.import_module(".rebalance", __name__)
+    elif name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(_importlib.import_module(f".{module}", __name__), attribute)
+    else:
+        raise AttributeError(f"module 'mqlite' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return Server
-    raise AttributeError(f"module 'mqlite' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Broker",

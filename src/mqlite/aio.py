@@ -54,21 +54,27 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .broker import Broker
 from .broker import open as open_broker
-from .consumer.litepull import ConsumeRequest
+from .consumer.litepull import LITE_LONG_POLLING_WAIT, ConsumeRequest
 from .consumer.litepull import LitePullConsumer as _LitePullConsumer
+from .consumer.push import PUSH_LONG_POLLING_WAIT
 from .consumer.push import PushConsumer as _PushConsumer
-from .consumer.types import ConsumeConcurrentlyContext, ConsumeOrderlyContext
+from .consumer.types import ConsumeConcurrentlyContext, ConsumeFromWhere, ConsumeOrderlyContext, MessageModel
 from .errors import IllegalStateError, MQClientError
 from .filter import MessageSelector
 from .message import Message, MessageExt, MessageQueue
 from .port import BrokerPort
-from .producer import DEFAULT_PRODUCER_GROUP, MessageQueueSelector, SendResult
+from .rebalance import AllocateMessageQueueStrategy
+from .producer import COMPRESS_MSG_BODY_OVER_HOWMUCH, DEFAULT_PRODUCER_GROUP, MessageQueueSelector, SendResult
 from .producer import Producer as _Producer
 
 __all__ = ["open", "Producer", "LitePullConsumer", "PushConsumer", "AsyncMessageListener"]
 
 T = TypeVar("T")
 BrokerLike = BrokerPort | str | os.PathLike[str]
+
+# Each client's constructor spells out the keywords of the blocking client it wraps (same names, types and
+# defaults, RocketMQ's), so a type checker refuses a misspelt one and help() lists them;
+# tests/test_aio.py compares the signatures, so the two cannot drift apart.
 
 
 class AsyncMessageListener(Protocol):
@@ -219,16 +225,25 @@ def _message_list(msgs: Iterable[Message]) -> list[Message]:
 class Producer:
     """`mqlite.Producer` for asyncio: `async with`, `await send(...)`, `await send_batch(...)`.
 
-    `options` are `mqlite.Producer`'s keywords. Sends run on the producer's
+    The keywords are `mqlite.Producer`'s, with its defaults (RocketMQ's: a
+    3 s `send_msg_timeout`, bodies over 4 KiB compressed, 4 send threads ...);
+    `executor` runs `start`, `shutdown` and `send_batch` (None: the loop's
+    default executor). Sends run on the producer's
     send pool (`async_thread_nums` threads, joined by `shutdown`); a send waits
     for the store there, never on the loop. Under SYNC_FLUSH on a local store the
     loop's thread appends the message (microseconds, as `Producer.send_async`;
     a segment roll maps a new file) and awaits the group commit that makes it durable.
     """
 
-    def __init__(self, broker: BrokerLike, group: str = DEFAULT_PRODUCER_GROUP, *, executor: Executor | None = None,
-                 **options: Any) -> None:
-        self.sync = _Producer(broker, group, **options)
+    def __init__(self, broker: BrokerLike, group: str = DEFAULT_PRODUCER_GROUP, *,
+                 send_msg_timeout: float = 3.0, compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
+                 default_topic_queue_nums: int = 4, async_thread_nums: int = 4,
+                 max_message_size: int | None = None, trace: bool = False,
+                 executor: Executor | None = None) -> None:
+        self.sync = _Producer(broker, group, send_msg_timeout=send_msg_timeout,
+                              compress_msg_body_over_howmuch=compress_msg_body_over_howmuch,
+                              default_topic_queue_nums=default_topic_queue_nums, async_thread_nums=async_thread_nums,
+                              max_message_size=max_message_size, trace=trace)
         self._executor = executor
         self._completions: _Completions | None = None  # for the running loop (send_async)
 
@@ -284,16 +299,36 @@ class Producer:
 class LitePullConsumer:
     """`mqlite.LitePullConsumer` for asyncio: `await poll()`, `async for msg in consumer`, `await commit_sync()`.
 
-    `options` are `mqlite.LitePullConsumer`'s keywords (`auto_commit`,
-    `poll_timeout`, `consumer_timeout`, ...). `subscribe`/`assign` return at
+    The keywords are `mqlite.LitePullConsumer`'s, with its defaults (`auto_commit`,
+    `poll_timeout`, `consumer_timeout`, ...: RocketMQ's, in seconds); `executor`
+    runs the waiting polls, `start`, `shutdown` and `commit_sync` (None: the
+    loop's default executor). `subscribe`/`assign` return at
     once; the other blocking methods are on `.sync` (seek, pause, committed...).
     Several tasks may poll one consumer; each waiting poll holds one executor
     thread. Cancelling a poll loses nothing (module notes).
     """
 
-    def __init__(self, broker: BrokerLike, group: str, *, executor: Executor | None = None,
-                 **options: Any) -> None:
-        self.sync = _LitePullConsumer(broker, group, **options)
+    def __init__(self, broker: BrokerLike, group: str, *,
+                 auto_commit: bool = True, auto_commit_interval: float = 5.0, pull_batch_size: int = 10,
+                 poll_timeout: float = 5.0, consumer_timeout: float | None = None,
+                 message_model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp: str | int | None = None,
+                 allocate_strategy: AllocateMessageQueueStrategy | None = None,
+                 client_id: str | None = None,
+                 pull_threshold_for_all: int = 10000, pull_threshold_for_queue: int = 1000,
+                 pull_threshold_size_for_queue: int = 100, consume_max_span: int = 2000,
+                 long_polling_wait: float = LITE_LONG_POLLING_WAIT,
+                 offset_store_dir: str | None = None, trace: bool = False,
+                 executor: Executor | None = None) -> None:
+        self.sync = _LitePullConsumer(
+            broker, group, auto_commit=auto_commit, auto_commit_interval=auto_commit_interval,
+            pull_batch_size=pull_batch_size, poll_timeout=poll_timeout, consumer_timeout=consumer_timeout,
+            message_model=message_model, consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
+            allocate_strategy=allocate_strategy, client_id=client_id, pull_threshold_for_all=pull_threshold_for_all,
+            pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue, consume_max_span=consume_max_span,
+            long_polling_wait=long_polling_wait, offset_store_dir=offset_store_dir, trace=trace)
         self._executor = executor
         # Messages of the batch `async for` is in, taken but not handed out yet (see __anext__).
         self._rest: tuple[ConsumeRequest, list[MessageExt]] | None = None
@@ -427,11 +462,38 @@ class PushConsumer:
     blocking `shutdown()` on the loop thread would wait for listeners that need
     that very loop. A listener still waiting when the loop is gone fails after
     `consume_timeout` and is retried.
+
+    The keywords are `mqlite.PushConsumer`'s, with its defaults (RocketMQ's,
+    in seconds), but `listener` is a coroutine function (or
+    `register_message_listener` later); `executor` runs `start`, `shutdown`
+    and `join` (None: the loop's default executor).
     """
 
-    def __init__(self, broker: BrokerLike, group: str, *, listener: AsyncMessageListener | None = None,
-                 orderly: bool = False, executor: Executor | None = None, **options: Any) -> None:
-        self.sync = _PushConsumer(broker, group, **options)
+    def __init__(self, broker: BrokerLike, group: str, *,
+                 message_model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp: str | int | None = None,
+                 allocate_strategy: AllocateMessageQueueStrategy | None = None,
+                 client_id: str | None = None,
+                 consume_thread_nums: int = 20, consume_message_batch_max_size: int = 1, pull_batch_size: int = 32,
+                 pull_threshold_for_queue: int = 1000, pull_threshold_size_for_queue: int = 100,
+                 consume_concurrently_max_span: int = 2000, max_reconsume_times: int = -1,
+                 suspend_current_queue_time: float = 1.0, consume_timeout: float = 900.0,
+                 pull_interval: float = 0.0, long_polling_wait: float = PUSH_LONG_POLLING_WAIT,
+                 subscription: Mapping[str, MessageSelector | str | None] | None = None,
+                 listener: AsyncMessageListener | None = None, orderly: bool = False,
+                 offset_store_dir: str | None = None, trace: bool = False,
+                 executor: Executor | None = None) -> None:
+        self.sync = _PushConsumer(
+            broker, group, message_model=message_model, consume_from_where=consume_from_where,
+            consume_timestamp=consume_timestamp, allocate_strategy=allocate_strategy, client_id=client_id,
+            consume_thread_nums=consume_thread_nums, consume_message_batch_max_size=consume_message_batch_max_size,
+            pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,
+            pull_threshold_size_for_queue=pull_threshold_size_for_queue,
+            consume_concurrently_max_span=consume_concurrently_max_span, max_reconsume_times=max_reconsume_times,
+            suspend_current_queue_time=suspend_current_queue_time, consume_timeout=consume_timeout,
+            pull_interval=pull_interval, long_polling_wait=long_polling_wait, subscription=subscription,
+            offset_store_dir=offset_store_dir, trace=trace)
         self._executor = executor
         self._listener: AsyncMessageListener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import _wiring
 from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult
@@ -135,8 +136,9 @@ class Serving(Protocol):
         ...
 
 
-#: Builds a server for `Broker.serve`: installed by `mqlite.remoting` (an upper layer; see `set_server_factory`).
-_SERVER_FACTORY: Callable[..., Serving] | None = None
+#: Builds a server for `Broker.serve`: mqlite.remoting's (an upper layer), which `import mqlite` put in
+#: `_wiring` before this module was imported (see `set_server_factory`).
+_SERVER_FACTORY: Callable[..., Serving] | None = _wiring.server_factory
 
 
 def set_server_factory(factory: Callable[..., Serving]) -> None:
@@ -1235,7 +1237,8 @@ if hasattr(os, "register_at_fork"):
 
 #: How `acquire` reaches a store another process holds: `connector(path) -> BrokerPort` (see `set_remote_connector`).
 RemoteConnector = Callable[[str], BrokerPort]
-_remote_connector: RemoteConnector | None = None
+#: mqlite.remoting's, which `import mqlite` put in `_wiring` before this module was imported.
+_remote_connector: RemoteConnector | None = _wiring.remote_connector
 
 
 def set_remote_connector(connector: RemoteConnector | None) -> RemoteConnector | None:

@@ -20,12 +20,15 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .config import JAVA_INT_MAX, check_int
 from .errors import MQClientError
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = None  # numpy, bound by `_bind_numpy` at the first batch hash: `mqlite.Message` does not import it
 
 __all__ = [
     "Message",
@@ -163,6 +166,8 @@ def java_string_hash_array(texts: Sequence[str]) -> Any:
     Keys of one topic and one id format (`topic#UNIQ_KEY`) are all ASCII and of
     one length: they are checked and hashed in a few C-level passes.
     """
+    if np is None:
+        _bind_numpy()
     if len(texts) >= 4:
         length = len(texts[0])
         if 0 < length <= 4096 and min(map(len, texts)) == length == max(map(len, texts)):
@@ -185,6 +190,14 @@ def java_string_hash_array(texts: Sequence[str]) -> Any:
         for i, value in zip(members, hashes.tolist()):
             out[i] = value
     return np.array(out, dtype=np.int64)
+
+
+def _bind_numpy() -> None:
+    """Bind the module's `np` (once: a global read a batch after that, not an import statement)."""
+    global np
+    import numpy  # noqa: PLC0415 - deferred to the first batch hash
+
+    np = numpy
 
 
 def _hash_ascii_rows(data: bytes, rows: int, length: int) -> Any:
