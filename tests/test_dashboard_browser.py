@@ -417,3 +417,15 @@ def test_a_served_broker_shows_its_members(driver: WebDriver, tmp_path: Path, sh
                     screenshot(driver, shots, "health-remote")
         finally:
             server.close()
+
+
+def test_an_api_error_shows_in_the_banner_not_the_console(driver: WebDriver, store: Dashboard, shots: Path) -> None:
+    driver.get(f"{store.url}#/topic/no-such-topic")
+    text = WebDriverWait(driver, WAIT).until(_banner, "the error banner")
+    assert "no-such-topic" in text and "HTTP 404" in text
+    screenshot(driver, shots, "error-banner")
+    # Chromium itself logs the failed request; the page adds nothing (no uncaught error, no console.error).
+    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+    assert errors and all(e["source"] == "network" and "/api/topics/no-such-topic" in e["message"] for e in errors), errors
+    # A working page clears it.
+    open_page(driver, store.url, "", "overview")

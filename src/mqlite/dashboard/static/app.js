@@ -802,6 +802,8 @@
       }
     } catch (e) {
       if (v === current) showError(e);
+      // What is not there will not appear by asking again every 2 s (a reload or a link asks anew).
+      if (e instanceof ApiError && e.status === 404) v.live = false;
     } finally {
       v.busy = false;
     }
