@@ -110,6 +110,8 @@ def test_spark_example_runs(script: str, spark_runs: dict[str, Any]) -> None:
 
 def test_readme_opens_with_the_two_commands() -> None:
     text = (ROOT / "README.md").read_text()
-    commands = re.findall(r"^    (python3 -m venv .*)$", text, flags=re.M)[:2]
+    commands = re.findall(r"^    ((?:apt-get .* && )?python3 -m venv .*)$", text, flags=re.M)[:2]
     assert commands and "examples/demo.py" in commands[0] and "pytest" in commands[1]
+    # The test command sets up what the browser tests drive: Debian's chromium and its driver.
+    assert commands[1].startswith("apt-get update -q && apt-get install -y -q chromium chromium-driver && ")
     assert (ROOT / ".ci" / "run").read_text().strip().endswith(commands[1])
