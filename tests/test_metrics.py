@@ -317,6 +317,9 @@ def test_over_a_connection(broker: mqlite.Broker) -> None:
     try:
         with deadline(60), mqlite.connect(server.address) as remote:
             snap = collect(remote, remote.consumer_offset_table(), now_ms=NOW_MS)
+            own = remote.metrics()  # `Broker.metrics()`'s counterpart: the same figures
+            assert dataclasses.replace(own, timestamp_ms=NOW_MS, groups=snap.groups) == snap
+            assert [g.messages_out for g in own.groups] == [g.messages_out for g in snap.groups]
     finally:
         server.close()
     assert snap.store is None and all(t.bytes_in is None for t in snap.topics)
