@@ -8,6 +8,7 @@ The expected figures are computed from what the test sent, committed and read ba
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import time
@@ -24,7 +25,8 @@ import mqlite
 from mqlite import recoveryhistory
 from mqlite.clock import ManualClock
 from mqlite.metrics import Counters, MetricsSnapshot, StoreFigures, collect, render_prometheus
-from mqlite.recoveryhistory import recovery_history, recovery_history_path
+from mqlite.recovery import RecoveryReport
+from mqlite.recoveryhistory import record_recovery, recovery_history, recovery_history_path
 
 #: Topics and their queue counts; "orders" gets more messages than "audit".
 TOPICS = {"orders": 3, "audit": 2}
@@ -385,3 +387,91 @@ def test_recovery_history_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
             pass
     with open(recovery_history_path(path), encoding="utf-8") as f:
         assert [json.loads(line)["seq"] for line in f] == [3, 4, 5]
+
+
+def _report(queues: int, abnormal: bool = True) -> RecoveryReport:
+    """A recovery that repaired `queues` consume queues (a crash that lost them all), with long reasons."""
+    report = RecoveryReport(abnormal=abnormal)
+    report.queues_repaired = {f"consumequeue/topic-{i}/0": "units past the log's end: " + "x" * 300
+                              for i in range(queues)}
+    return report
+
+
+def test_recovery_history_is_bounded_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = str(tmp_path)
+    for i in range(70):
+        record_recovery(root, _report(10_000 if i % 10 == 0 else 3), time_ms=i + 1, pid=7, duration_ms=1)
+    size = os.path.getsize(recovery_history_path(root))
+    history = recovery_history(root)
+    assert size <= recoveryhistory.RECOVERY_HISTORY_MAX_BYTES
+    assert len(history) == recoveryhistory.RECOVERY_HISTORY_LIMIT and history[-1].seq == 70
+    big = [r for r in history if r.queues_repaired_count == 10_000]
+    assert big and all(len(r.queues_repaired) == recoveryhistory.QUEUES_LISTED for r in big)
+    assert all(len(why) <= recoveryhistory.REASON_CHARS for r in history for why in r.queues_repaired.values())
+    # A tighter byte bound: the oldest lines go until the file fits.
+    monkeypatch.setattr(recoveryhistory, "RECOVERY_HISTORY_MAX_BYTES", 20_000)
+    record_recovery(root, _report(10_000), time_ms=71, pid=7, duration_ms=1)
+    assert os.path.getsize(recovery_history_path(root)) <= 20_000
+    assert recovery_history(root)[-1].seq == 71
+
+
+def test_recovery_history_keeps_crashes_longer_than_clean_opens(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recoveryhistory, "RECOVERY_HISTORY_LIMIT", 6)
+    monkeypatch.setattr(recoveryhistory, "ABNORMAL_KEPT", 2)
+    root = str(tmp_path)
+    for i in range(13):  # three crashes, then ten clean opens
+        record_recovery(root, _report(0, abnormal=i < 3), time_ms=i + 1, pid=7, duration_ms=1)
+    history = recovery_history(root)
+    assert [(r.seq, r.abnormal) for r in history] == [(2, True), (3, True), (10, False), (11, False), (12, False),
+                                                      (13, False)]
+    assert history[-1].abnormal_total == 3
+
+
+def test_a_history_that_cannot_be_written_never_fails_the_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL_STORE):
+        pass
+    os.mkdir(recovery_history_path(path) + ".tmp")  # EISDIR where the history is written first
+    with caplog.at_level("WARNING", logger="mqlite"), mqlite.open(path, **SMALL_STORE) as broker:
+        broker.put_message("orders", 0, b"still opens")
+    warnings = [r.getMessage() for r in caplog.records if "history skips it" in r.getMessage()]
+    assert len(warnings) == 1 and "IsADirectoryError" in warnings[0]
+    assert [r.seq for r in recovery_history(path)] == [1]
+    os.rmdir(recovery_history_path(path) + ".tmp")
+    # A full disk: its own wording, no temporary file left behind.
+
+    def no_room(src: str, dst: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", dst)
+
+    monkeypatch.setattr(recoveryhistory.os, "replace", no_room)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mqlite"):
+        assert record_recovery(path, RecoveryReport(abnormal=False), time_ms=1, pid=7, duration_ms=1) is None
+    assert [r.getMessage() for r in caplog.records if "no room on the disk" in r.getMessage()]
+    assert not os.path.exists(recovery_history_path(path) + ".tmp")
+    assert [r.seq for r in recovery_history(path)] == [1]
+
+
+def test_a_scrape_reads_the_recovery_history_only_when_it_changed(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import mqlite.metrics as metrics_module
+
+    reads: list[str] = []
+
+    def counted(root: str) -> list[recoveryhistory.RecoveryRecord]:
+        reads.append(root)
+        return recovery_history(root)
+
+    monkeypatch.setattr(metrics_module, "recovery_history", counted)
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL_STORE) as broker:
+        for _ in range(3):
+            facts = broker.metrics().store
+            assert facts is not None and (facts.recoveries, facts.abnormal_recoveries) == (1, 0)
+        assert len(reads) == 1
+        record_recovery(path, RecoveryReport(abnormal=True), time_ms=1, pid=7, duration_ms=1)
+        facts = broker.metrics().store
+        assert facts is not None and (facts.recoveries, facts.abnormal_recoveries) == (2, 1)
+        assert len(reads) == 2

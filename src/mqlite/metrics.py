@@ -75,7 +75,7 @@ from .consumequeue import BLANK_UNIT
 from .errors import MQLiteError
 from .message import MessageExt
 from .offsetfile import group_table, groups_of
-from .recoveryhistory import recovery_history
+from .recoveryhistory import RecoveryRecord, recovery_history, recovery_history_path
 from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_dlq_topic, is_retry_topic
 from .store import MessageStore
 from .storebase import StoreFiles
@@ -248,6 +248,9 @@ class StoreFigures(Counters):
         self._spans: dict[Hashable, tuple[int, int, int]] = {}
         #: key -> (queue offset, its record's commit-log offset, store time): one answer per queue (and group)
         self._times: dict[Hashable, tuple[int, int, int]] = {}
+        #: (inode, size, mtime) of the recovery history last read, and its newest record
+        self._history_key: tuple[int, ...] | None = None
+        self._history_last: RecoveryRecord | None = None
 
     def unit_bytes(self, key: Hashable, topic: str, queue_id: int, low: int, high: int) -> int:
         """Bytes of the records of a queue's units below `high`, each queue offset counted once in this
@@ -325,8 +328,7 @@ class StoreFigures(Counters):
         """Disk bytes, flush mode and (a writer's) flush figures, recovery counts. Walks the directory."""
         files = self.files
         writer = files if isinstance(files, MessageStore) else None
-        history = recovery_history(files.root)
-        last = history[-1] if history else None
+        last = self._last_recovery()
         flushed = None
         if writer is not None:
             flushed = max(writer.commitlog.max_offset - writer.commitlog.mapped_files.flushed_where, 0)
@@ -336,6 +338,23 @@ class StoreFigures(Counters):
             flush_latency=writer.flush_latency.snapshot() if writer is not None else None,
             recoveries=last.seq if last else 0, abnormal_recoveries=last.abnormal_total if last else 0,
             earliest_store_timestamp=self._earliest())
+
+    def _last_recovery(self) -> RecoveryRecord | None:
+        """The newest line of the recovery history, read again only when the file changed (one `stat`)."""
+        path = recovery_history_path(self.files.root)
+        try:
+            st = os.stat(path)
+            key: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = None
+        with self._lock:
+            if key is not None and key == self._history_key:
+                return self._history_last
+        history = recovery_history(self.files.root) if key is not None else []
+        last = history[-1] if history else None
+        with self._lock:
+            self._history_key, self._history_last = key, last
+        return last
 
     def _earliest(self) -> int | None:
         """`getEarliestMessageTime`: the store time of the commit log's first record (one header read)."""
