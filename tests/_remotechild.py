@@ -9,7 +9,7 @@
         consumption order, until stdin closes (then it shuts down, giving its locks back).
     python tests/_remotechild.py open DIR TOPIC BODY
         `mqlite.open(DIR)` while another process holds it: prints the broker's class name, sends
-        BODY to TOPIC and prints ``SENT <msg_id>``.
+        BODY to TOPIC and prints ``SENT <msg_id>``, then ``METRICS <messages in of TOPIC>`` (`metrics()`).
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def open_held(path: str, topic: str, body: str) -> None:
     with mqlite.Producer(broker, group="child-pg") as producer:
         result = producer.send(mqlite.Message(topic, body.encode()))
     _print("SENT", result.msg_id)
+    # The same code as on an embedded broker: `metrics()` whichever `mqlite.open` returned.
+    _print("METRICS", *[t.messages_in for t in broker.metrics().topics if t.topic == topic])
     broker.close()
 
 

@@ -54,6 +54,15 @@ def test_a_name_imports_its_module_once_and_is_then_a_plain_attribute() -> None:
     assert fresh(code).strip() == "True"
 
 
+def test_a_submodule_name_imports_the_submodule() -> None:
+    # `mqlite.errors.X` after a plain `import mqlite` works whatever ran before (eager imports bound every
+    # submodule once); the errors need no numpy, a subpackage is found as well.
+    code = ("import mqlite, sys\nassert mqlite.errors.MQLiteError is mqlite.MQLiteError\n"
+            "print('numpy' in sys.modules)\nassert mqlite.metrics.collect\n"
+            "assert mqlite.dashboard.__name__ == 'mqlite.dashboard'")
+    assert fresh(code).strip() == "False"
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         mqlite.Nope  # noqa: B018

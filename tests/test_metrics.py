@@ -8,8 +8,10 @@ The expected figures are computed from what the test sent, committed and read ba
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,9 @@ from support import no_leftover_threads  # noqa: F401
 import mqlite
 from mqlite import recoveryhistory
 from mqlite.clock import ManualClock
-from mqlite.metrics import MetricsSnapshot, StoreFigures, collect, render_prometheus
-from mqlite.recoveryhistory import recovery_history, recovery_history_path
+from mqlite.metrics import Counters, MetricsSnapshot, StoreFigures, collect, render_prometheus
+from mqlite.recovery import RecoveryReport
+from mqlite.recoveryhistory import record_recovery, recovery_history, recovery_history_path
 
 #: Topics and their queue counts; "orders" gets more messages than "audit".
 TOPICS = {"orders": 3, "audit": 2}
@@ -56,20 +59,23 @@ def _commit(broker: mqlite.Broker, group: str, topic: str, offsets: dict[int, in
         broker.commit_offset(group, mqlite.MessageQueue(topic, broker.broker_name, queue_id), offset)
 
 
-def _expected(broker: mqlite.Broker, committed: dict[tuple[str, str], dict[int, int]]) -> dict[str, Any]:
+def _expected(broker: mqlite.Broker, committed: dict[tuple[str, str], dict[int, int]],
+              before: tuple[dict[tuple[str, str], dict[int, int]], ...] = ()) -> dict[str, Any]:
     """Messages and bytes in per topic, and out, bytes out, lag and lag latency per (group, topic), from
-    the messages themselves."""
+    the messages themselves. `before`: the offsets committed before (out counts the highest seen); a queue
+    without a committed offset lags by nothing (RocketMQ's ConsumerLagCalculator)."""
     stored = {(t, q): _stored(broker, t, q) for t, n in TOPICS.items() for q in range(n)}
     topics = {t: (sum(len(stored[t, q]) for q in range(n)), sum(m.store_size for q in range(n) for m in stored[t, q]))
               for t, n in TOPICS.items()}
     groups = {}
     for (group, topic), table in committed.items():
         queues = range(TOPICS[topic])
-        unconsumed = [stored[topic, q][table.get(q, 0)] for q in queues if table.get(q, 0) < len(stored[topic, q])]
+        out = {q: max(t.get((group, topic), {}).get(q, 0) for t in (*before, committed)) for q in queues}
+        unconsumed = [stored[topic, q][table[q]] for q in queues if q in table and table[q] < len(stored[topic, q])]
         groups[group, topic] = (
-            sum(table.get(q, 0) for q in queues),
-            sum(m.store_size for q in queues for m in stored[topic, q][: table.get(q, 0)]),
-            sum(len(stored[topic, q]) - table.get(q, 0) for q in queues),
+            sum(out.values()),
+            sum(m.store_size for q in queues for m in stored[topic, q][: out[q]]),
+            sum(len(stored[topic, q]) - table[q] for q in queues if q in table),
             NOW_MS - min(m.store_timestamp for m in unconsumed) if unconsumed else 0)
     return {"topics": topics, "groups": groups}
 
@@ -113,18 +119,84 @@ def test_snapshot_matches_the_store(broker: mqlite.Broker) -> None:
     moved = {**COMMITTED, ("cg1", "orders"): {0: 5, 1: 6, 2: 1}, ("cg2", "orders"): {1: 2}}  # cg2 went back
     _commit_all(broker, moved)
     again = collect(broker, broker.offset_snapshot(), store=figures, now_ms=NOW_MS)
-    assert _figures(again) == _expected(broker, moved)
+    assert _figures(again) == _expected(broker, moved, before=(COMMITTED,))  # cg2's out stays at 4
     assert _figures(broker.metrics())["topics"] == _figures(again)["topics"]
 
 
 def test_byte_sums_follow_a_deleted_and_refilled_topic(broker: mqlite.Broker) -> None:
-    """The byte sums kept between calls are not reused for units that are other messages now."""
+    """The byte sums kept between calls count a deleted and written again queue's units afresh, on top."""
     _send(broker, {"audit": 4})
-    assert _figures(broker.metrics())["topics"]["audit"] == _expected(broker, {})["topics"]["audit"]
+    first = _expected(broker, {})["topics"]["audit"]
+    assert _figures(broker.metrics())["topics"]["audit"] == first
     broker.delete_topic("audit")
     broker.create_topic("audit", TOPICS["audit"])
     _send(broker, {"audit": 6}, start=50)  # the same queue offsets again, and more, of other sizes
-    assert _figures(broker.metrics())["topics"]["audit"] == _expected(broker, {})["topics"]["audit"]
+    messages, size = _expected(broker, {})["topics"]["audit"]
+    assert _figures(broker.metrics())["topics"]["audit"] == (messages, first[1] + size)
+
+
+#: Small segments and queue files, so 600 messages of ~330 bytes fill several; retention deletes at once.
+RETENTION_STORE = {"commitlog_file_size": 1 << 16, "consumequeue_file_size": 20 * 64,
+                   "max_hash_slot_num": 64, "max_index_num": 256, "file_reserved_time": 0.0}
+
+
+def test_counters_keep_what_retention_deleted_writer_and_reader(tmp_path: Path) -> None:
+    """After retention deleted the oldest segments, the counters of a writer and of a long-lived reader keep
+    the bytes they counted, and the reader's min offsets (messages stored, the oldest message's age) follow
+    the writer's."""
+    path = str(tmp_path / "mq")
+    # A day ahead of the files' modification times, so every full segment has expired.
+    clock = ManualClock(int(time.time() * 1000) + 86_400_000)
+    with mqlite.open(path, clock=clock, **RETENTION_STORE) as writer, \
+            mqlite.open(path, read_only=True) as reader:
+        for _ in range(6):
+            writer.put_messages("T", 0, [b"x" * 300] * 100, [None] * 100)
+        _commit(writer, "g", "T", {0: 550})
+        assert writer.offsets is not None and writer.offsets.persist()
+        sizes = [m.store_size for m in _stored(writer, "T", 0)]
+        before = {"writer": writer.metrics(), "reader": reader.metrics()}
+        assert writer.store.delete_expired_files(force=True) > 0
+        low = writer.store.min_offset("T", 0)
+        assert 0 < low < 550
+        oldest = writer.store.look_message_by_offset(writer.store.commitlog.min_offset).store_timestamp
+        for name, snap in (("writer", writer.metrics()), ("reader", reader.metrics())):
+            (topic,) = [t for t in snap.topics if t.topic == "T"]
+            (group,) = snap.groups
+            assert (topic.messages_in, topic.messages_stored, topic.bytes_in) == (600, 600 - low, sum(sizes)), name
+            assert (group.messages_out, group.bytes_out, group.lag_messages) == (550, sum(sizes[:550]), 50), name
+            assert snap.store is not None and before[name].store is not None
+            assert snap.store.earliest_store_timestamp == oldest, name
+            assert _counters(render_prometheus(before[name])) == _counters(render_prometheus(snap)), name
+
+
+def _counters(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of the counter families of a Prometheus text (histograms left out)."""
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) if family.type == "counter"
+            for sample in family.samples}
+
+
+def test_messages_out_keeps_the_highest_offset_committed(broker: mqlite.Broker) -> None:
+    """A group resetting its offsets back lowers the lag, never the counters (with the files or without)."""
+    _send(broker, {"orders": 12})
+    _commit(broker, "cg", "orders", {0: 4, 1: 3})
+    stored = {q: _stored(broker, "orders", q) for q in range(3)}
+    counters = Counters()
+    for snap in (broker.metrics(), collect(broker, broker.offset_snapshot(), counters=counters)):
+        assert [(g.messages_out, g.lag_messages) for g in snap.groups] == [(7, 1)]  # queue 2: no offset, no lag
+    _commit(broker, "cg", "orders", {0: 1, 1: 0})  # reset back
+    for snap in (broker.metrics(), collect(broker, broker.offset_snapshot(), counters=counters)):
+        assert [(g.messages_out, g.lag_messages) for g in snap.groups] == [(7, 7)]
+    (group,) = broker.metrics().groups
+    assert group.bytes_out == sum(m.store_size for m in stored[0][:4] + stored[1][:3])
+    # Consumed past the old mark again: counted from there.
+    _commit(broker, "cg", "orders", {0: 4, 1: 4})
+    (group,) = broker.metrics().groups
+    assert (group.messages_out, group.lag_messages) == (8, 0)
+    assert group.bytes_out == sum(m.store_size for m in stored[0][:4] + stored[1][:4])
+    # Without a kept collector each call stands alone: what is committed now.
+    _commit(broker, "cg", "orders", {0: 0, 1: 0})
+    assert [g.messages_out for g in collect(broker, broker.offset_snapshot()).groups] == [0]
 
 
 def test_dead_letters_retries_and_system_topics_are_labelled(broker: mqlite.Broker) -> None:
@@ -247,6 +319,9 @@ def test_over_a_connection(broker: mqlite.Broker) -> None:
     try:
         with deadline(60), mqlite.connect(server.address) as remote:
             snap = collect(remote, remote.consumer_offset_table(), now_ms=NOW_MS)
+            own = remote.metrics()  # `Broker.metrics()`'s counterpart: the same figures
+            assert dataclasses.replace(own, timestamp_ms=NOW_MS, groups=snap.groups) == snap
+            assert [g.messages_out for g in own.groups] == [g.messages_out for g in snap.groups]
     finally:
         server.close()
     assert snap.store is None and all(t.bytes_in is None for t in snap.topics)
@@ -312,3 +387,91 @@ def test_recovery_history_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
             pass
     with open(recovery_history_path(path), encoding="utf-8") as f:
         assert [json.loads(line)["seq"] for line in f] == [3, 4, 5]
+
+
+def _report(queues: int, abnormal: bool = True) -> RecoveryReport:
+    """A recovery that repaired `queues` consume queues (a crash that lost them all), with long reasons."""
+    report = RecoveryReport(abnormal=abnormal)
+    report.queues_repaired = {f"consumequeue/topic-{i}/0": "units past the log's end: " + "x" * 300
+                              for i in range(queues)}
+    return report
+
+
+def test_recovery_history_is_bounded_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = str(tmp_path)
+    for i in range(70):
+        record_recovery(root, _report(10_000 if i % 10 == 0 else 3), time_ms=i + 1, pid=7, duration_ms=1)
+    size = os.path.getsize(recovery_history_path(root))
+    history = recovery_history(root)
+    assert size <= recoveryhistory.RECOVERY_HISTORY_MAX_BYTES
+    assert len(history) == recoveryhistory.RECOVERY_HISTORY_LIMIT and history[-1].seq == 70
+    big = [r for r in history if r.queues_repaired_count == 10_000]
+    assert big and all(len(r.queues_repaired) == recoveryhistory.QUEUES_LISTED for r in big)
+    assert all(len(why) <= recoveryhistory.REASON_CHARS for r in history for why in r.queues_repaired.values())
+    # A tighter byte bound: the oldest lines go until the file fits.
+    monkeypatch.setattr(recoveryhistory, "RECOVERY_HISTORY_MAX_BYTES", 20_000)
+    record_recovery(root, _report(10_000), time_ms=71, pid=7, duration_ms=1)
+    assert os.path.getsize(recovery_history_path(root)) <= 20_000
+    assert recovery_history(root)[-1].seq == 71
+
+
+def test_recovery_history_keeps_crashes_longer_than_clean_opens(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recoveryhistory, "RECOVERY_HISTORY_LIMIT", 6)
+    monkeypatch.setattr(recoveryhistory, "ABNORMAL_KEPT", 2)
+    root = str(tmp_path)
+    for i in range(13):  # three crashes, then ten clean opens
+        record_recovery(root, _report(0, abnormal=i < 3), time_ms=i + 1, pid=7, duration_ms=1)
+    history = recovery_history(root)
+    assert [(r.seq, r.abnormal) for r in history] == [(2, True), (3, True), (10, False), (11, False), (12, False),
+                                                      (13, False)]
+    assert history[-1].abnormal_total == 3
+
+
+def test_a_history_that_cannot_be_written_never_fails_the_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL_STORE):
+        pass
+    os.mkdir(recovery_history_path(path) + ".tmp")  # EISDIR where the history is written first
+    with caplog.at_level("WARNING", logger="mqlite"), mqlite.open(path, **SMALL_STORE) as broker:
+        broker.put_message("orders", 0, b"still opens")
+    warnings = [r.getMessage() for r in caplog.records if "history skips it" in r.getMessage()]
+    assert len(warnings) == 1 and "IsADirectoryError" in warnings[0]
+    assert [r.seq for r in recovery_history(path)] == [1]
+    os.rmdir(recovery_history_path(path) + ".tmp")
+    # A full disk: its own wording, no temporary file left behind.
+
+    def no_room(src: str, dst: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", dst)
+
+    monkeypatch.setattr(recoveryhistory.os, "replace", no_room)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mqlite"):
+        assert record_recovery(path, RecoveryReport(abnormal=False), time_ms=1, pid=7, duration_ms=1) is None
+    assert [r.getMessage() for r in caplog.records if "no room on the disk" in r.getMessage()]
+    assert not os.path.exists(recovery_history_path(path) + ".tmp")
+    assert [r.seq for r in recovery_history(path)] == [1]
+
+
+def test_a_scrape_reads_the_recovery_history_only_when_it_changed(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import mqlite.metrics as metrics_module
+
+    reads: list[str] = []
+
+    def counted(root: str) -> list[recoveryhistory.RecoveryRecord]:
+        reads.append(root)
+        return recovery_history(root)
+
+    monkeypatch.setattr(metrics_module, "recovery_history", counted)
+    path = str(tmp_path / "mq")
+    with mqlite.open(path, **SMALL_STORE) as broker:
+        for _ in range(3):
+            facts = broker.metrics().store
+            assert facts is not None and (facts.recoveries, facts.abnormal_recoveries) == (1, 0)
+        assert len(reads) == 1
+        record_recovery(path, RecoveryReport(abnormal=True), time_ms=1, pid=7, duration_ms=1)
+        facts = broker.metrics().store
+        assert facts is not None and (facts.recoveries, facts.abnormal_recoveries) == (2, 1)
+        assert len(reads) == 2

@@ -283,6 +283,7 @@ def test_a_second_process_opening_the_path_reaches_the_serving_holder(broker: mq
         sent = child.readline(end)
         assert sent is not None and sent.startswith("SENT "), child.stderr()
         msg_id = sent.split()[1]
+        assert child.readline(end) == "METRICS 1", child.stderr()
     assert broker.view_message(msg_id).body == b"from-child"
 
 

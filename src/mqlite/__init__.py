@@ -120,16 +120,24 @@ _LAZY: dict[str, tuple[str, str]] = {
 
 
 def __getattr__(name: str) -> object:
-    """`mqlite.NAME` for a public name not imported yet: import its module (PEP 562) and bind NAME here."""
-    if name == "rebalance":
-        value: object = _importlib.import_module(".rebalance", __name__)
-    elif name in _LAZY:
+    """`mqlite.NAME` for a public name not imported yet: import its module (PEP 562) and bind NAME here.
+    A submodule's name (`mqlite.errors`, `mqlite.rebalance`) imports it, as a plain `import mqlite` once did."""
+    if name in _LAZY:
         module, attribute = _LAZY[name]
-        value = getattr(_importlib.import_module(f".{module}", __name__), attribute)
+        value: object = getattr(_importlib.import_module(f".{module}", __name__), attribute)
+    elif not name.startswith("__") and _is_submodule(name):
+        value = _importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module 'mqlite' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _is_submodule(name: str) -> bool:
+    """True when `mqlite.<name>` is a module or subpackage of this package (looked up, not imported)."""
+    import importlib.util  # on this rare path only: `import mqlite` stays lean
+
+    return importlib.util.find_spec(f"{__name__}.{name}") is not None
 
 
 def __dir__() -> list[str]:

@@ -566,18 +566,30 @@ class ConsumeQueue:
                 queue.truncate_dirty_files(last.file_from_offset + keep * _UNIT, (count - keep) * _UNIT)
             return
 
-    def delete_expired(self, min_commit_log_offset: int, batch_max: int = 10) -> int:
-        """Delete leading files whose last unit points below the log's min offset."""
+    def _expired(self, min_commit_log_offset: int) -> Callable[[MappedFile], bool]:
+        """The rule retention deletes a queue file by: its last unit points below the log's min offset."""
 
         def expired(mf: MappedFile) -> bool:
             offset, size, _ = CQ_UNIT_STRUCT.unpack_from(mf.mm, self.file_size - _UNIT)
             return size > 0 and offset + size <= min_commit_log_offset
 
-        deleted = self.mapped_files.delete_files(expired, batch_max)
+        return expired
+
+    def delete_expired(self, min_commit_log_offset: int, batch_max: int = 10) -> int:
+        """Delete leading files whose last unit points below the log's min offset."""
+        return self._files_gone(self.mapped_files.delete_files(self._expired(min_commit_log_offset), batch_max))
+
+    def forget_deleted(self, min_commit_log_offset: int) -> int:
+        """Read-only: drop the leading files the writer's retention deleted (only files retention could
+        have deleted are looked at, so a look costs no system call while none expired). Returns how many."""
+        return self._files_gone(self.mapped_files.forget_deleted(self._expired(min_commit_log_offset)))
+
+    def _files_gone(self, gone: int) -> int:
+        """After leading files went: the queue starts at the first file left."""
         files = self.mapped_files.files
-        if deleted and files:
+        if gone and files:
             self.min_logic_offset = max(self.min_logic_offset, files[0].file_from_offset)
-        return deleted
+        return gone
 
     def flush(self, least_pages: int) -> bool:
         """Flush as `MappedFileQueue.flush`."""

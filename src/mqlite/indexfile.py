@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import itertools
 import logging
 import mmap
 import os
@@ -1098,15 +1099,28 @@ class IndexService:
         """
         with self._lock:
             self._check_open(writing=True)
-            doomed = 0
-            for f in self._files[:-1]:
-                if f.end_commit_log_offset >= min_commit_log_offset:
-                    break
-                doomed += 1
-            for f in self._files[:doomed]:
-                f.destroy()
-            del self._files[:doomed]
-            return doomed
+            return self._drop_oldest(self._files[:-1], lambda f: f.end_commit_log_offset < min_commit_log_offset,
+                                     IndexFile.destroy)
+
+    def forget_deleted(self) -> int:
+        """Read-only: close the oldest files the writer's retention deleted (``delete_expired``), so their
+        disk space goes back; returns how many. Queries take the lock too, so none is reading them.
+
+        Cost: one ``stat`` while the oldest file is still there.
+        """
+        with self._lock:
+            self._check_open()
+            # Index file names are times and never reused: a name gone is a file deleted.
+            return self._drop_oldest(self._files, lambda f: not os.path.exists(f.path), IndexFile.close)
+
+    def _drop_oldest(self, files: list[IndexFile], doomed: Callable[[IndexFile], bool],
+                     drop: Callable[[IndexFile], None]) -> int:
+        """Under the lock: `drop` the oldest of `files` while `doomed` holds, and forget them."""
+        count = sum(1 for _ in itertools.takewhile(doomed, files))
+        for f in self._files[:count]:
+            drop(f)
+        del self._files[:count]
+        return count
 
     def verify(self) -> list[str]:
         """Problems of every file (prefixed with its name) and of their order; ``[]`` = OK.

@@ -245,6 +245,24 @@ class MappedFile:
             log.debug("map of %s still exported; left to the garbage collector", self.path)
         os.close(self._fd)
 
+    def deleted(self) -> bool:
+        """True when the file was unlinked (by another process: a reader's look at the writer's retention),
+        or this map was `release`d. One `fstat`."""
+        if self._closed:
+            return True
+        try:
+            return os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            return True
+
+    def release(self) -> None:
+        """Read-only: let go of a file another process deleted. The descriptor closes now; the map goes
+        with the last reference to this object, so a thread of this process still reading it finishes
+        its read (`close()` would pull the map from under it). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+
     def destroy(self) -> None:
         """Close and delete the file."""
         self.close()
@@ -562,6 +580,23 @@ class MappedFileQueue:
         for mf in doomed:
             mf.destroy()
         return len(doomed)
+
+    def forget_deleted(self, candidate: Callable[[MappedFile], bool] | None = None) -> int:
+        """Read-only: drop the leading files another process deleted (`MappedFile.deleted`), as far as
+        `candidate(file)` also holds; they are `release`d, so their disk space goes back once no read of
+        this process holds them. Returns how many went. Cost: one `fstat` per candidate file looked at."""
+        files = self.files
+        gone = 0
+        for mf in files:
+            if (candidate is not None and not candidate(mf)) or not mf.deleted():
+                break
+            gone += 1
+        if gone:
+            with self._lock:
+                self.files = files[gone:]
+            for mf in files[:gone]:
+                mf.release()
+        return gone
 
     def destroy(self) -> None:
         """Delete every file and the directory if empty."""

@@ -11,11 +11,19 @@ committed offsets, bytes the record sizes in the consume-queue units, lag the di
 process that reads the store (a dashboard beside the writer, a reader after a restart) sees the
 same figures, and counters survive restarts. What follows from that:
 
-- Bytes (`rocketmq_throughput_in_total`, `..._out_total`) count the records still stored: when
-  retention deletes a queue's oldest file, they drop (Prometheus' `rate()` takes a drop for a
-  counter reset). Message counters come from offsets and never drop (but for a deleted topic).
-- Messages out count what a group committed, not what it pulled; lag is max offset minus the
-  committed offset (RocketMQ's `ConsumerLagCalculator` does the same for its lag gauge).
+- The counters only grow within one collector's life (a `StoreFigures`, or the `Counters` passed to
+  `collect`; `Broker.metrics()` and `RemoteBroker.metrics()` keep one): bytes in and out
+  (`rocketmq_throughput_in_total`, `..._out_total`) count each queue offset's record once, when the
+  collector first sees it stored (in) or below the committed offset (out), and keep it counted after
+  retention deleted it; messages out (`rocketmq_messages_out_total`) sum the highest offset each group
+  committed per queue, so resetting offsets back lowers the lag but not the counter. Messages in are the
+  max offsets, which only grow (a deleted topic leaves the output). A new collector (a new process, a
+  restarted dashboard) starts from what the files hold then: its bytes cover only the records still
+  stored and its messages out the offsets committed now, so the counters may start lower than the last
+  process' did; Prometheus reads that as a counter reset, as it does a restarted RocketMQ broker.
+- Messages out count what a group committed, not what it pulled. Lag is max offset minus the committed
+  offset; a queue the group has not committed an offset for lags by nothing and has no lag latency, as
+  RocketMQ's `ConsumerLagCalculator` counts it (it takes the queue's max offset for it).
 - Figures that need the files are there only when `store` is given (a process that has the
   directory): bytes in and out, disk bytes, flush latency, flush-behind bytes, recovery counts.
   Over a `RemoteBroker` without it they are None and not rendered.
@@ -25,10 +33,10 @@ The names (RocketMQ's `BrokerMetricsConstant` and `DefaultStoreMetricsConstant`)
 | metric | type | labels | from |
 |---|---|---|---|
 | `rocketmq_messages_in_total` | counter | topic, message_type, is_system | max offsets (retry and DLQ topics left out, as RocketMQ does) |
-| `rocketmq_throughput_in_total` | counter | topic, message_type, is_system | unit sizes of the stored messages (bytes) |
-| `rocketmq_messages_out_total` | counter | topic, consumer_group, is_retry, is_system | committed offsets |
-| `rocketmq_throughput_out_total` | counter | topic, consumer_group, is_retry, is_system | unit sizes below the committed offsets |
-| `rocketmq_consumer_lag_messages` | gauge | topic, consumer_group, is_retry, is_system | max offset - committed offset |
+| `rocketmq_throughput_in_total` | counter | topic, message_type, is_system | unit sizes of the messages stored (bytes, each once) |
+| `rocketmq_messages_out_total` | counter | topic, consumer_group, is_retry, is_system | highest committed offsets seen |
+| `rocketmq_throughput_out_total` | counter | topic, consumer_group, is_retry, is_system | unit sizes below them (each once) |
+| `rocketmq_consumer_lag_messages` | gauge | topic, consumer_group, is_retry, is_system | max offset - committed offset (0 without one) |
 | `rocketmq_consumer_lag_latency` | gauge (ms) | topic, consumer_group, is_retry, is_system | now - store time of the oldest unconsumed message |
 | `rocketmq_send_to_dlq_messages_total` | counter | consumer_group, is_system | `%DLQ%<group>`'s max offsets |
 | `rocketmq_topic_number` | gauge | | the topic table |
@@ -67,7 +75,7 @@ from .consumequeue import BLANK_UNIT
 from .errors import MQLiteError
 from .message import MessageExt
 from .offsetfile import group_table, groups_of
-from .recoveryhistory import recovery_history
+from .recoveryhistory import RecoveryRecord, recovery_history, recovery_history_path
 from .sendback import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_dlq_topic, is_retry_topic
 from .store import MessageStore
 from .storebase import StoreFiles
@@ -75,7 +83,7 @@ from .storeservices import HistogramSnapshot
 from .topics import TopicConfig, is_system_topic
 
 __all__ = ["MetricsSource", "MetricsSnapshot", "TopicFigures", "GroupTopicFigures", "StoreFacts", "StoreFigures",
-           "QueueRow", "collect", "disk_bytes", "render_prometheus", "CONTENT_TYPE"]
+           "Counters", "QueueRow", "collect", "disk_bytes", "render_prometheus", "CONTENT_TYPE"]
 
 #: The `Content-Type` of `render_prometheus`' text.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -153,7 +161,7 @@ class TopicFigures:
     queues: int
     messages_in: int  # messages ever stored: max offsets summed over the queues
     messages_stored: int  # still stored: max - min offsets summed
-    bytes_in: int | None  # bytes of the stored messages (record sizes); None without the files
+    bytes_in: int | None  # bytes of the records stored, each counted once (see the module); None without files
     last_store_timestamp: int  # store time of the newest message (epoch ms), 0 when none
 
 
@@ -165,9 +173,9 @@ class GroupTopicFigures:
     topic: str
     is_retry: bool
     is_system: bool
-    messages_out: int  # committed offsets summed (each at most the queue's max offset)
-    bytes_out: int | None  # bytes of the stored messages below the committed offsets; None without the files
-    lag_messages: int  # max offset - committed offset, summed over the queues
+    messages_out: int  # highest committed offsets seen, summed (each at most the queue's max offset)
+    bytes_out: int | None  # bytes of the records below them, each counted once (see the module); None without files
+    lag_messages: int  # max offset - committed offset, summed over the queues with a committed offset
     lag_latency_ms: int  # now - store time of the oldest message not consumed yet; 0 when nothing lags
 
 
@@ -207,45 +215,68 @@ class MetricsSnapshot:
         return asdict(self)
 
 
-class StoreFigures:
+class Counters:
+    """What one collector has counted, so that its counters only grow: the highest committed offset seen per
+    consumer group and queue (`rocketmq_messages_out_total` counts that: a group resetting its offsets back
+    does not lower it). Keep one per exporter and pass it to every `collect` (a `StoreFigures` is one; a
+    `RemoteBroker` keeps one for its `metrics()`). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._committed: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    def highest_committed(self, key: Hashable, offset: int) -> int:
+        """The highest of `offset` and the offsets seen before under `key`."""
+        with self._lock:
+            best = max(self._committed.get(key, offset), offset)
+            self._committed[key] = best
+            return best
+
+
+class StoreFigures(Counters):
     """The files' side of `collect` for one store (a `MessageStore` or a `StoreReader`).
 
-    Keep one per store and pass it to every `collect`: it caches, per queue (and per group and
-    queue), the byte sum of the units it already read, so a scrape reads only the units added since
-    the last one (numpy over the mapped units), and the store times it read. Thread-safe.
+    Keep one per store and pass it to every `collect`: it counts bytes incrementally, per queue (and per
+    group and queue), each queue offset's record once (`unit_bytes`: a scrape reads only the units added
+    since the last one, numpy over the mapped units), and caches the store times it read. Thread-safe.
     """
 
     def __init__(self, files: StoreFiles) -> None:
+        super().__init__()
         self.files = files
-        #: key -> (low, high, bytes of units [low, high), commit-log offset of unit high - 1)
-        self._spans: dict[Hashable, tuple[int, int, int, int]] = {}
+        #: key -> (queue offset the count got to, bytes counted, commit-log offset of the last unit counted)
+        self._spans: dict[Hashable, tuple[int, int, int]] = {}
         #: key -> (queue offset, its record's commit-log offset, store time): one answer per queue (and group)
         self._times: dict[Hashable, tuple[int, int, int]] = {}
-        self._lock = threading.Lock()
+        #: (inode, size, mtime) of the recovery history last read, and its newest record
+        self._history_key: tuple[int, ...] | None = None
+        self._history_last: RecoveryRecord | None = None
 
     def unit_bytes(self, key: Hashable, topic: str, queue_id: int, low: int, high: int) -> int:
-        """Bytes of the records of units [low, high) of a queue; `key` names the cached span.
-
-        Cost: the units past the span cached under `key`; all of them the first time, or when `low`
-        moved, `high` went back or the span's last unit is another one now (the queue was deleted and
-        written again, or cut by a recovery)."""
+        """Bytes of the records of a queue's units below `high`, each queue offset counted once in this
+        object's life; `key` names the count. The first call sums units [low, high); later calls add the
+        units from where the count got to (from `low` when retention deleted units not counted yet) up to
+        `high`. So the sum never drops: the bytes of units retention deleted stay counted, and a `high`
+        that went back adds nothing until it passes where the count got to. A queue deleted and written
+        again (its last counted unit is another record now) is counted afresh on top. Cost: one unit read,
+        and the units not counted yet."""
         cq = self.files.consume_queue(topic, queue_id)
-        if cq is None or high <= low:
-            return 0
-        with self._lock:
-            cached = self._spans.get(key)
-        start, total = low, 0
-        if cached is not None and cached[0] == low and low < cached[1] <= high:
-            last = cq.unit_at(cached[1] - 1)
-            if last is not None and last[0] == cached[3]:
-                start, total = cached[1], cached[2]
-        if start < high:
-            sizes = cq.units_array(start, high)["size"]
-            total += int(sizes[(sizes > 0) & (sizes != _BLANK_SIZE)].astype(np.int64).sum())
-        end = cq.unit_at(high - 1)
-        with self._lock:
-            self._spans[key] = (low, high, total, end[0] if end is not None else -1)
-        return total
+        with self._lock:  # held while summing: two scrapes at once must not count the same units twice
+            counted_to, total, last = self._spans.get(key, (low, 0, -1))
+            start = max(low, counted_to)
+            if cq is not None and low < counted_to <= high:
+                unit = cq.unit_at(counted_to - 1)
+                if unit is not None and unit[0] != last:  # another record now: none of this queue's is counted
+                    start = low
+            if cq is not None and start < high:
+                sizes = cq.units_array(start, high)["size"]  # stops at a unit not written yet: counted later
+                total += int(sizes[(sizes > 0) & (sizes != _BLANK_SIZE)].astype(np.int64).sum())
+                if len(sizes):
+                    counted_to = start + len(sizes)
+                    end = cq.unit_at(counted_to - 1)
+                    last = end[0] if end is not None else -1
+            self._spans[key] = (counted_to, total, last)
+            return total
 
     def queue_statuses(self, configs: Mapping[str, TopicConfig | None]) -> dict[str, list[QueueRow]]:
         """`Broker.topic_status` of each topic of `configs`, from the files: its read queues (per its
@@ -297,8 +328,7 @@ class StoreFigures:
         """Disk bytes, flush mode and (a writer's) flush figures, recovery counts. Walks the directory."""
         files = self.files
         writer = files if isinstance(files, MessageStore) else None
-        history = recovery_history(files.root)
-        last = history[-1] if history else None
+        last = self._last_recovery()
         flushed = None
         if writer is not None:
             flushed = max(writer.commitlog.max_offset - writer.commitlog.mapped_files.flushed_where, 0)
@@ -308,6 +338,23 @@ class StoreFigures:
             flush_latency=writer.flush_latency.snapshot() if writer is not None else None,
             recoveries=last.seq if last else 0, abnormal_recoveries=last.abnormal_total if last else 0,
             earliest_store_timestamp=self._earliest())
+
+    def _last_recovery(self) -> RecoveryRecord | None:
+        """The newest line of the recovery history, read again only when the file changed (one `stat`)."""
+        path = recovery_history_path(self.files.root)
+        try:
+            st = os.stat(path)
+            key: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = None
+        with self._lock:
+            if key is not None and key == self._history_key:
+                return self._history_last
+        history = recovery_history(self.files.root) if key is not None else []
+        last = history[-1] if history else None
+        with self._lock:
+            self._history_key, self._history_last = key, last
+        return last
 
     def _earliest(self) -> int | None:
         """`getEarliestMessageTime`: the store time of the commit log's first record (one header read)."""
@@ -347,18 +394,21 @@ def _allocated(entry: os.DirEntry[str]) -> int:
 
 # -- collect ------------------------------------------------------------------------------------------------------
 def collect(source: MetricsSource, offsets: Mapping[str, Mapping[int, int]], *,
-            store: StoreFigures | StoreFiles | None = None, now_ms: int | None = None) -> MetricsSnapshot:
+            store: StoreFigures | StoreFiles | None = None, counters: Counters | None = None,
+            now_ms: int | None = None) -> MetricsSnapshot:
     """A `MetricsSnapshot` of the broker `source`, with the committed `offsets` (`{"topic@group": {queue_id:
     offset}}`: `admin.offset_table(broker)` or `RemoteBroker.consumer_offset_table()`).
 
     `store` adds what the files know (bytes, disk, flush, recovery); pass a `StoreFigures` kept between
-    calls so bytes are read incrementally (a bare `StoreFiles` reads every unit each time). `now_ms`
-    defaults to the source's clock. Cost: per topic `topic_config` and, without `store`, `topic_status` (round
+    calls so bytes are read incrementally and the counters only grow (a bare `StoreFiles` reads every unit
+    each time and starts its counts afresh). Without files, pass `counters` kept between calls for the
+    same (with a `StoreFigures` they are its own). `now_ms` defaults to the source's clock. Cost: per topic `topic_config` and, without `store`, `topic_status` (round
     trips over a connection); per lagging group and queue one record read. With `store`, queue offsets
     come from the files (one refresh of a reader), plus the units added since the last call and one walk
     of the directory.
     """
     figures = StoreFigures(store) if isinstance(store, StoreFiles) else store
+    marks = figures if figures is not None else counters
     now = source.clock.now_ms() if now_ms is None else now_ms
     if figures is not None:  # a reader maps what the writer added (new queues list new topics), once
         figures.refresh()
@@ -376,7 +426,7 @@ def collect(source: MetricsSource, offsets: Mapping[str, Mapping[int, int]], *,
         for topic, committed in sorted(group_table(offsets, group).items()):
             if topic not in statuses:  # committed offsets of a topic no longer in the table
                 statuses[topic] = source.topic_status(topic)
-            groups.append(_group_figures(source, group, topic, committed, statuses[topic], figures, now))
+            groups.append(_group_figures(source, group, topic, committed, statuses[topic], figures, marks, now))
     all_groups = set(group_names) | {_group_of(t) for t in topic_names if is_retry_topic(t) or is_dlq_topic(t)}
     return MetricsSnapshot(timestamp_ms=now, broker_name=source.broker_name, topics=topics, groups=tuple(groups),
                            topic_number=len(topic_names), consumer_group_number=len(all_groups),
@@ -420,19 +470,25 @@ def _topic_figures(topic: str, config: TopicConfig | None, status: Sequence[Queu
 
 
 def _group_figures(source: MetricsSource, group: str, topic: str, committed: Mapping[int, int],
-                   status: Sequence[QueueStatusLike], figures: StoreFigures | None, now: int) -> GroupTopicFigures:
+                   status: Sequence[QueueStatusLike], figures: StoreFigures | None, marks: Counters | None,
+                   now: int) -> GroupTopicFigures:
     out = lag = 0
     bytes_out: int | None = 0 if figures is not None else None
     oldest: int | None = None
     for q in status:
-        # A queue without a committed offset counts from 0; one past the end (committed before a
-        # truncation, or by hand) consumed no more than the queue holds (admin.topic_stats' rule).
-        consumed = min(max(committed.get(q.queue_id, 0), 0), q.max_offset)
-        out += consumed
+        offset = committed.get(q.queue_id, -1)
+        # RocketMQ's `ConsumerLagCalculator`: a queue without a committed offset lags by nothing (it takes the
+        # broker's max offset for it). One past the end (committed before a truncation, or by hand) consumed
+        # no more than the queue holds (admin.topic_stats' rule).
+        consumed = min(offset, q.max_offset) if offset >= 0 else q.max_offset
         lag += q.max_offset - consumed
+        # Messages out count the highest offset the group committed (seen by `marks`): never lowered by a reset.
+        counted = min(offset, q.max_offset) if offset >= 0 else 0
+        if marks is not None:
+            counted = marks.highest_committed((group, topic, q.queue_id), counted)
+        out += counted
         if figures is not None and bytes_out is not None:
-            bytes_out += figures.unit_bytes((group, topic, q.queue_id), topic, q.queue_id, q.min_offset,
-                                            max(consumed, q.min_offset))
+            bytes_out += figures.unit_bytes((group, topic, q.queue_id), topic, q.queue_id, q.min_offset, counted)
         if consumed < q.max_offset:
             stored = _store_time(source, figures, group, topic, q.queue_id, max(consumed, q.min_offset))
             if stored > 0 and (oldest is None or stored < oldest):
@@ -465,16 +521,20 @@ _TOPIC_FAMILIES = (
     ("rocketmq_messages_in_total", "counter",
      "Messages stored per topic (max offsets summed over its queues; retry and DLQ topics left out).", "messages_in"),
     ("rocketmq_throughput_in_total", "counter",
-     "Bytes of the messages still stored per topic (record sizes from the consume queues).", "bytes_in"),
+     "Bytes of the messages stored per topic (record sizes from the consume queues, each counted once, kept "
+     "after retention deletes it).", "bytes_in"),
 )
 #: (name, type, help, GroupTopicFigures field) of the per-group-and-topic families.
 _GROUP_FAMILIES = (
     ("rocketmq_messages_out_total", "counter",
-     "Messages a consumer group committed per topic (committed offsets summed).", "messages_out"),
+     "Messages a consumer group committed per topic (the highest committed offsets seen, summed).",
+     "messages_out"),
     ("rocketmq_throughput_out_total", "counter",
-     "Bytes of the stored messages below a consumer group's committed offsets per topic.", "bytes_out"),
+     "Bytes of the messages below a consumer group's highest committed offsets per topic (each counted once).",
+     "bytes_out"),
     ("rocketmq_consumer_lag_messages", "gauge",
-     "Messages not consumed yet per consumer group and topic (max offset - committed offset).", "lag_messages"),
+     "Messages not consumed yet per consumer group and topic (max offset - committed offset; 0 for a queue "
+     "without a committed offset).", "lag_messages"),
     ("rocketmq_consumer_lag_latency", "gauge",
      "Milliseconds since the oldest message a consumer group has not consumed was stored.", "lag_latency_ms"),
 )

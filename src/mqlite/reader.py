@@ -112,6 +112,20 @@ class StoreReader(StoreFiles):
             for cq in self.consume_queues.values():
                 cq.correct_min_offset(min_commit_log_offset)
 
+    def _forget_deleted(self) -> None:
+        """Drop the files the writer deleted (retention: the log's oldest segments, then the queue and
+        index files pointing into them only), so the disk space they held goes back and the min offsets
+        follow the writer's. A read of this process still going on in a dropped file finishes it (see
+        `MappedFile.release`); later reads find the record gone, as a writer's reads do. Cost: one
+        `fstat` of the first segment, one `stat` of the first index file, nothing per queue unless its
+        first file expired."""
+        self.commitlog.mapped_files.forget_deleted()
+        min_commit_log_offset = self.commitlog.min_offset
+        if min_commit_log_offset > 0:
+            for cq in self.consume_queues.values():
+                cq.forget_deleted(min_commit_log_offset)
+        self.index.forget_deleted()
+
     def _end_of_log(self) -> None:
         """Mark the newest segment as written up to the end of the last dispatched record."""
         files = self.commitlog.mapped_files.files
@@ -122,8 +136,10 @@ class StoreReader(StoreFiles):
         last.wrote_position = max(0, min(last.file_size, end - last.file_from_offset))
 
     def refresh(self) -> None:
-        """Pick up consume queues, segments and units the writer added since the last look."""
+        """Pick up consume queues, segments and units the writer added since the last look, and let go
+        of the segments and queue and index files its retention deleted (their min offsets move up)."""
         self._require_open()
+        self._forget_deleted()
         for cq in self._load_consume_queues():
             cq.recover()
         for cq in self.consume_queues.values():

@@ -24,7 +24,7 @@ from typing import TypeAlias
 from ..admin import consumer_groups, consumer_progress, group_exists, offset_table
 from ..broker import Broker, QueueProgress
 from ..errors import ConfigError, MQLiteError
-from ..metrics import MetricsSnapshot, QueueStatusLike, StoreFigures, collect
+from ..metrics import MetricsSnapshot, QueueStatusLike, StoreFigures
 from ..remoting.remote import RemoteBroker
 from ..sendback import DLQ_GROUP_TOPIC_PREFIX, is_dlq_topic, is_retry_topic
 from ..topics import is_system_topic
@@ -121,12 +121,10 @@ class Source:
             raise ForbiddenError(_READ_ONLY[self.mode])
 
     def metrics(self) -> MetricsSnapshot:
-        """The `mqlite.metrics` figures: `Broker.metrics()` with the files, else `collect` over the wire
-        with the serving broker's offset table."""
+        """The `mqlite.metrics` figures: `Broker.metrics()` with the files, else `RemoteBroker.metrics()` (over
+        the wire, with the serving broker's offset table); each keeps its counters between scrapes."""
         with self.lock:
-            if self.local is not None:
-                return self.local.metrics()
-            return collect(self.broker, self.offsets())
+            return self.broker.metrics()
 
     # -- sampling -----------------------------------------------------------------------------------------
     def sample(self) -> Sample:

@@ -50,6 +50,7 @@ from ..message import (
     decode_offset_msg_id,
     encode_properties,
 )
+from ..metrics import Counters, MetricsSnapshot, collect
 from ..port import BrokerPort, QueueKey, Subscription, TransactionChecker
 from ..producer import DEFAULT_PRODUCER_GROUP
 from ..trace import TRACE_MAX_MSG_SIZE, TRACE_TOPIC, TraceDispatcher
@@ -142,6 +143,7 @@ class RemoteBroker(RemoteAdmin):
         self._lock = threading.Lock()
         self._closing = False
         self._closed = False
+        self._counters = Counters()  # `metrics()`: the highest committed offsets seen, so its counters only grow
         self._users = 0  # users beyond its owner: clients given a store path share one connection
         self._routes: dict[str, tuple[float, TopicRoute]] = {}  # topic -> (fetched at, route body)
         self._routes_version = 0
@@ -226,6 +228,13 @@ class RemoteBroker(RemoteAdmin):
     def clock(self) -> Clock:
         """The system clock (a remote broker cannot share a test's manual clock)."""
         return SYSTEM_CLOCK
+
+    def metrics(self) -> MetricsSnapshot:
+        """The served store's metrics, as `Broker.metrics()` gives them but for the figures that need the files
+        (bytes, disk, flush, recovery: None, and left out of `render_prometheus`); so `mqlite.open(path).metrics()`
+        works whoever holds the store. `mqlite.metrics.collect(self, self.consumer_offset_table())`, with counters
+        this connection keeps between calls (they only grow). Cost: round trips per topic (see `collect`)."""
+        return collect(self, self.consumer_offset_table(), counters=self._counters)
 
     @property
     def max_message_size(self) -> int:
