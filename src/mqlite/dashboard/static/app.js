@@ -258,6 +258,8 @@
   let topicNames = [];
   /** The store's mode from the latest overview ("writer", "read-only", "remote"). */
   let storeMode = null;
+  /** Settles once the page's first overview request has set the store line and `storeMode`. */
+  let storeReady = Promise.resolve();
   let showSystem = false;
 
   function setStoreLine(store) {
@@ -794,7 +796,7 @@
     put(ctx.root, h("h1", {}, "Store health"), head, files);
     return {
       async refresh() {
-        const d = await api("api/health");
+        const [d] = await Promise.all([api("api/health"), storeReady]);  // the shutdown note words by mode
         if (!ctx.alive()) return;
         const cl = d.commitlog || {};
         fill(head,
@@ -804,12 +806,13 @@
           d.available === false ? null : facts("health-facts", [
             ["Flush", d.flush_disk_type || "—", "flush-mode"],
             ["Last shutdown", d.clean_shutdown === null || d.clean_shutdown === undefined ? "unknown"
-              : d.clean_shutdown ? "clean" : storeMode === "writer" ? "abnormal (recovered at this writer's open)"
-                : "abnormal (recovery runs at the next writer open)", "last-shutdown"],
+              : d.clean_shutdown ? "clean" : "abnormal", "last-shutdown"],
             ["Disk", fmtBytes(d.disk_bytes)], ["Commit log", `${fmtNum(cl.min_offset)} … ${fmtNum(cl.max_offset)} bytes`],
             ["Segment size", fmtBytes(cl.file_size)], ["Consume queues", fmtBytes(d.consume_queue_bytes)],
             ["Index files", Array.isArray(d.index_files) ? fmtNum(d.index_files.length) : fmtValue("index_files", d.index_files)],
-          ]));
+          ]),
+          d.available !== false && d.clean_shutdown === false
+            ? h("p", { class: "note", testid: "shutdown-note" }, shutdownText(false, storeMode)) : null);
         for (const panel of files) panel.hidden = d.available === false;
         segmentSize = cl.file_size || 0;
         maxOffset = cl.max_offset || 0;
@@ -931,6 +934,6 @@
   liveToggle.addEventListener("change", tick);
   setInterval(tick, REFRESH_MS);
   // The header's store line and the search forms' topic list come from the overview, whatever the first page.
-  api("api/overview").then((d) => { setStoreLine(d.store); topicNames = d.topics.map((t) => t.topic); }).catch(showError);
+  storeReady = api("api/overview").then((d) => { setStoreLine(d.store); topicNames = d.topics.map((t) => t.topic); }).catch(showError);
   route();
 })();
