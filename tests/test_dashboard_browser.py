@@ -192,12 +192,14 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
 
 @pytest.fixture(autouse=True)
 def no_console_errors(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test ends with a console free of errors (SEVERE entries) for all the pages it loaded."""
+    """Every test ends with a console free of errors (SEVERE entries) for all the pages it loaded, and no
+    error in the page's banner (a live refresh that failed after the page's first load shows there)."""
     yield
     if "driver" in request.fixturenames:
         browser: WebDriver = request.getfixturevalue("driver")
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert not errors, f"browser console errors: {errors}"
+        assert not _banner(browser), f"the page ends the test with an error: {_banner(browser)}"
 
 
 def open_page(browser: WebDriver, base: str, route: str, view: str) -> None:
