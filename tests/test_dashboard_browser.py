@@ -16,6 +16,7 @@ The README's test command installs chromium and chromium-driver; without them th
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 
@@ -50,6 +52,7 @@ PAYMENTS = 6
 COMMITTED = 2  # billing's committed offset in each of orders' 4 queues
 MORE = 8  # messages sent to orders while the group page is open
 BLOB = bytes([0xFF, 0xFE, 0x00, 0x01]) + b"not utf-8"  # "blobs" queue 0 offset 0
+DEAD = 205  # dead letters of cg in the --write store: more than the page's 200, so there is a second page
 MARKUP = '<img src="x" onerror="window.pwned = 1"><script>window.pwned = 2</script>'  # offset 1: shown as text
 
 
@@ -83,16 +86,25 @@ def _fill_store(path: str) -> None:
         for mq in broker.fetch_subscribe_queues("orders"):
             broker.commit_offset("billing", mq, COMMITTED)
         _message_back(broker, "billing", ids[0])
+        # Traced: a send and its consumption write Pub, SubBefore and SubAfter records (docs/guide.md).
+        with mqlite.Producer(broker, group="tp", trace=True) as traced:
+            traced.send(mqlite.Message("traced", b"traced body", keys="traced-1"))
+        with mqlite.PushConsumer(broker, group="tracer", subscription={"traced": "*"},
+                                 listener=lambda msgs, context: None, trace=True) as consumer:
+            assert broker.wait_idle(consumer, timeout=10)
         assert broker.wait_dispatched(10)
 
 
 def _fill_dlq_store(path: str) -> str:
-    """A store whose group cg has one dead letter; returns its msg_id."""
+    """A store whose group cg has DEAD dead letters: "dead job" twice (the same msg_id at offsets 0 and 1, as
+    when a re-sent message dies again), then one each of other jobs; returns the twice-dead msg_id."""
     with mqlite.open(path, **SMALL_STORE) as broker:
         with mqlite.Producer(broker, group="pg") as producer:
             msg_id = producer.send(mqlite.Message("jobs", b"dead job", keys="job-1")).msg_id
+            others = [producer.send(mqlite.Message("jobs", f"job {i}".encode())).msg_id for i in range(DEAD - 2)]
         broker.commit_offset("cg", broker.fetch_subscribe_queues("jobs")[0], 0)
-        _message_back(broker, "cg", msg_id)
+        for dead in [msg_id, msg_id, *others]:
+            _message_back(broker, "cg", dead)
         assert broker.wait_dispatched(10)
         return msg_id
 
@@ -180,12 +192,14 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
 
 @pytest.fixture(autouse=True)
 def no_console_errors(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every test ends with a console free of errors (SEVERE entries) for all the pages it loaded."""
+    """Every test ends with a console free of errors (SEVERE entries) for all the pages it loaded, and no
+    error in the page's banner (a live refresh that failed after the page's first load shows there)."""
     yield
     if "driver" in request.fixturenames:
         browser: WebDriver = request.getfixturevalue("driver")
         errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
         assert not errors, f"browser console errors: {errors}"
+        assert not _banner(browser), f"the page ends the test with an error: {_banner(browser)}"
 
 
 def open_page(browser: WebDriver, base: str, route: str, view: str) -> None:
@@ -233,6 +247,17 @@ def wait_for(browser: WebDriver, what: str, script: str, *args: Any) -> Any:
     return WebDriverWait(browser, WAIT).until(lambda b: b.execute_script(script, *args), what)
 
 
+def api_get(dashboard: Dashboard, path: str) -> Any:
+    """The dashboard's JSON answer to `GET /api/<path>`."""
+    with urlopen(f"{dashboard.url}api/{path}", timeout=WAIT) as answer:
+        return json.load(answer)
+
+
+def loads(browser: WebDriver) -> int:
+    """How many loads the current view has completed."""
+    return int(browser.execute_script("return Number(document.getElementById('view').dataset.loaded)"))
+
+
 def test_overview_lists_the_stores_topics(driver: WebDriver, store: Dashboard, shots: Path) -> None:
     open_page(driver, store.url, "", "overview")
     rows = {row.get_attribute("data-topic"): row for row in
@@ -246,6 +271,24 @@ def test_overview_lists_the_stores_topics(driver: WebDriver, store: Dashboard, s
              "return Object.entries(arguments[0]).every(([topic, n]) => document.querySelector("
              "`[data-testid=topics-table] tr[data-topic=\"${topic}\"] td:nth-child(4)`).textContent === String(n))", stored)
     assert driver.find_element(By.CSS_SELECTOR, "[data-testid=store-line]").text.startswith(store.path)
+    assert driver.title == "Overview · mqlite dashboard"
+    # Live: messages sent after the page loaded show up without a reload, in the "in" series and not in "out"
+    # (no group consumes payments, and no committed offset moves).
+    first = loads(driver)
+    with mqlite.open(store.path, **SMALL_STORE) as broker:
+        with mqlite.Producer(broker, group="pg") as producer:
+            for i in range(3):
+                producer.send(mqlite.Message("payments", f"late payment {i}".encode()))
+        assert broker.wait_dispatched(10)
+    wait_for(driver, "the overview to show the new payments",
+             "return document.querySelector('[data-testid=topics-table] tr[data-topic=payments] td:nth-child(4)')"
+             ".textContent === String(arguments[0])", PAYMENTS + 3)
+    assert loads(driver) > first and not _banner(driver)
+    rates = wait_for(driver, "the in series to rise", "const c = window.mqlite.charts['overview-rates'];"
+                     "return c && c.series[1].label === 'in' && c.data[1].some((v) => v > 0) ? c.data : null;")
+    assert [s for s in driver.execute_script("return window.mqlite.charts['overview-rates'].series.map((s) => s.label)")] == [
+        "Time", "in", "out"]
+    assert all(v in (0, None) for v in rates[2]), f"out {rates[2]}: nothing was consumed"
     screenshot(driver, shots, "overview")
     open_page(driver, store.url, "topic/orders", "topic")
     assert attributes(driver, "[data-testid=queues-table] tbody tr", "data-queue") == ["0", "1", "2", "3"]
@@ -266,6 +309,18 @@ def test_search_by_key_finds_the_message_and_shows_its_body(driver: WebDriver, s
     assert [row.get_attribute("data-msg-id") for row in rows] == [found.msg_id]
     assert "order-7" in rows[0].text
     screenshot(driver, shots, "search")
+    # The same message by its msg_id, and by its offset_msg_id, through their forms.
+    for mode, value in [("msg_id", found.msg_id), ("offset_msg_id", found.offset_msg_id)]:
+        open_page(driver, store.url, "search", "search")
+        form = driver.find_element(By.CSS_SELECTOR, f"[data-testid=search-{mode}]")
+        form.find_element(By.NAME, mode).send_keys(value)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_loaded(driver, "search")
+        hits = wait_for(driver, f"the {mode} search's result",
+                        "const rows = [...document.querySelectorAll('[data-testid=search-results] tbody tr[data-msg-id]')];"
+                        "return rows.length ? rows.map((r) => [r.dataset.msgId, r.dataset.offsetMsgId]) : null;")
+        assert hits == [[found.msg_id, found.offset_msg_id]], mode
+    rows = driver.find_elements(By.CSS_SELECTOR, "[data-testid=search-results] tbody tr[data-msg-id]")
     rows[0].find_element(By.CSS_SELECTOR, "a.mono").click()
     wait_loaded(driver, "message")
     body = driver.find_element(By.CSS_SELECTOR, "[data-testid=message-body]")
@@ -280,7 +335,7 @@ def test_search_by_key_finds_the_message_and_shows_its_body(driver: WebDriver, s
     wait_loaded(driver, "trace")
     # The track per group is the store's (Broker.message_track).
     assert sorted(attributes(driver, "[data-testid=tracks-table] tbody tr[data-group]", "data-group")) == groups
-    screenshot(driver, shots, "trace")
+    screenshot(driver, shots, "trace-untraced")
     # A body that is not UTF-8 shows as hex, and the text view is not offered.
     open_page(driver, store.url, "search?mode=offset&topic=blobs&queue_id=0&offset=0", "search")
     driver.find_element(By.CSS_SELECTOR, "[data-testid=search-results] tbody tr[data-msg-id] a.mono").click()
@@ -320,6 +375,13 @@ def test_lag_chart_draws_as_the_consumer_falls_behind(driver: WebDriver, store: 
                         "return c && c.data[1].at(-1) === arguments[0] && c.testMark === 1 ? c.data : null;", expected)
     lags = [v for v in data[1] if v is not None]
     assert behind in lags and lags[-1] == expected  # the line steps up from the first lag to the new one
+    # Lag reads against 0, not against its own minimum.
+    assert driver.execute_script("return window.mqlite.charts['group-lag'].scales.y.min") == 0
+    # The legend (series and latest values) is there for screen readers too, and a summary says it in words.
+    assert driver.execute_script("const host = document.querySelector('[data-testid=lag-chart]');"
+                                 "return !host.closest('[role=img], [aria-hidden=true]') && !!host.querySelector('.u-legend')")
+    assert driver.find_element(By.CSS_SELECTOR, "[data-testid=lag-chart] [data-testid=chart-summary]").get_attribute(
+        "textContent") == f"messages behind, latest: orders {expected}."
     # The canvas shows it: opaque pixels near the series' colour (uPlot strokes the line in #2f6fdf).
     drawn = driver.execute_script(
         "const cv = document.querySelector('[data-testid=lag-chart] canvas');"
@@ -338,13 +400,30 @@ def test_lag_chart_draws_as_the_consumer_falls_behind(driver: WebDriver, store: 
 
 def test_dlq_resend_moves_the_message(driver: WebDriver, writable: Dashboard, shots: Path) -> None:
     open_page(driver, writable.url, "dlq/cg", "dlq")
-    box = WebDriverWait(driver, WAIT).until(
-        lambda b: b.find_element(By.CSS_SELECTOR, "[data-testid=dlq-messages] input[data-msg-id]"))
-    msg_id = box.get_attribute("data-msg-id")
+    # The twice-dead letter: two rows with one msg_id; the second copy (offset 1) is the one chosen.
+    boxes = driver.find_elements(By.CSS_SELECTOR, "[data-testid=dlq-messages] input[data-msg-id]")[:2]
+    msg_id = boxes[0].get_attribute("data-msg-id")
+    assert boxes[1].get_attribute("data-msg-id") == msg_id
+    chosen = boxes[1].get_attribute("data-offset-msg-id")
+    assert chosen != boxes[0].get_attribute("data-offset-msg-id")
+    box = boxes[1]
     resend = driver.find_element(By.CSS_SELECTOR, "[data-testid=resend-button]")
     assert not resend.is_enabled()  # nothing chosen yet
     box.click()
     wait_for(driver, "the resend button", "return !document.querySelector('[data-testid=resend-button]').disabled")
+    # A refresh keeps exactly that row checked (not every row with its msg_id).
+    loaded = loads(driver)
+    wait_for(driver, "a refresh", "return Number(document.getElementById('view').dataset.loaded) > arguments[0]", loaded)
+    assert [b.is_selected() for b in driver.find_elements(By.CSS_SELECTOR, "[data-testid=dlq-messages] input[data-msg-id]")[:2]] == [False, True]
+    # Record what the page posts, and whether the button is disabled while the request runs.
+    driver.execute_script("""
+        const real = window.fetch;
+        window.posted = [];
+        window.fetch = (url, init) => {
+          if (init && init.method === 'POST') window.posted.push({url, body: JSON.parse(init.body),
+            disabled: document.querySelector('[data-testid=resend-button]').disabled});
+          return real(url, init);
+        };""")
     resend.click()
     dialog = driver.find_element(By.CSS_SELECTOR, "[data-testid=confirm-dialog]")
     wait_for(driver, "the confirmation dialog", "return document.getElementById('confirm').open")
@@ -353,6 +432,8 @@ def test_dlq_resend_moves_the_message(driver: WebDriver, writable: Dashboard, sh
     dialog.find_element(By.CSS_SELECTOR, "[data-testid=confirm-ok]").click()
     row = WebDriverWait(driver, WAIT).until(
         lambda b: b.find_element(By.CSS_SELECTOR, "[data-testid=resend-table] tbody tr[data-msg-id]"))
+    [post] = driver.execute_script("return window.posted")
+    assert post["body"] == {"msg_ids": [chosen], "to_origin": False, "confirm": True} and post["disabled"], post
     assert row.get_attribute("data-msg-id") == msg_id and row.get_attribute("data-topic") == "%RETRY%cg"
     screenshot(driver, shots, "dlq-resent")
     # Through the page: the result links to the copy, which is in %RETRY%cg with the dead letter's body.
@@ -375,7 +456,12 @@ def test_every_page_loads_without_console_errors(driver: WebDriver, store: Dashb
         open_page(driver, store.url, route, view)
         screenshot(driver, shots, f"page-{view}-{route.split('?')[0].replace('/', '-') or 'index'}")
     # The time-range search (the last search above) found every payment.
-    assert len(attributes(driver, "[data-testid=search-results] tbody tr[data-msg-id]", "data-msg-id")) == PAYMENTS
+    with mqlite.open(store.path, read_only=True) as reader:
+        payments = sum(q.max_offset - q.min_offset for q in reader.topic_status("payments"))
+    assert len(attributes(driver, "[data-testid=search-results] tbody tr[data-msg-id]", "data-msg-id")) == payments
+    # Date inputs show their whole value at 1280 px (not cut under the calendar button).
+    assert driver.execute_script("return [...document.querySelectorAll('input[type=datetime-local]')]"
+                                 ".every((i) => i.getBoundingClientRect().width >= 235)")
     # The read-only dashboard offers no resend: the button stays disabled and says why.
     open_page(driver, store.url, "dlq/billing", "dlq")
     assert driver.find_element(By.CSS_SELECTOR, "[data-testid=readonly-note]").is_displayed()
@@ -386,6 +472,26 @@ def test_every_page_loads_without_console_errors(driver: WebDriver, store: Dashb
     result = WebDriverWait(driver, WAIT).until(
         lambda b: b.find_element(By.CSS_SELECTOR, "[data-testid=verify-result] .badge"))
     assert result.text == "ok", _banner(driver)
+    # A segment shows what is written in it (the commit log's end past its base offset) apart from the
+    # blocks the file has on disk (the API's bytes).
+    health = api_get(store, "health")
+    log = health["commitlog"]
+    segments = {s["name"]: s for s in log["segments"]}
+    for row in driver.find_elements(By.CSS_SELECTOR, "[data-testid=segments-table] tbody tr[data-segment]"):
+        name = row.get_attribute("data-segment")
+        assert int(row.get_attribute("data-written")) == min(max(log["max_offset"] - int(name), 0), log["file_size"])
+        assert int(row.get_attribute("data-allocated")) == segments[name]["bytes"]
+    heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "[data-testid=segments-table] th")]
+    assert heads[:2] == ["SEGMENT", "WRITTEN"] and "ALLOCATED ON DISK" in heads
+    # The recovery history: readable columns, what a crash cost first; every field behind "all fields".
+    heads = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "[data-testid=recovery-table] th")]
+    assert heads[:4] == ["WHEN", "SHUTDOWN BEFORE", "SCANNED", "DISPATCHED"] and "DAMAGED BYTES" in heads, heads
+    assert len(driver.find_elements(By.CSS_SELECTOR, "[data-testid=recovery-table] tbody tr[data-seq]")) == len(health["recovery_history"])
+    # A time stamp of 0 (never) is a dash, not "0".
+    for key, value in health["checkpoint"].items():
+        shown = driver.execute_script("return [...document.querySelectorAll('[data-testid=checkpoint-facts] > div')]"
+                                      ".find((d) => d.querySelector('dt').textContent === arguments[0]).querySelector('dd').textContent", key)
+        assert (shown == "—") == (value == 0), (key, value, shown)
     screenshot(driver, shots, "health")
     # The dark theme (prefers-color-scheme), for a person to look at.
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
@@ -433,3 +539,127 @@ def test_an_api_error_shows_in_the_banner_not_the_console(driver: WebDriver, sto
     assert errors and all(e["source"] == "network" and "/api/topics/no-such-topic" in e["message"] for e in errors), errors
     # A working page clears it.
     open_page(driver, store.url, "", "overview")
+
+
+def test_trace_table_shows_the_stores_trace_records(driver: WebDriver, store: Dashboard, shots: Path) -> None:
+    with mqlite.open(store.path, read_only=True) as reader:
+        [msg] = reader.query_message("traced", "traced-1")
+        views = reader.query_trace(msg.msg_id)
+    assert {"Pub", "SubBefore", "SubAfter"} <= {v.msg_type for v in views}
+    open_page(driver, store.url, f"trace/{msg.msg_id}", "trace")
+    rows = [[td.text for td in row.find_elements(By.TAG_NAME, "td")]
+            for row in driver.find_elements(By.CSS_SELECTOR, "[data-testid=traces-table] tbody tr[data-type]")]
+    assert [row[1:8] for row in rows] == [[v.msg_type, v.status, v.topic, v.group_name, v.client_host, v.store_host,
+                                           f"{v.cost_time:,}"] for v in views]
+    assert [row[9] for row in rows] == [v.consume_return_type or v.transaction_state or "" for v in views]
+    screenshot(driver, shots, "trace")
+
+
+def test_live_checkbox_stops_and_resumes_the_refresh(driver: WebDriver, store: Dashboard) -> None:
+    open_page(driver, store.url, "groups", "groups")
+    live = driver.find_element(By.CSS_SELECTOR, "[data-testid=live-toggle]")
+    assert driver.execute_script("return arguments[0].labels[0].textContent.trim()", live) == "Live"  # not the clock
+    live.click()
+    # After the page's next refresh tick (its own 2 s timer; a refresh under way at the click has ended by
+    # then), the next tick loads nothing.
+    wait_for(driver, "a refresh tick", "return window.mqlite.ticks >= arguments[0] + 1", driver.execute_script("return window.mqlite.ticks"))
+    stopped = loads(driver)
+    wait_for(driver, "another refresh tick", "return window.mqlite.ticks >= arguments[0] + 1", driver.execute_script("return window.mqlite.ticks"))
+    assert loads(driver) == stopped
+    live.click()
+    wait_for(driver, "the refresh to resume", "return Number(document.getElementById('view').dataset.loaded) > arguments[0]", stopped)
+
+
+def test_a_crashed_store_not_yet_recovered(driver: WebDriver, tmp_path: Path, shots: Path) -> None:
+    """A writer died; no writer opened since: the page says so (not that recovery ran). With --interval 60
+    the charts have one sample: they wait for a second rather than draw an empty axis."""
+    path = str(tmp_path / "store")
+    crash = (f"import mqlite, os\nb = mqlite.open({path!r})\n"
+             "with mqlite.Producer(b, group='pg') as p: p.send(mqlite.Message('orders', b'x'))\n"
+             "b.wait_dispatched(10)\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", crash], check=True, timeout=60)
+    with _start(path, tmp_path, "--interval", "60") as crashed:
+        open_page(driver, crashed.url, "", "overview")
+        health = driver.find_element(By.CSS_SELECTOR, "[data-testid=overview-health]").text
+        assert "did not shut down cleanly" in health and "recovery runs when a writer next opens" in health, health
+        assert "recovery ran" not in health
+        waiting = driver.find_element(By.CSS_SELECTOR, "[data-testid=chart-overview-rates] [data-testid=chart-waiting]")
+        assert waiting.is_displayed() and waiting.text == "Waiting for samples…"
+        # One sample with a value (the second round's rate, before the third): still waiting, no axis drawn
+        # (uPlot's range for one time stamp spans years).
+        assert driver.execute_script("""
+            const chart = new window.mqlite.TimeChart("probe", "msg/s", String);
+            document.getElementById("view").append(chart.host);
+            chart.set([Date.now()], [{ label: "in", values: [0] }]);
+            const shown = [!chart.empty.hidden, getComputedStyle(chart.host.querySelector(".uplot")).visibility];
+            chart.destroy();
+            chart.host.remove();
+            return shown;""") == [True, "hidden"]
+        screenshot(driver, shots, "crashed-overview")
+        open_page(driver, crashed.url, "health", "health")
+        assert driver.find_element(By.CSS_SELECTOR, "[data-testid=last-shutdown]").text == "abnormal"
+        note = driver.find_element(By.CSS_SELECTOR, "[data-testid=shutdown-note]").text
+        assert "did not shut down cleanly" in note and "recovery runs when a writer next opens" in note, note
+        screenshot(driver, shots, "crashed-health")
+
+
+def test_a_narrow_window_keeps_the_nav_reachable(driver: WebDriver, store: Dashboard, shots: Path) -> None:
+    driver.set_window_size(800, 900)
+    try:
+        open_page(driver, store.url, "", "overview")
+        # The store line takes its own row under the nav, whole (the path, the badge, the flush mode).
+        assert driver.execute_script(
+            "const nav = document.querySelector('nav').getBoundingClientRect();"
+            "const line = document.querySelector('[data-testid=store-line]');"
+            "return line.getBoundingClientRect().top >= nav.bottom && line.scrollWidth <= line.clientWidth")
+        for nav, view in [("nav-health", "health"), ("nav-dlq", "dlq")]:
+            link = driver.find_element(By.CSS_SELECTOR, f"[data-testid={nav}]")
+            assert driver.execute_script(
+                "const r = arguments[0].getBoundingClientRect();"
+                "return arguments[0].contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2))", link), \
+                f"something covers {nav}"
+            link.click()
+            wait_loaded(driver, view)
+            # Focus moved to the new page's heading, and the window's title names it.
+            assert driver.execute_script("return document.activeElement.tagName") == "H1"
+            assert driver.title == driver.find_element(By.TAG_NAME, "h1").text + " · mqlite dashboard"
+        screenshot(driver, shots, "narrow-dlq")
+    finally:
+        driver.set_window_size(1280, 900)
+
+
+def test_dlq_pages_past_the_first_200(driver: WebDriver, writable: Dashboard, shots: Path) -> None:
+    open_page(driver, writable.url, "dlq/cg", "dlq")
+    def offsets() -> list[int]:  # in one script: a live refresh may replace the rows between two calls
+        return [int(o) for o in driver.execute_script(
+            "return [...document.querySelectorAll('[data-testid=dlq-messages] tbody tr[data-offset]')].map((r) => r.dataset.offset)")]
+    assert offsets() == list(range(200))
+    driver.find_element(By.CSS_SELECTOR, "[data-testid=dlq-next]").click()
+    wait_for(driver, "the second page", "return document.querySelector('[data-testid=dlq-messages] tbody tr[data-offset]')"
+             ".dataset.offset === '200'")
+    assert offsets() == list(range(200, DEAD))
+    assert not driver.find_element(By.CSS_SELECTOR, "[data-testid=dlq-next]").is_enabled()
+    screenshot(driver, shots, "dlq-page-2")
+    driver.find_element(By.CSS_SELECTOR, "[data-testid=dlq-previous]").click()
+    wait_for(driver, "the first page again", "return document.querySelectorAll('[data-testid=dlq-messages] tbody tr[data-offset]').length === 200")
+    assert offsets() == list(range(200))
+
+
+def test_the_wheel_ships_every_static_file() -> None:
+    """setuptools' own package-data matching (build_py.find_data_files, what a wheel build uses) on
+    pyproject's globs takes every file under dashboard/static/, in subfolders too."""
+    import tomllib
+
+    from setuptools.command.build_py import build_py
+    from setuptools.dist import Distribution
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dist = Distribution({"name": "mqlite", "packages": ["mqlite"], "package_dir": {"": "src"},
+                         "package_data": config["package-data"]})
+    command = build_py(dist)
+    command.ensure_finalized()
+    command.manifest_files = {}  # no MANIFEST.in files: package-data alone must carry them
+    src = ROOT / "src" / "mqlite"
+    shipped = {Path(f).resolve() for f in command.find_data_files("mqlite", str(src))}
+    static = {f.resolve() for f in (src / "dashboard" / "static").rglob("*") if f.is_file()}
+    assert static and static <= shipped, sorted(str(f) for f in static - shipped)

@@ -12,7 +12,7 @@
   const liveToggle = document.getElementById("live-toggle");
   /** The uPlot instances on the page by chart id: the browser tests read their data here. */
   const charts = {};
-  window.mqlite = { charts };
+  window.mqlite = { charts, ticks: 0 };
 
   // ---------------------------------------------------------------- DOM helpers
 
@@ -84,7 +84,7 @@
   function fmtValue(key, v) {
     if (v === null || v === undefined) return "—";
     if (typeof v === "boolean") return v ? "yes" : "no";
-    if (typeof v === "number" && /(time|timestamp|_ms)$/i.test(key) && v > 1e11) return fmtTime(v);
+    if (typeof v === "number" && /(time|timestamp|time_ms)$/i.test(key)) return fmtTime(v);  // 0: never, a dash
     if (typeof v === "object") return JSON.stringify(v);
     return typeof v === "number" ? fmtNum(v) : String(v);
   }
@@ -187,21 +187,31 @@
 
   /** A live time chart: `set(t_ms, series)` replaces its data in place (a new chart only when the series change). */
   class TimeChart {
-    constructor(id, unit, formatter) {
+    /** `fromZero`: the y axis starts at 0 (a lag chart), rather than at the data's minimum. */
+    constructor(id, unit, formatter, fromZero) {
       this.id = id;
       this.unit = unit;
       this.fmt = formatter;
-      this.host = h("div", { class: "chart", id: `chart-${id}`, testid: `chart-${id}`, role: "img", "aria-label": `${unit} over time` });
+      this.fromZero = !!fromZero;
+      // No role=img: that would hide uPlot's legend (series names and values) from screen readers;
+      // the summary line below says the latest values in words.
+      this.host = h("div", { class: "chart", id: `chart-${id}`, testid: `chart-${id}` });
       this.plot = null;
       this.names = null;
-      this.empty = h("p", { class: "chart-empty muted", hidden: true }, "Waiting for samples…");
-      this.host.append(this.empty);
+      this.empty = h("p", { class: "chart-empty muted", testid: "chart-waiting", hidden: true }, "Waiting for samples…");
+      this.summary = h("p", { class: "visually-hidden", testid: "chart-summary", "aria-live": "off" });
+      this.host.append(this.empty, this.summary);
     }
 
     set(tMs, series) {
       const data = [tMs.map((t) => t / 1000), ...series.map((s) => s.values)];
       const names = series.map((s) => s.label).join("\u0000");
-      this.empty.hidden = series.some((s) => s.values.some((v) => v !== null && v !== undefined));
+      // A line needs two points: with fewer, uPlot would draw an empty axis spanning years.
+      const waiting = tMs.length < 2 || !series.some((s) => s.values.some((v) => v !== null && v !== undefined));
+      this.empty.hidden = !waiting;
+      this.host.classList.toggle("waiting", waiting);
+      this.summary.textContent = waiting ? `${this.unit}: waiting for samples.` : `${this.unit}, latest: ` +
+        series.map((s) => `${s.label} ${this.fmt(s.values.at(-1))}`).join(", ") + ".";
       if (this.plot && names === this.names) { this.plot.setData(data); return; }
       this.destroy();
       this.names = names;
@@ -213,7 +223,7 @@
       const opts = {
         width: Math.max(this.host.clientWidth, 320),
         height: 220,
-        scales: { x: { time: true } },
+        scales: { x: { time: true }, ...(this.fromZero ? { y: { range: (u, min, max) => [0, Math.max(max, 1)] } } : {}) },
         series: [{}, ...series.map((s, i) => ({
           label: s.label,
           stroke: PALETTE[i % PALETTE.length],
@@ -241,18 +251,37 @@
     }
   }
 
+  window.mqlite.TimeChart = TimeChart;  // for the browser tests' one-sample case
+
   // ---------------------------------------------------------------- views
 
   let topicNames = [];
+  /** The store's mode from the latest overview ("writer", "read-only", "remote"). */
+  let storeMode = null;
+  /** Settles once the page's first overview request has set the store line and `storeMode`. */
+  let storeReady = Promise.resolve();
   let showSystem = false;
 
   function setStoreLine(store) {
     const where = store.path || store.address || "";
     const mode = store.mode === "writer" ? "writer" : store.mode === "remote" ? "remote" : "read-only";
+    storeMode = mode;
     fill(document.getElementById("store-line"),
       h("span", { class: "where", title: where }, where), " ",
       badge(mode, store.writable ? "writable" : "readonly"), " ",
       h("span", { class: "muted" }, store.flush_disk_type || ""));
+  }
+
+  /**
+   * What the store's last shutdown means, truthfully: `clean_shutdown` false says the last writer did
+   * not shut down cleanly; a writer recovers the store when it opens, so on a writer dashboard that has
+   * happened, and on a read-only one it has not unless another process holds the store now.
+   */
+  function shutdownText(clean, mode) {
+    if (clean === null || clean === undefined) return "Shutdown state unknown.";
+    if (clean) return "The last writer shut down cleanly.";
+    if (mode === "writer") return "The writer before this one did not shut down cleanly: this dashboard's writer recovered the store when it opened it.";
+    return "The last writer did not shut down cleanly: recovery runs when a writer next opens the store (a writer that holds it now has already run it).";
   }
 
   function overviewView(ctx) {
@@ -294,8 +323,7 @@
         ]));
         fill(health,
           h("p", {}, badge(d.health.status, d.health.status), " ",
-            d.health.clean_shutdown === null ? "Shutdown state unknown." :
-              d.health.clean_shutdown ? "Last shutdown was clean." : "Last shutdown was not clean: recovery ran.",
+            shutdownText(d.health.clean_shutdown, d.store.mode),
             " ", link("Store health", ["health"])),
           (d.health.notes || []).length ? h("ul", {}, d.health.notes.map((n) => h("li", {}, n))) : null);
         chart.set(d.history.t, [{ label: "in", values: d.history.in_per_s }, { label: "out", values: d.history.out_per_s }]);
@@ -369,7 +397,7 @@
   }
 
   function groupView(ctx, name) {
-    const chart = new TimeChart("group-lag", "messages behind", fmtNum);
+    const chart = new TimeChart("group-lag", "messages behind", fmtNum, true);
     chart.host.dataset.testid = "lag-chart";
     const head = h("div");
     const queues = table("lag-table", null, [
@@ -547,7 +575,7 @@
       { label: "Cost ms", num: true, cell: (t) => fmtNum(t.cost_time) },
       { label: "Retries", num: true, cell: (t) => fmtNum(t.retry_times) },
       { label: "Result", cell: (t) => t.consume_return_type || t.transaction_state || "" },
-    ], null, "No trace records: producers and consumers write them with tracing on (RMQ_SYS_TRACE_TOPIC).");
+    ], (t) => ({ type: t.msg_type }), "No trace records: producers and consumers write them with tracing on (RMQ_SYS_TRACE_TOPIC).");
     const tracks = table("tracks-table", null, [
       { label: "Consumer group", cell: (t) => link(t.consumer_group, ["group", t.consumer_group]) },
       { label: "Track", cell: (t) => String(t.track_type) },
@@ -567,10 +595,16 @@
     };
   }
 
+  /** Dead letters a page shows; later pages start after the last one shown (the DLQ topic's queue offsets). */
+  const DLQ_PAGE = 200;
+
   function dlqView(ctx, group) {
-    const selected = new Set();
+    // The selection is keyed by offset_msg_id: two dead letters share a msg_id when a re-sent message
+    // dies again, and the re-send names exactly the copies that were checked (the API takes either id).
+    const selected = new Map();
     let writable = false;
     let shown = [];
+    let busy = false;
     const queues = table("dlq-queues", null, [
       { label: "Group", cell: (q) => link(q.group, ["dlq", q.group]) },
       { label: "Dead-letter topic", cell: (q) => link(q.topic, ["topic", q.topic]) },
@@ -587,23 +621,30 @@
     }
     const retry = "%RETRY%" + group;
     const dlq = "%DLQ%" + group;
-    const all = h("input", { type: "checkbox", "aria-label": "Choose all", testid: "dlq-all" });
+    // The page shown: null is the oldest DLQ_PAGE; otherwise {queue_id, offset} of its first letter.
+    let from = null;
+    const pages = [];  // where the earlier pages started, for "Previous"
+    const all = h("input", { type: "checkbox", "aria-label": "Choose all on this page", testid: "dlq-all" });
     const toOrigin = h("input", { type: "checkbox", id: "to-origin", testid: "to-origin" });
     const resend = h("button", { type: "button", class: "primary", testid: "resend-button", disabled: true }, "Resend…");
     const note = h("p", { class: "note", testid: "readonly-note", hidden: true },
       "Read-only: this dashboard does not hold the store. Start it with ", h("code", {}, "mqlite dashboard PATH --write"),
       " (or ", h("code", {}, "-n HOST:PORT"), " to a serving broker) to resend.");
     const results = h("div", { testid: "resend-results" });
-    const more = h("p", { class: "muted", hidden: true }, "Showing the oldest 200 dead letters: resend those to see the rest.");
+    const position = h("span", { class: "muted", testid: "dlq-position" });
+    const previous = h("button", { type: "button", testid: "dlq-previous", disabled: true }, "← Previous");
+    const next = h("button", { type: "button", testid: "dlq-next", disabled: true }, `Next ${DLQ_PAGE} →`);
+    const pager = h("div", { class: "toolbar pager", role: "group", "aria-label": "Pages of dead letters" }, previous, next, position);
     const sync = () => {
-      resend.disabled = !writable || selected.size === 0;
-      resend.textContent = selected.size ? `Resend ${selected.size}…` : "Resend…";
-      all.checked = shown.length > 0 && shown.every((m) => selected.has(m.msg_id));
+      resend.disabled = busy || !writable || selected.size === 0;
+      resend.textContent = busy ? "Resending…" : selected.size ? `Resend ${selected.size}…` : "Resend…";
+      all.checked = shown.length > 0 && shown.every((m) => selected.has(m.offset_msg_id));
       note.hidden = writable;
     };
     const box = (m) => h("input", {
-      type: "checkbox", "aria-label": `Choose ${m.msg_id}`, dataset: { msgId: m.msg_id }, checked: selected.has(m.msg_id),
-      onchange: (e) => { if (e.target.checked) selected.add(m.msg_id); else selected.delete(m.msg_id); sync(); },
+      type: "checkbox", "aria-label": `Choose ${m.msg_id} at offset ${m.queue_offset}`,
+      dataset: { msgId: m.msg_id, offsetMsgId: m.offset_msg_id }, checked: selected.has(m.offset_msg_id),
+      onchange: (e) => { if (e.target.checked) selected.set(m.offset_msg_id, m); else selected.delete(m.offset_msg_id); sync(); },
     });
     const messages = table("dlq-messages", null, [
       { label: all, cell: box },
@@ -614,24 +655,35 @@
       { label: "Keys", cell: (m) => (m.keys || []).join(" ") },
       { label: "Stored", cell: (m) => fmtTime(m.store_timestamp) },
       { label: "Retries", num: true, cell: (m) => fmtNum(m.reconsume_times) },
-    ], (m) => ({ msgId: m.msg_id }), `${dlq} is empty.`);
+    ], (m) => ({ msgId: m.msg_id, offsetMsgId: m.offset_msg_id, offset: m.queue_offset }), `${dlq} is empty.`);
     all.addEventListener("change", () => {
-      for (const m of shown) { if (all.checked) selected.add(m.msg_id); else selected.delete(m.msg_id); }
+      for (const m of shown) { if (all.checked) selected.set(m.offset_msg_id, m); else selected.delete(m.offset_msg_id); }
       messages.set(shown);
       sync();
     });
+    const go = (start) => { from = start; load(); };
+    next.addEventListener("click", () => {
+      const last = shown.at(-1);
+      pages.push(from);
+      go({ queue_id: last.queue_id, offset: last.queue_offset + 1 });
+    });
+    previous.addEventListener("click", () => go(pages.pop() || null));
     resend.addEventListener("click", async () => {
-      const ids = [...selected];
+      const chosen = [...selected.values()];
+      const ids = chosen.map((m) => m.offset_msg_id);
       const origin = toOrigin.checked;
-      const targets = origin ? [...new Set(shown.filter((m) => selected.has(m.msg_id)).map((m) => m.origin_topic || "?"))] : [retry];
+      const origins = [...new Set(chosen.map((m) => m.origin_topic).filter(Boolean))];
       const ok = await confirmWrite(`Resend ${ids.length} message${ids.length === 1 ? "" : "s"}?`, [
-        h("p", {}, `This writes a copy of ${ids.length === 1 ? "the chosen message" : `each of the ${ids.length} chosen messages`} to `,
-          targets.map((t, i) => [i ? ", " : "", h("code", {}, t)]),
+        h("p", {}, `This writes a copy of ${ids.length === 1 ? "the chosen dead letter" : `each of the ${ids.length} chosen dead letters`} to `,
+          origin ? (origins.length ? origins.map((t, i) => [i ? ", " : "", h("code", {}, t)]) : "its origin topic") : h("code", {}, retry),
           origin ? " (each message's origin topic), where the topic's subscribers get it." : ` (group ${group}'s retry topic), where that group consumes it again.`),
         h("p", {}, "The copies in ", h("code", {}, dlq), " stay: the commit log is append-only."),
-        h("ul", { class: "ids" }, ids.slice(0, 8).map((id) => h("li", {}, h("code", {}, id))), ids.length > 8 ? h("li", {}, `and ${ids.length - 8} more`) : null),
+        h("ul", { class: "ids" }, chosen.slice(0, 8).map((m) => h("li", {}, h("code", {}, m.msg_id), ` at offset ${fmtNum(m.queue_offset)}`)),
+          chosen.length > 8 ? h("li", {}, `and ${chosen.length - 8} more`) : null),
       ], "Resend");
-      if (!ok || !ctx.alive()) return;
+      if (!ok || !ctx.alive() || busy) return;
+      busy = true;  // a second click while the request runs would send the copies twice
+      sync();
       try {
         const d = await api(`api/dlq/${encodeURIComponent(group)}/resend`, { msg_ids: ids, to_origin: origin, confirm: true });
         if (!ctx.alive()) return;
@@ -645,38 +697,76 @@
         t.set(d.results);
         fill(results, t.el);
         selected.clear();
-        await load();
       } catch (e) {
         showError(e, true);
+      } finally {
+        busy = false;
+        sync();
       }
+      await load();
     });
     put(ctx.root, section(["Messages in ", h("code", {}, dlq)],
       h("div", { class: "toolbar" }, resend,
         h("label", { class: "inline" }, toOrigin, " to each message's origin topic instead of ", h("code", {}, retry))),
-      note, messages.el, more, results));
+      note, pager, messages.el, results));
     async function load() {
-      const [list, d] = await Promise.all([api("api/dlq"), api(`api/dlq/${encodeURIComponent(group)}?limit=200`)]);
-      if (!ctx.alive()) return;
+      const want = from;
+      // The oldest page (with each letter's origin topic) from the dead-letter route; a later one is the
+      // DLQ topic's queue read on from the offset after the last letter shown (the message search's form).
+      const page = want === null ? api(`api/dlq/${encodeURIComponent(group)}?limit=${DLQ_PAGE}`)
+        : api("api/messages?" + new URLSearchParams({ topic: dlq, queue_id: want.queue_id, offset: want.offset, limit: DLQ_PAGE }));
+      const [list, d] = await Promise.all([api("api/dlq"), page.catch((e) => {
+        // Past the last dead letter (a later page that became empty): there is nothing to read from there.
+        if (want !== null && e instanceof ApiError && e.status === 404) return { messages: [], truncated: false };
+        throw e;
+      })]);
+      if (!ctx.alive() || want !== from) return;
       writable = list.writable;
       queues.set(list.queues);
       shown = d.messages;
-      more.hidden = !d.truncated;
-      const present = new Set(shown.map((m) => m.msg_id));
-      for (const id of [...selected]) if (!present.has(id)) selected.delete(id);
+      const total = (list.queues.find((q) => q.group === group) || {}).messages;
+      const first = shown.length ? shown[0].queue_offset : null;
+      position.textContent = shown.length
+        ? `Dead letters at offsets ${fmtNum(first)} … ${fmtNum(shown.at(-1).queue_offset)}` + (total === undefined ? "" : ` of ${fmtNum(total)}`)
+        : "";
+      next.disabled = !d.truncated;
+      previous.disabled = from === null;
+      pager.hidden = from === null && !d.truncated;
       messages.set(shown);
       sync();
     }
     return { refresh: load };
   }
 
+  // The recovery history's columns that matter after a crash, first; every field is under "Details".
+  const RECOVERY_COLUMNS = [
+    ["time_ms", "When"], ["abnormal", "Shutdown before"], ["records_scanned", "Scanned", true],
+    ["records_dispatched", "Dispatched", true], ["damaged_bytes", "Damaged bytes", true], ["lost_units", "Lost units", true],
+    ["lost_segments", "Lost segments", true], ["queues_repaired", "Repaired queues", true], ["duration_ms", "Took", true],
+  ];
+  function recoveryValue(key, r) {
+    const v = r[key];
+    if (key === "abnormal") return v ? badge("abnormal", "warn") : "clean";
+    if (key === "queues_repaired") return fmtNum(Object.keys(v || {}).length);
+    if (key === "duration_ms") return v === null || v === undefined ? "—" : `${fmtNum(v)} ms`;
+    if (key === "damaged_bytes") return r.damaged_tail && v ? `${fmtNum(v)} (torn tail)` : fmtNum(v);
+    return fmtValue(key, v);
+  }
+
   function healthView(ctx) {
     const head = h("div");
+    // A segment's name is its first byte's commit-log offset: what is written in it is what the commit
+    // log's max offset reaches past that, up to the segment's size. The API's `bytes` is what the file
+    // occupies on disk (allocated blocks: a segment is sparse until written), shown as such.
+    let segmentSize = 0;
+    let maxOffset = 0;
+    const written = (s) => Math.min(Math.max(maxOffset - Number(s.name), 0), segmentSize);
     const segments = table("segments-table", null, [
       { label: "Segment", cell: (s) => h("code", {}, s.name) },
-      { label: "Bytes", num: true, cell: (s) => fmtBytes(s.bytes) },
-      { label: "Written", cell: (s) => (segmentSize ? h("meter", { min: 0, max: segmentSize, value: s.bytes, "aria-label": `${s.name} written` }) : "") },
-    ], (s) => ({ segment: s.name }), "No commit-log segments.");
-    let segmentSize = 0;
+      { label: "Written", num: true, cell: (s) => fmtBytes(written(s)) },
+      { label: "", cell: (s) => (segmentSize ? h("meter", { min: 0, max: segmentSize, value: written(s), "aria-label": `${s.name}: share written` }) : "") },
+      { label: "Allocated on disk", num: true, cell: (s) => fmtBytes(s.bytes) },
+    ], (s) => ({ segment: s.name, written: written(s), allocated: s.bytes }), "No commit-log segments.");
     const recovery = h("div", { testid: "recovery-history" });
     const checkpoint = h("div", { testid: "checkpoint" });
     const verifyOut = h("div", { testid: "verify-result", "aria-live": "polite" });
@@ -706,7 +796,7 @@
     put(ctx.root, h("h1", {}, "Store health"), head, files);
     return {
       async refresh() {
-        const d = await api("api/health");
+        const [d] = await Promise.all([api("api/health"), storeReady]);  // the shutdown note words by mode
         if (!ctx.alive()) return;
         const cl = d.commitlog || {};
         fill(head,
@@ -715,20 +805,25 @@
             "Run ", h("code", {}, "mqlite verify PATH"), " and ", h("code", {}, "mqlite dashboard PATH"), " where the store is.") : null,
           d.available === false ? null : facts("health-facts", [
             ["Flush", d.flush_disk_type || "—", "flush-mode"],
-            ["Last shutdown", d.clean_shutdown === null || d.clean_shutdown === undefined ? "unknown" : d.clean_shutdown ? "clean" : "abnormal (recovered)"],
+            ["Last shutdown", d.clean_shutdown === null || d.clean_shutdown === undefined ? "unknown"
+              : d.clean_shutdown ? "clean" : "abnormal", "last-shutdown"],
             ["Disk", fmtBytes(d.disk_bytes)], ["Commit log", `${fmtNum(cl.min_offset)} … ${fmtNum(cl.max_offset)} bytes`],
             ["Segment size", fmtBytes(cl.file_size)], ["Consume queues", fmtBytes(d.consume_queue_bytes)],
             ["Index files", Array.isArray(d.index_files) ? fmtNum(d.index_files.length) : fmtValue("index_files", d.index_files)],
-          ]));
+          ]),
+          d.available !== false && d.clean_shutdown === false
+            ? h("p", { class: "note", testid: "shutdown-note" }, shutdownText(false, storeMode)) : null);
         for (const panel of files) panel.hidden = d.available === false;
         segmentSize = cl.file_size || 0;
+        maxOffset = cl.max_offset || 0;
         segments.set(cl.segments || []);
         const history = d.recovery_history || [];
         const noHistory = d.recovery_history === null || d.recovery_history === undefined
           ? "Not available here (over -n the store's files are not visible)." : "No recovery recorded yet.";
-        const keys = [...new Set(history.flatMap((r) => Object.keys(r)))];
-        const rt = table("recovery-table", null, keys.map((k) => ({ label: k.replace(/_/g, " "), cell: (r) => fmtValue(k, r[k]) })), null,
-          "No recovery recorded yet.");
+        const rt = table("recovery-table", null, [...RECOVERY_COLUMNS.map(([k, label, num]) => ({ label, num, cell: (r) => recoveryValue(k, r) })),
+          { label: "Details", cell: (r) => h("details", {}, h("summary", {}, "all fields"),
+            facts(null, Object.entries(r).map(([k, v]) => [k, fmtValue(k, v)]))) }],
+          (r) => ({ seq: r.seq }), "No recovery recorded yet.");
         rt.set(history.slice().reverse());
         fill(recovery, history.length ? rt.el : h("p", { class: "muted" }, noHistory));
         const cp = Object.entries(d.checkpoint || {});
@@ -738,6 +833,16 @@
   }
 
   // ---------------------------------------------------------------- router, live refresh
+
+  /** The window's title after a view's first load: its heading, then the dashboard's name. */
+  function titleAndFocus(first) {
+    const heading = view.querySelector("h1");
+    document.title = (heading ? heading.textContent + " · " : "") + "mqlite dashboard";
+    if (!first || !heading) return;
+    // A screen reader (and the keyboard) lands on the new page's heading, not where the old page was.
+    heading.tabIndex = -1;
+    heading.focus({ preventScroll: true });
+  }
 
   // [path pattern, view name (data-view, for tests and CSS), nav entry lit, view]
   const ROUTES = [
@@ -754,6 +859,7 @@
 
   let current = null;
   let generation = 0;
+  let routed = false;  // false for the page's first view (focus stays at the top), true after a navigation
 
   function route() {
     if (current) for (const c of current.charts || []) c.destroy();
@@ -775,7 +881,7 @@
       view.dataset.view = name;
       nav = navName;
       try {
-        current = { live: true, ...make(ctx, m.map((s) => (s === undefined ? s : decodeURIComponent(s)))) };
+        current = { live: true, navigated: routed, ...make(ctx, m.map((s) => (s === undefined ? s : decodeURIComponent(s)))) };
       } catch (e) {
         showError(e);
       }
@@ -785,6 +891,7 @@
     for (const a of document.querySelectorAll("nav a")) {
       if (a.dataset.nav === nav) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
     }
+    routed = true;
     refresh();
   }
 
@@ -796,6 +903,9 @@
     try {
       await v.refresh();
       if (v === current) {
+        const first = !v.titled;
+        v.titled = true;
+        titleAndFocus(first && v.navigated);
         view.dataset.loaded = String(Number(view.dataset.loaded || 0) + 1);
         document.getElementById("updated").textContent = "updated " + fmtTime(Date.now()).slice(11, 19);
         if (!banner.dataset.sticky) clearError();
@@ -810,6 +920,7 @@
   }
 
   function tick() {
+    window.mqlite.ticks++;  // the browser tests count ticks to see that no refresh came of them
     if (!document.hidden && liveToggle.checked && current && current.live) refresh();
   }
 
@@ -823,6 +934,6 @@
   liveToggle.addEventListener("change", tick);
   setInterval(tick, REFRESH_MS);
   // The header's store line and the search forms' topic list come from the overview, whatever the first page.
-  api("api/overview").then((d) => { setStoreLine(d.store); topicNames = d.topics.map((t) => t.topic); }).catch(showError);
+  storeReady = api("api/overview").then((d) => { setStoreLine(d.store); topicNames = d.topics.map((t) => t.topic); }).catch(showError);
   route();
 })();
