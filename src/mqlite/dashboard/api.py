@@ -23,7 +23,7 @@ from ..store import writer_alive
 from .health import clean_shutdown, health, run_verify, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
-from .source import Source, topic_kind
+from .source import ConflictError, Source, topic_kind
 
 __all__ = ["Api", "MAX_RESEND"]
 
@@ -35,9 +35,11 @@ Query = Mapping[str, str]
 class Api:
     """The routes over one `Source` and its `History` (see the module docstring)."""
 
-    def __init__(self, source: Source, history: History) -> None:
+    def __init__(self, source: Source, history: History, stopping: threading.Event | None = None) -> None:
         self.source = source
         self.history = history
+        #: Set when the dashboard closes: a running verify gives up at its next commit-log segment.
+        self.stopping = stopping or threading.Event()
         self._verify_lock = threading.Lock()
 
     def _latest(self) -> Sample:
@@ -227,7 +229,7 @@ class Api:
         to_origin = body.get("to_origin", False)
         if not isinstance(to_origin, bool):
             raise MQClientError('"to_origin" must be true or false')
-        ids = [msg_id_param(i, "msg_ids") for i in msg_ids]
+        ids = list(dict.fromkeys(msg_id_param(i, "msg_ids") for i in msg_ids))  # an id named twice: sent once
         with source.lock:
             source.require_group(group, source.offsets())
             letters = [find_message(source.broker, msg_id, dlq_topic(group)) for msg_id in ids]
@@ -251,9 +253,14 @@ class Api:
             return health(self.source)
 
     def verify(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """`POST /api/verify`: check every record, unit and index entry; one run at a time."""
-        with self._verify_lock:
-            return run_verify(self.source)
+        """`POST /api/verify`: check every record, unit and index entry; one run at a time (409 while one runs:
+        a second would double the reading and answer the same)."""
+        if not self._verify_lock.acquire(blocking=False):
+            raise ConflictError("a verify is running already: wait for its answer")
+        try:
+            return run_verify(self.source, self.stopping)
+        finally:
+            self._verify_lock.release()
 
 
 class PartialResend(MQLiteError):

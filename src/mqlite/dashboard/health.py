@@ -10,10 +10,11 @@ and the recovery history.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from ..checkpoint import StoreCheckpoint
-from ..errors import MQClientError
+from ..errors import IllegalStateError, MQClientError
 from ..metrics import disk_bytes
 from ..recoveryhistory import recovery_history
 from ..store import writer_alive
@@ -88,16 +89,24 @@ def health(source: Source) -> dict[str, Any]:
     }
 
 
-def run_verify(source: Source) -> dict[str, Any]:
+def run_verify(source: Source, stopping: threading.Event | None = None) -> dict[str, Any]:
     """`POST /api/verify`: `verify_store` on the store's files (read-only; safe beside the writer).
 
     Cost: reads every record, unit and index entry (seconds per GiB). Does not hold `source.lock`:
     it reads the files through its own `StoreReader`, so the sampler and other requests go on.
+    `stopping` set (the dashboard closes) abandons the run after the commit-log segment being read
+    (`IllegalStateError`): closing waits for one segment, not for the whole store.
     """
     local = source.local
     if local is None:
         raise MQClientError(f"verify reads the store's files; this dashboard reaches {source.broker.path} over "
                             "the wire: run `mqlite verify PATH` where the files are")
-    report = verify_store(local.path)
+
+    def check_stop(done: int, total: int) -> None:
+        if stopping is not None and stopping.is_set():
+            raise IllegalStateError(f"verify of {local.path} abandoned: the dashboard is closing")
+
+    check_stop(0, 0)
+    report = verify_store(local.path, check_stop)
     return {"ok": report.ok, "records": report.records, "units": report.units, "queues": report.queues,
             "index_files": report.index_files, "problems": list(report.problems), "summary": report.summary()}
