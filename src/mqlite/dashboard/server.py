@@ -413,6 +413,8 @@ class Dashboard:
         try:
             if self._stopping.is_set():  # e.g. a half-sent request whose socket `close()` just shut
                 raise IllegalStateError("the dashboard is closing")
+            if request.request_version == "HTTP/0.9":  # an answer without a status line or headers
+                raise RequestError("HTTP/0.9 is not served: send HTTP/1.0 or 1.1")
             self._check_host(request)
             url = urlsplit(request.path)
             if url.path.startswith("/api/"):
@@ -536,6 +538,8 @@ class Dashboard:
     def send_error(self, request: _RequestHandler, exc: Exception) -> None:
         """Answer `exc` as `{"error", "kind"}` with its status (500 for what `_status_of` does not know)."""
         status = _status_of(exc) or HTTPStatus.INTERNAL_SERVER_ERROR
+        if request.request_version == "HTTP/0.9":  # a request line too bad to say its version, or HTTP/0.9:
+            request.request_version = "HTTP/1.0"  # http.server would send the body alone
         try:
             self._send_json(request, status, {"error": str(exc), "kind": type(exc).__name__},
                             head=request.command == "HEAD")
