@@ -530,11 +530,14 @@ def test_clients_that_reset_leave_no_error_in_the_log(template: Facts, caplog: p
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
                 sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: %s\r\n\r\n" % board.address.encode())
         half = socket.create_connection((host, int(port)))  # headers without their end, then the board closes
-        half.sendall(b"GET /api/overview HTTP/1.1\r\nHost: %s\r\n" % board.address.encode())
+        half.sendall(b"GET /api/overview?half HTTP/1.1\r\nHost: %s\r\n" % board.address.encode())
         assert get(board, "api/dlq")["writable"] is False  # accepted after the others: they are being served
         board.close()  # joins every connection's thread
         half.close()
     assert _records(caplog, logging.INFO) == []
+    # The half request ended at EOF when close() shut its socket: refused, not served during the shutdown.
+    assert [m for m in _records(caplog, logging.DEBUG) if "?half" in m and '" 503 ' not in m] == []
+    assert [m for m in _records(caplog, logging.DEBUG) if "?half" in m and '" 503 ' in m]
 
 
 def test_a_short_or_stalled_body_is_refused_soon(store: Facts, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -691,7 +694,8 @@ def test_a_sampling_failure_of_any_kind_shows_as_warn(template: Facts, monkeypat
 
 
 def test_the_interval_has_a_floor(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dashboard", template.path, "--interval", "0.05"]) == 2
+    with deadline(10):  # without the floor, the command would serve
+        assert main(["dashboard", template.path, "--interval", "0.05", "--listen", "127.0.0.1:0"]) == 2
     assert "from 0.1 to 3600" in capsys.readouterr().err
     with mqlite.open(template.path, read_only=True) as broker, pytest.raises(mqlite.ConfigError, match="0.01"):
         Dashboard(broker, interval=0.001)
