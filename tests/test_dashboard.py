@@ -36,7 +36,6 @@ from mqlite.clock import ManualClock
 from mqlite.broker import QueueProgress
 from mqlite.dashboard import Dashboard
 from mqlite.dashboard import server as server_module
-from mqlite.dashboard.health import run_verify
 from mqlite.dashboard.history import History, Sample
 from mqlite.dashboard.server import _static_file
 from mqlite.dashboard.source import Source
@@ -623,17 +622,33 @@ def test_a_resend_naming_an_id_twice_sends_it_once(store: Facts) -> None:
 
 
 def test_verify_gives_up_when_the_dashboard_closes_and_runs_once_at_a_time(template: Facts) -> None:
+    with mqlite.open(template.path, read_only=True) as broker:
+        board = Dashboard(broker, interval=3600)
+        answers: list[Any] = []
+
+        def ask() -> None:
+            try:
+                answers.append(call(board, "api/verify", {}))
+            except OSError as exc:  # close() ended the connection
+                answers.append(exc)
+
+        first = threading.Thread(target=ask, name="test-verify")
+        first.start()
+        wait_until(lambda: board._api.verifier._child is not None, "the verify's child process")
+        child = board._api.verifier._child
+        assert child is not None
+        os.kill(child.pid, signal.SIGSTOP)  # a verify of a store as big as it takes: it cannot end by itself
+        second, error = call(board, "api/verify", {})
+        assert (second, error["kind"]) == (409, "ConflictError"), error
+        closer = threading.Thread(target=board.close, name="test-close")
+        closer.start()
+        closer.join(10)  # without the kill it would wait forever
+        assert not closer.is_alive(), "close() waited for the verify"
+        first.join(10)
+        assert not first.is_alive() and child.returncode == -signal.SIGKILL and answers
     with mqlite.open(template.path, read_only=True) as broker, Dashboard(broker, interval=3600) as board:
-        source = Source(broker)
-        stopping = threading.Event()
-        assert run_verify(source, stopping)["ok"] is True
-        stopping.set()
-        with pytest.raises(mqlite.IllegalStateError, match="abandoned"):
-            run_verify(source, stopping)
-        with board._api._verify_lock:  # as while a verify runs
-            status, error = call(board, "api/verify", {})
-        assert (status, error["kind"]) == (409, "ConflictError")
-        assert call(board, "api/verify", {})[0] == 200
+        status, verify = call(board, "api/verify", {})  # nothing left running: one verify at a time, not one ever
+        assert status == 200 and verify["ok"] is True and verify["records"] == 7
 
 
 def test_consume_rates_span_the_offset_persist_interval() -> None:

@@ -11,7 +11,6 @@ polls them); a topic, a group, searches and messages are read live.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,10 +19,10 @@ from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
 from ..sendback import dlq_topic
 from ..store import writer_alive
-from .health import clean_shutdown, health, run_verify, total_disk_bytes
+from .health import Verifier, clean_shutdown, health, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
-from .source import ConflictError, Source, topic_kind
+from .source import Source, topic_kind
 
 __all__ = ["Api", "MAX_RESEND"]
 
@@ -35,12 +34,11 @@ Query = Mapping[str, str]
 class Api:
     """The routes over one `Source` and its `History` (see the module docstring)."""
 
-    def __init__(self, source: Source, history: History, stopping: threading.Event | None = None) -> None:
+    def __init__(self, source: Source, history: History) -> None:
         self.source = source
         self.history = history
-        #: Set when the dashboard closes: a running verify gives up at its next commit-log segment.
-        self.stopping = stopping or threading.Event()
-        self._verify_lock = threading.Lock()
+        #: Runs `verify` in a child process that `Dashboard.close()` ends (`abandon`).
+        self.verifier = Verifier()
 
     def _latest(self) -> Sample:
         """The newest sample; taken now when the sampler has not run yet."""
@@ -253,14 +251,10 @@ class Api:
             return health(self.source)
 
     def verify(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """`POST /api/verify`: check every record, unit and index entry; one run at a time (409 while one runs:
-        a second would double the reading and answer the same)."""
-        if not self._verify_lock.acquire(blocking=False):
-            raise ConflictError("a verify is running already: wait for its answer")
-        try:
-            return run_verify(self.source, self.stopping)
-        finally:
-            self._verify_lock.release()
+        """`POST /api/verify`: check every record, unit and index entry, in a child process the dashboard's
+        close ends; one run at a time (409 while one runs: a second would double the reading and answer
+        the same)."""
+        return self.verifier.run(self.source)
 
 
 class PartialResend(MQLiteError):

@@ -319,7 +319,7 @@ class Dashboard:
         self._source = Source(broker, writable=writable)
         self._history = History(history, self._source.out_window)
         self._stopping = threading.Event()
-        self._api = Api(self._source, self._history, self._stopping)
+        self._api = Api(self._source, self._history)
         self._routes = _routes(self._api)
         self._static = resources.files(__package__).joinpath("static")
         self._history.add(self._source.sample())
@@ -372,7 +372,8 @@ class Dashboard:
             if self._closed:
                 return
             self._closed = True
-        self._stopping.set()  # requests that arrive from now on are refused; a running verify gives up
+        self._stopping.set()  # requests that arrive from now on are refused
+        self._api.verifier.abandon()  # a running verify ends now, not when it has read the whole store
         try:
             self._wake_w.send(b"x")  # the accept loop wakes and ends
             self._serving.join()
