@@ -638,14 +638,19 @@ def test_verify_gives_up_when_the_dashboard_closes_and_runs_once_at_a_time(templ
         child = board._api.verifier._child
         assert child is not None
         os.kill(child.pid, signal.SIGSTOP)  # a verify of a store as big as it takes: it cannot end by itself
-        second, error = call(board, "api/verify", {})
-        assert (second, error["kind"]) == (409, "ConflictError"), error
-        closer = threading.Thread(target=board.close, name="test-close")
-        closer.start()
-        closer.join(10)  # without the kill it would wait forever
-        assert not closer.is_alive(), "close() waited for the verify"
-        first.join(10)
-        assert not first.is_alive() and child.returncode == -signal.SIGKILL and answers
+        try:
+            second, error = call(board, "api/verify", {})
+            assert (second, error["kind"]) == (409, "ConflictError"), error
+            closer = threading.Thread(target=board.close, name="test-close")
+            closer.start()
+            closer.join(10)  # without the kill it would wait forever
+            assert not closer.is_alive(), "close() waited for the verify"
+            first.join(10)
+            assert not first.is_alive() and child.returncode == -signal.SIGKILL and answers
+        finally:  # a failure above leaves nothing stopped behind
+            if child.returncode is None:
+                os.kill(child.pid, signal.SIGKILL)
+            board.close()
     with mqlite.open(template.path, read_only=True) as broker, Dashboard(broker, interval=3600) as board:
         status, verify = call(board, "api/verify", {})  # nothing left running: one verify at a time, not one ever
         assert status == 200 and verify["ok"] is True and verify["records"] == 7
