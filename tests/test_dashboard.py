@@ -173,6 +173,9 @@ def test_the_command_checks_its_options(template: Facts, capsys: pytest.CaptureF
     assert "bad interval" in capsys.readouterr().err
     assert main(["dashboard", template.path, "--listen", "nowhere"]) == 2
     assert "HOST:PORT" in capsys.readouterr().err
+    with deadline(10):  # without the check, the command would serve
+        assert main(["dashboard", template.path, "--json", "--listen", "127.0.0.1:0"]) == 2
+    assert "its JSON is the API" in capsys.readouterr().err
 
 
 # -- pages ------------------------------------------------------------------------------------------------------

@@ -79,6 +79,8 @@ def dashboard(ctx: Context, args: argparse.Namespace) -> Report:
     """
     from ..dashboard.server import Dashboard  # here: other commands do not pay for the HTTP modules
 
+    if getattr(args, "json", False):
+        raise UsageError("--json: the dashboard prints its URL and serves; its JSON is the API (docs/dashboard.md)")
     if ctx.address is not None and args.write:
         raise UsageError("--write is for a store PATH; over -n the serving process writes, and re-sending is on")
     stop = threading.Event()
