@@ -295,9 +295,10 @@ class Dashboard:
     `history` how many rounds the charts keep. `writable=True` allows
     re-sending dead letters (a writer or a serving broker only).
     `allow_hosts` are more names the page may be reached by (a reverse proxy's
-    public name: `Host` and `Origin` naming them pass, on any port). Takes the first round before it returns,
-    so the first page has figures. Starts three kinds of thread (see the module
-    docstring), all joined by `close()`; use it as a context manager:
+    public name: `Host` and `Origin` naming them pass, on any port). Takes the
+    first round before it returns, so the first page has figures. Starts three
+    kinds of thread (see the module docstring) and, for a verify, a child
+    process, all joined or ended by `close()`; use it as a context manager:
 
     >>> import mqlite, tempfile, urllib.request, json
     >>> with mqlite.open(tempfile.mkdtemp(), commitlog_file_size=1 << 20) as broker:
@@ -318,7 +319,6 @@ class Dashboard:
         host, port = parse_address(address, allow_port_0=True)
         self._source = Source(broker, writable=writable)
         self._history = History(history, self._source.out_window)
-        self._stopping = threading.Event()
         self._api = Api(self._source, self._history)
         self._routes = _routes(self._api)
         self._static = resources.files(__package__).joinpath("static")
@@ -372,7 +372,7 @@ class Dashboard:
             if self._closed:
                 return
             self._closed = True
-        self._stopping.set()  # requests that arrive from now on are refused
+        # From here on requests are refused (`handle` reads `_closed`).
         self._api.verifier.abandon()  # a running verify ends now, not when it has read the whole store
         try:
             self._wake_w.send(b"x")  # the accept loop wakes and ends
@@ -412,7 +412,7 @@ class Dashboard:
     def handle(self, request: _RequestHandler, method: str) -> None:
         """Answer one request (on its connection's thread): checks, then a route, a static file or an error."""
         try:
-            if self._stopping.is_set():  # e.g. a half-sent request whose socket `close()` just shut
+            if self._closed:  # e.g. a half-sent request whose socket `close()` just shut
                 raise IllegalStateError("the dashboard is closing")
             if request.request_version == "HTTP/0.9":  # an answer without a status line or headers
                 raise RequestError("HTTP/0.9 is not served: send HTTP/1.0 or 1.1")
@@ -569,6 +569,8 @@ def _read_body(request: _RequestHandler, length: int) -> bytes:
     except TimeoutError:
         raise RequestTimeoutError(f"the body did not arrive: Content-Length is {length}, and nothing more came "
                                   f"for {_BODY_TIMEOUT:g} s") from None
+    finally:
+        request.connection.settimeout(_IDLE_TIMEOUT)  # the answer may take the usual time to be read
     if len(raw) < length:
         raise RequestError(f"the body ended after {len(raw)} of the {length} bytes its Content-Length says")
     return raw
