@@ -662,3 +662,20 @@ def test_units_are_readable_when_put_returns(tmp_path: Path) -> None:
         assert seen == [("TopicTest", 0, n, n, True) for n in (1, 2, 3, 5)]
     finally:
         store.close()
+
+
+def test_a_read_only_queue_follows_a_fill_and_a_roll_in_one_refresh(tmp_path: Path) -> None:
+    # The reader last saw its newest file part-full; the writer has since filled it and rolled to the
+    # next: one refresh must reach the newest unit (a key search right after the roll finds it).
+    writer = ConsumeQueue(str(tmp_path / "consumequeue"), "TopicTest", 0, 20 * 64)
+    reader = ConsumeQueue(str(tmp_path / "consumequeue"), "TopicTest", 0, 20 * 64, read_only=True)
+    try:
+        _fill(writer, 60)
+        reader.refresh()
+        assert reader.max_offset == 60
+        _fill(writer, 10, first=60)  # 4 more fill the first file, 6 go into the second
+        reader.refresh()
+        assert (reader.max_offset, reader.max_commit_log_offset) == (70, 100 * 69 + 100)
+    finally:
+        reader.close()
+        writer.close()

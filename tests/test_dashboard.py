@@ -8,11 +8,15 @@ browser side (the page itself) is tests/test_dashboard_browser.py.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,13 +28,17 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import SMALL_STORE, deadline, no_leftover_threads, wait_until  # noqa: F401
+from support import SMALL_STORE, TINY_STORE, deadline, no_leftover_threads, wait_until  # noqa: F401
 
 import mqlite
 from mqlite.cli.app import main
 from mqlite.clock import ManualClock
+from mqlite.broker import QueueProgress
 from mqlite.dashboard import Dashboard
+from mqlite.dashboard import server as server_module
+from mqlite.dashboard.history import History, Sample
 from mqlite.dashboard.server import _static_file
+from mqlite.dashboard.source import Source
 
 HOUR_MS = 3600_000
 SRC = str(Path(mqlite.__file__).resolve().parent.parent)
@@ -165,6 +173,9 @@ def test_the_command_checks_its_options(template: Facts, capsys: pytest.CaptureF
     assert "bad interval" in capsys.readouterr().err
     assert main(["dashboard", template.path, "--listen", "nowhere"]) == 2
     assert "HOST:PORT" in capsys.readouterr().err
+    with deadline(10):  # without the check, the command would serve
+        assert main(["dashboard", template.path, "--json", "--listen", "127.0.0.1:0"]) == 2
+    assert "its JSON is the API" in capsys.readouterr().err
 
 
 # -- pages ------------------------------------------------------------------------------------------------------
@@ -476,3 +487,239 @@ def test_a_dashboard_over_the_wire(store: Facts) -> None:
             status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [store.dead_msg_id], "confirm": True})
             assert status == 200 and result["results"][0]["topic"] == "%RETRY%cg"
         server.close()
+
+
+# -- the review's findings (issue 15): hosts, client faults, closing, errors, rates ---------------------------------
+def test_a_host_without_a_port_means_port_80(reader: Dashboard, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not reader._host_allowed("127.0.0.1")  # this board's port is not 80
+    monkeypatch.setattr(reader, "_port", 80)  # as a board listening on 127.0.0.1:80 (binding it needs root)
+    for host in ("127.0.0.1", "localhost", "[::1]", "127.0.0.1:80", "localhost:80"):
+        assert reader._host_allowed(host), host
+    for host in ("rebound.example", "rebound.example:80", "127.0.0.1:81", "", ":80", "127.0.0.1:80.", "[::1",
+                 "127.0.0.1:٨٠"):
+        assert not reader._host_allowed(host), host
+
+
+def test_allowed_hosts_let_a_reverse_proxy_through(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
+    with mqlite.open(template.path, read_only=True) as broker, \
+            Dashboard(broker, allow_hosts=["Dash.Example.com"]) as board:
+        for host in ("dash.example.com", "dash.example.com:443", "DASH.example.com:8443"):  # as a proxy passes it
+            assert call(board, "api/dlq", headers={"Host": host})[0] == 200, host
+        assert call(board, "api/dlq", headers={"Host": "evil.example"})[0] == 403
+        for origin, status in (("https://dash.example.com", 200), ("http://dash.example.com:8080", 200),
+                               ("https://evil.example", 403), ("https://127.0.0.1", 403)):
+            got, answer = call(board, "api/verify", {}, headers={"Host": "dash.example.com", "Origin": origin})
+            assert got == status, (origin, answer)
+    with pytest.raises(mqlite.ConfigError, match="bad host name"):
+        Dashboard(broker, allow_hosts=["https://dash.example.com/"])
+    assert main(["dashboard", template.path, "--allow-host", "a b"]) == 2
+    assert "bad host name" in capsys.readouterr().err
+    with dashboard_process(template.path, "--allow-host", "dash.example.com", "--allow-host", "10.0.0.9") as url:
+        for host in ("dash.example.com", "10.0.0.9:80"):
+            assert call(url, "api/overview", headers={"Host": host})[0] == 200, host
+
+
+def _records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("mqlite.dashboard") and r.levelno >= level]
+
+
+def test_clients_that_reset_leave_no_error_in_the_log(template: Facts, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, "mqlite.dashboard")
+    with mqlite.open(template.path, read_only=True) as broker:
+        board = Dashboard(broker, interval=3600)
+        host, port = board.address.rsplit(":", 1)
+        for _ in range(5):  # a browser leaving a page while a poll is in flight
+            with socket.create_connection((host, int(port))) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+                sock.sendall(b"GET /api/overview HTTP/1.1\r\nHost: %s\r\n\r\n" % board.address.encode())
+        half = socket.create_connection((host, int(port)))  # headers without their end, then the board closes
+        half.sendall(b"GET /api/overview?half HTTP/1.1\r\nHost: %s\r\n" % board.address.encode())
+        assert get(board, "api/dlq")["writable"] is False  # accepted after the others: they are being served
+        board.close()  # joins every connection's thread
+        half.close()
+    assert _records(caplog, logging.INFO) == []
+    # The half request ended at EOF when close() shut its socket: refused, not served during the shutdown.
+    assert [m for m in _records(caplog, logging.DEBUG) if "?half" in m and '" 503 ' not in m] == []
+    assert [m for m in _records(caplog, logging.DEBUG) if "?half" in m and '" 503 ' in m]
+
+
+def test_a_short_or_stalled_body_is_refused_soon(store: Facts, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server_module, "_BODY_TIMEOUT", 0.2)
+    with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker, interval=3600) as board:
+        host, port = board.address.rsplit(":", 1)
+        head = (b"POST /api/verify HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 10\r\n\r\n{}" % board.address.encode())
+
+        def answer(half_close: bool) -> tuple[bytes, Any]:
+            with socket.create_connection((host, int(port))) as sock:
+                sock.sendall(head)
+                if half_close:
+                    sock.shutdown(socket.SHUT_WR)  # the body ends there
+                sock.settimeout(10)  # less than the 30 s idle timeout a stalled body sat out before
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+            status_line, _, rest = data.partition(b"\r\n")
+            return status_line, json.loads(rest.partition(b"\r\n\r\n")[2])
+
+        status_line, error = answer(half_close=True)
+        assert b" 400 " in status_line and "ended after 2 of the 10 bytes" in error["error"]
+        status_line, error = answer(half_close=False)
+        assert b" 408 " in status_line and error["kind"] == "RequestTimeoutError"
+
+
+def test_close_does_not_wait_for_an_idle_connection(template: Facts) -> None:
+    with mqlite.open(template.path, read_only=True) as broker:
+        board = Dashboard(broker, interval=3600)
+        host, port = board.address.rsplit(":", 1)
+        idle = socket.create_connection((host, int(port)))  # a browser's pre-connection: sends nothing
+        try:
+            get(board, "api/dlq")  # accepted after the idle one: its thread now waits for a request line
+            closer = threading.Thread(target=board.close, name="test-close")
+            closer.start()
+            closer.join(10)  # an idle connection's thread would sit out its 30 s timeout
+            assert not closer.is_alive(), "close() waited for an idle connection"
+        finally:
+            idle.close()
+            board.close()
+
+
+def test_every_error_is_json_with_the_security_headers(reader: Dashboard) -> None:
+    host, port = reader.address.rsplit(":", 1)
+
+    def raw(request: bytes) -> tuple[str, dict[str, str], Any]:
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(request)
+            sock.settimeout(10)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+        return status_line, headers, json.loads(body)
+
+    ours = b"Host: %s\r\n\r\n" % reader.address.encode()
+    for request, status, kind in (
+            (b"OPTIONS /api/overview HTTP/1.1\r\n" + ours, " 405 ", "MethodNotAllowedError"),
+            (b"PATCH /api/overview HTTP/1.1\r\n" + ours, " 405 ", "MethodNotAllowedError"),
+            (b"PUT /static/index.html HTTP/1.1\r\n" + ours, " 405 ", "MethodNotAllowedError"),
+            (b"BREW /api/overview HTTP/1.1\r\n" + ours, " 501 ", "RequestError"),
+            (b"GET /api/overview HTTP/1.1 more\r\n" + ours, " 400 ", "RequestError"),
+            (b"GET /api/overview\r\n" + ours, " 400 ", "RequestError"),  # HTTP/0.9
+            (b"GET /api/messages?key=" + b"k" * 70000 + b" HTTP/1.1\r\n" + ours, " 414 ", "RequestError")):
+        status_line, headers, error = raw(request)
+        assert status in status_line and error["kind"] == kind and error["error"], (request[:30], status_line, error)
+        assert headers["content-type"] == "application/json; charset=utf-8"
+        assert headers["x-content-type-options"] == "nosniff" and "frame-ancestors 'none'" in headers[
+            "content-security-policy"]
+        assert headers["server"] == "mqlite-dashboard"
+    status, error = call(reader, "api/verify", {}, headers={"Content-Type": "text/plain"})
+    assert (status, error["kind"]) == (415, "UnsupportedMediaTypeError")
+
+
+def test_a_resend_naming_an_id_twice_sends_it_once(store: Facts) -> None:
+    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker, writable=True) as board:
+        status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [store.dead_msg_id] * 2, "confirm": True})
+        assert status == 200 and len(result["results"]) == 1, result
+        assert broker.max_offset(mqlite.MessageQueue("%RETRY%cg", broker.broker_name, 0)) == 1
+
+
+def test_verify_gives_up_when_the_dashboard_closes_and_runs_once_at_a_time(template: Facts) -> None:
+    with mqlite.open(template.path, read_only=True) as broker:
+        board = Dashboard(broker, interval=3600)
+        answers: list[Any] = []
+
+        def ask() -> None:
+            try:
+                answers.append(call(board, "api/verify", {}))
+            except OSError as exc:  # close() ended the connection
+                answers.append(exc)
+
+        first = threading.Thread(target=ask, name="test-verify")
+        first.start()
+        wait_until(lambda: board._api.verifier._child is not None, "the verify's child process")
+        child = board._api.verifier._child
+        assert child is not None
+        os.kill(child.pid, signal.SIGSTOP)  # a verify of a store as big as it takes: it cannot end by itself
+        try:
+            second, error = call(board, "api/verify", {})
+            assert (second, error["kind"]) == (409, "ConflictError"), error
+            closer = threading.Thread(target=board.close, name="test-close")
+            closer.start()
+            closer.join(10)  # without the kill it would wait forever
+            assert not closer.is_alive(), "close() waited for the verify"
+            first.join(10)
+            assert not first.is_alive() and child.returncode == -signal.SIGKILL and answers
+        finally:  # a failure above leaves nothing stopped behind
+            if child.returncode is None:
+                os.kill(child.pid, signal.SIGKILL)
+            board.close()
+    with mqlite.open(template.path, read_only=True) as broker, Dashboard(broker, interval=3600) as board:
+        status, verify = call(board, "api/verify", {})  # nothing left running: one verify at a time, not one ever
+        assert status == 200 and verify["ok"] is True and verify["records"] == 7
+
+
+def test_consume_rates_span_the_offset_persist_interval() -> None:
+    """A consumer steady at 25/s whose offsets a reader sees every 5 s (as the writer persists them)."""
+
+    def sample(second: int) -> Sample:
+        consumed = 125 * (second // 5)
+        return Sample(second * 1000, {}, {"cg": (QueueProgress("t", "b", 0, 10_000, consumed, "", 0),)})
+
+    history = History(100, out_window=10.0)
+    for second in range(31):
+        history.add(sample(second))
+    rates = [p.group_out["cg"] for p in history.points()]
+    assert rates[:9] == [None] * 9  # seconds 1-9: the window is not spanned yet
+    assert rates[9:] == [25.0] * 21
+
+
+def test_a_reader_takes_consume_rates_over_two_offset_persists(template: Facts) -> None:
+    with mqlite.open(template.path, read_only=True, flush_consumer_offset_interval=8.0) as broker:
+        assert Source(broker).out_window == 16.0
+    with mqlite.open(template.path, read_only=True) as broker:
+        assert Source(broker).out_window == 10.0
+
+
+def test_a_search_right_after_the_consume_queue_rolls_finds_the_newest(tmp_path: Path) -> None:
+    path = str(tmp_path / "store")
+    with mqlite.open(path, **TINY_STORE) as writer:  # 64 units per consume-queue file
+        writer.create_topic("t", 1)
+        for i in range(60):
+            writer.put_message("t", 0, b"x", {"KEYS": f"k{i}"})
+        writer.wait_dispatched()
+        with mqlite.open(path, read_only=True, **TINY_STORE) as broker, Dashboard(broker, interval=3600) as board:
+            assert len(get(board, "api/messages?key=k59&topic=t")["messages"]) == 1  # the first file: 60 of 64
+            for i in range(60, 70):  # fills the file and rolls to the next one
+                writer.put_message("t", 0, b"x", {"KEYS": f"k{i}"})
+            writer.wait_dispatched()
+            assert len(get(board, "api/messages?key=k69&topic=t")["messages"]) == 1  # one refresh: both steps
+            assert get(board, "api/topics/t")["queues"][0]["max_offset"] == 70
+
+
+def test_a_sampling_failure_of_any_kind_shows_as_warn(template: Facts, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    with mqlite.open(template.path, read_only=True) as broker, Dashboard(broker, interval=0.05) as board:
+        failed = []
+
+        def vanished() -> list[str]:
+            failed.append(1)
+            raise FileNotFoundError(2, "No such file or directory", "consumequeue/t/0/00000000000000000000")
+
+        monkeypatch.setattr(broker, "topic_list", vanished)  # as a file retention removed under the reader
+        wait_until(lambda: get(board, "api/overview")["health"]["status"] == "warn", "the page to say warn")
+        notes = get(board, "api/overview")["health"]["notes"]
+        assert "FileNotFoundError" in notes[0] and "No such file" in notes[0]
+        wait_until(lambda: len(failed) >= 3, "more failed rounds")
+        monkeypatch.undo()
+        wait_until(lambda: get(board, "api/overview")["health"]["status"] == "ok", "ok once rounds succeed")
+    assert len([m for m in _records(caplog, logging.WARNING) if "sampling" in m]) == 1
+
+
+def test_the_interval_has_a_floor(template: Facts, capsys: pytest.CaptureFixture[str]) -> None:
+    with deadline(10):  # without the floor, the command would serve
+        assert main(["dashboard", template.path, "--interval", "0.05", "--listen", "127.0.0.1:0"]) == 2
+    assert "from 0.1 to 3600" in capsys.readouterr().err
+    with mqlite.open(template.path, read_only=True) as broker, pytest.raises(mqlite.ConfigError, match="0.01"):
+        Dashboard(broker, interval=0.001)

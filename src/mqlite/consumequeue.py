@@ -264,20 +264,22 @@ class ConsumeQueue:
             return
         last = self.mapped_files.last
         assert last is not None
-        if last.wrote_position >= self.file_size:
-            # The writer may have rolled: map the files after this one (mapping them all
-            # again would leak the old maps, once per read of a queue whose last file is full).
-            if self.mapped_files.find(last.file_from_offset + self.file_size) is None:
+        if last.wrote_position < self.file_size:
+            count = _valid_prefix(last, start=last.wrote_position // _UNIT)
+            if count * _UNIT > last.wrote_position:
+                last.wrote_position = count * _UNIT
+                self._follow_last_unit(last)
+            if last.wrote_position < self.file_size:
                 return
-            for mf in self.mapped_files.files:
-                if mf.file_from_offset > last.file_from_offset:
-                    mf.wrote_position = _valid_prefix(mf) * _UNIT
-                    self._follow_last_unit(mf)
+            # Filled since the last look: the writer may have rolled too, in the same look.
+        # The writer may have rolled: map the files after this one (mapping them all
+        # again would leak the old maps, once per read of a queue whose last file is full).
+        if self.mapped_files.find(last.file_from_offset + self.file_size) is None:
             return
-        count = _valid_prefix(last, start=last.wrote_position // _UNIT)
-        if count * _UNIT > last.wrote_position:
-            last.wrote_position = count * _UNIT
-            self._follow_last_unit(last)
+        for mf in self.mapped_files.files:
+            if mf.file_from_offset > last.file_from_offset:
+                mf.wrote_position = _valid_prefix(mf) * _UNIT
+                self._follow_last_unit(mf)
 
     def _follow_last_unit(self, mf: MappedFile) -> None:
         """Read-only: `max_commit_log_offset` follows the newest unit seen, so a reader's end of the

@@ -38,7 +38,7 @@ from .dlq import query_dlq, resend_dlq
 from .groups import consumer_progress, reset_offset_by_time, skip_accumulated_message
 from .messages import consume_message, print_msg, query_msg_by_id, query_msg_by_key, query_msg_by_offset, send_message
 from .output import Report
-from .dashboard import DEFAULT_INTERVAL, dashboard, interval_arg, listen_arg
+from .dashboard import DEFAULT_INTERVAL, dashboard, host_arg, interval_arg, listen_arg
 from .serve import serve
 from .store import stats_all, store_info, verify
 from .topics import delete_topic, topic_list, topic_status, update_topic
@@ -164,5 +164,7 @@ COMMANDS: tuple[Command, ...] = (
             help="open the store as its writer (refused while another process holds it): allows re-sending "
                  "dead letters"),
         opt("--interval", dest="interval", type=interval_arg, default=DEFAULT_INTERVAL, metavar="SECONDS",
-            help=f"seconds between two samples of the charts (default {DEFAULT_INTERVAL:g})"))),
+            help=f"seconds between two samples of the charts (default {DEFAULT_INTERVAL:g}, at least 0.1)"),
+        opt("--allow-host", dest="allow_hosts", action="append", type=host_arg, metavar="NAME",
+            help="also accept requests naming NAME (repeatable): a reverse proxy's public name"))),
 )

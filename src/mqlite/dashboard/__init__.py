@@ -23,11 +23,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Dashboard", "DEFAULT_INTERVAL", "DEFAULT_HISTORY"]
+__all__ = ["Dashboard", "DEFAULT_INTERVAL", "DEFAULT_HISTORY", "MIN_INTERVAL", "MIN_CLI_INTERVAL"]
 
 #: Seconds between two sampling rounds, and the rounds the charts keep (20 minutes at 2 s).
 DEFAULT_INTERVAL = 2.0
 DEFAULT_HISTORY = 600
+#: The shortest interval `Dashboard` takes (tests sample fast), and the command's (below it the sampler
+#: costs a core and the history spans too little to chart).
+MIN_INTERVAL = 0.01
+MIN_CLI_INTERVAL = 0.1
 
 if TYPE_CHECKING:
     from .server import Dashboard

@@ -11,7 +11,6 @@ polls them); a topic, a group, searches and messages are read live.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +19,7 @@ from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
 from ..sendback import dlq_topic
 from ..store import writer_alive
-from .health import clean_shutdown, health, run_verify, total_disk_bytes
+from .health import Verifier, clean_shutdown, health, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
 from .source import Source, topic_kind
@@ -38,7 +37,8 @@ class Api:
     def __init__(self, source: Source, history: History) -> None:
         self.source = source
         self.history = history
-        self._verify_lock = threading.Lock()
+        #: Runs `verify` in a child process that `Dashboard.close()` ends (`abandon`).
+        self.verifier = Verifier()
 
     def _latest(self) -> Sample:
         """The newest sample; taken now when the sampler has not run yet."""
@@ -227,7 +227,7 @@ class Api:
         to_origin = body.get("to_origin", False)
         if not isinstance(to_origin, bool):
             raise MQClientError('"to_origin" must be true or false')
-        ids = [msg_id_param(i, "msg_ids") for i in msg_ids]
+        ids = list(dict.fromkeys(msg_id_param(i, "msg_ids") for i in msg_ids))  # an id named twice: sent once
         with source.lock:
             source.require_group(group, source.offsets())
             letters = [find_message(source.broker, msg_id, dlq_topic(group)) for msg_id in ids]
@@ -251,9 +251,10 @@ class Api:
             return health(self.source)
 
     def verify(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """`POST /api/verify`: check every record, unit and index entry; one run at a time."""
-        with self._verify_lock:
-            return run_verify(self.source)
+        """`POST /api/verify`: check every record, unit and index entry, in a child process the dashboard's
+        close ends; one run at a time (409 while one runs: a second would double the reading and answer
+        the same)."""
+        return self.verifier.run(self.source)
 
 
 class PartialResend(MQLiteError):

@@ -9,18 +9,23 @@ and the recovery history.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 from ..checkpoint import StoreCheckpoint
-from ..errors import MQClientError
+from ..errors import IllegalStateError, MQClientError, MQLiteError
 from ..metrics import disk_bytes
 from ..recoveryhistory import recovery_history
 from ..store import writer_alive
 from ..verify import verify_store
-from .source import Source
+from .source import ConflictError, Source
 
-__all__ = ["health", "clean_shutdown", "run_verify", "total_disk_bytes"]
+__all__ = ["health", "clean_shutdown", "run_verify", "total_disk_bytes", "Verifier"]
 
 
 def total_disk_bytes(path: str) -> int:
@@ -89,15 +94,73 @@ def health(source: Source) -> dict[str, Any]:
 
 
 def run_verify(source: Source) -> dict[str, Any]:
-    """`POST /api/verify`: `verify_store` on the store's files (read-only; safe beside the writer).
-
-    Cost: reads every record, unit and index entry (seconds per GiB). Does not hold `source.lock`:
-    it reads the files through its own `StoreReader`, so the sampler and other requests go on.
-    """
+    """`POST /api/verify` in this process: `verify_store` on the store's files (read-only; safe beside the
+    writer). Cost: reads every record, unit and index entry (seconds per GiB)."""
     local = source.local
     if local is None:
         raise MQClientError(f"verify reads the store's files; this dashboard reaches {source.broker.path} over "
                             "the wire: run `mqlite verify PATH` where the files are")
-    report = verify_store(local.path)
+    return _verify_json(local.path)
+
+
+def _verify_json(path: str) -> dict[str, Any]:
+    report = verify_store(path)
     return {"ok": report.ok, "records": report.records, "units": report.units, "queues": report.queues,
             "index_files": report.index_files, "problems": list(report.problems), "summary": report.summary()}
+
+
+class Verifier:
+    """The dashboard's `verify`: one run at a time, in a child process that `abandon()` ends at once.
+
+    A whole store takes seconds per GiB, and `verify_store` checks for nothing between records, so a
+    run in a thread would hold `close()` (and SIGTERM) until it ended. In a child process it also
+    leaves this process' GIL to the page and the sampler. The child is this Python with this `mqlite`
+    (`sys.path` passed on), started per run (some 0.2 s), read-only like the in-process check, and
+    reaped by the request that started it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[str] | None = None
+        self._abandoned = False
+
+    def run(self, source: Source) -> dict[str, Any]:
+        """`run_verify` in the child; `ConflictError` while a run is going, `IllegalStateError` once abandoned."""
+        local = source.local
+        if local is None:
+            return run_verify(source)  # says why not
+        with self._lock:
+            if self._abandoned:
+                raise IllegalStateError("the dashboard is closing")
+            if self._child is not None:
+                raise ConflictError("a verify is running already: wait for its answer")
+            package_root = str(Path(__file__).resolve().parents[2])  # this mqlite, wherever it was imported from
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH"))
+                                                               if p)}
+            self._child = child = subprocess.Popen(
+                [sys.executable, "-c", "from mqlite.dashboard.health import _child_main; _child_main()",
+                 local.path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            out, err = child.communicate()
+        finally:
+            with self._lock:
+                self._child = None
+        if self._abandoned:
+            raise IllegalStateError(f"verify of {local.path} abandoned: the dashboard is closing")
+        if child.returncode != 0:
+            raise MQLiteError(f"verify of {local.path} failed (exit {child.returncode}): "
+                                    f"{err.strip().splitlines()[-1] if err.strip() else 'no message'}")
+        answer: dict[str, Any] = json.loads(out)
+        return answer
+
+    def abandon(self) -> None:
+        """End a running verify at once (the dashboard closes); later runs are refused."""
+        with self._lock:
+            self._abandoned = True
+            if self._child is not None:
+                self._child.kill()  # its request thread reaps it and answers
+
+
+def _child_main() -> None:
+    """The verify child: `_verify_json(argv[1])` as one JSON line on stdout."""
+    print(json.dumps(_verify_json(sys.argv[1])))

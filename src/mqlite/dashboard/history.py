@@ -3,9 +3,14 @@
 A sample holds the raw figures of one moment (every queue's offsets, every
 group's committed offsets); the history keeps, per round, only what the
 charts draw (messages in per topic, messages consumed per group, lag per
-group and queue), computed from two successive samples. Rates are deltas of
-offsets over the time between the samples, so they are the same from any
-process that reads the store and need no counter in the broker's hot paths.
+group and queue). Rates are deltas of offsets over time, so they are the same
+from any process that reads the store and need no counter in the broker's hot
+paths: messages in per topic between two successive samples (queue offsets
+move with every send), messages consumed per group over the last
+`out_window` seconds (consumers commit offsets in bursts, and a reader sees
+them only when the writer persists them, every 5 s: a per-round delta would
+draw 0, 0, 0 and a spike). A consume rate is None until the history spans the
+window.
 """
 
 from __future__ import annotations
@@ -61,13 +66,15 @@ class Point:
     topic_in: Mapping[str, float | None]
     """Messages stored per second per topic since the previous round (None: the topic is new)."""
     group_out: Mapping[str, float | None]
-    """Messages consumed per second per group since the previous round (committed offsets moved)."""
+    """Messages consumed per second per group over the last `out_window` seconds (committed offsets moved;
+    None until the history spans the window, or for a group new in it)."""
     group_lag: Mapping[str, Mapping[QueueRef, int]]
     """Lag per group and queue."""
 
     @staticmethod
-    def between(before: Sample, now: Sample) -> Point:
-        """The point of `now`, its rates measured from `before`."""
+    def between(before: Sample, now: Sample, base: Sample | None = None) -> Point:
+        """The point of `now`, its send rates measured from `before`, its consume rates from `base` (None:
+        not known yet)."""
         seconds = max(now.t - before.t, 1) / 1000
 
         def max_sum(sample: Sample, topic: str) -> int | None:
@@ -79,7 +86,10 @@ class Point:
             return None if rows is None else sum(p.consumer_offset for p in rows)
 
         topic_in = {t: _rate(max_sum(now, t) or 0, max_sum(before, t), seconds) for t in now.topics}
-        group_out = {g: _rate(consumed_sum(now, g) or 0, consumed_sum(before, g), seconds) for g in now.progress}
+        group_out: dict[str, float | None] = dict.fromkeys(now.progress)
+        if base is not None:
+            span = max(now.t - base.t, 1) / 1000
+            group_out = {g: _rate(consumed_sum(now, g) or 0, consumed_sum(base, g), span) for g in now.progress}
         return Point(now.t, topic_in, group_out, {g: now.lag(g) for g in now.progress})
 
 
@@ -90,16 +100,25 @@ class History:
     (600 points of 100 queues is some 60,000 small ints).
     """
 
-    def __init__(self, capacity: int = 600) -> None:
+    def __init__(self, capacity: int = 600, out_window: float = 10.0) -> None:
         self._lock = threading.Lock()
         self._points: deque[Point] = deque(maxlen=capacity)
         self._latest: Sample | None = None
+        self._window_ms = int(out_window * 1000)
+        #: The samples of the last `out_window` (and the one just before it: the consume rates' base).
+        self._recent: deque[Sample] = deque()
 
     def add(self, sample: Sample) -> None:
         """Record a round: a point from the previous sample to this one (none for the very first)."""
         with self._lock:
             if self._latest is not None and sample.t > self._latest.t:
-                self._points.append(Point.between(self._latest, sample))
+                recent = self._recent
+                while len(recent) > 1 and recent[1].t <= sample.t - self._window_ms:
+                    recent.popleft()  # the next one is old enough to be the base
+                base = recent[0] if recent and recent[0].t <= sample.t - self._window_ms else None
+                self._points.append(Point.between(self._latest, sample, base))
+            if self._latest is None or sample.t > self._latest.t:
+                self._recent.append(sample)
             self._latest = sample
 
     @property

@@ -9,12 +9,18 @@ sockets (an idle browser pre-connection would otherwise hold its thread),
 joins every request thread, then stops the sampler.
 
 Request checks (the dashboard has no login; see docs/dashboard.md):
-- `Host` must name this server (a loopback name when it listens on loopback),
-  so a page on another site that rebinds its DNS name to 127.0.0.1 cannot read
-  the store through the user's browser;
+- `Host` must name this server (a loopback name when it listens on loopback; no
+  port means 80), or one of the names given as `allow_hosts` (a reverse proxy's
+  public name, any port), so a page on another site that rebinds its DNS name to
+  127.0.0.1 cannot read the store through the user's browser;
 - a POST must be `application/json` (a cross-site form cannot send that
   without a CORS preflight, which is never answered), its `Origin`, when the
-  browser sends one, must be this server, and a write must say `"confirm": true`.
+  browser sends one, must be this server (`http://`) or an allowed name
+  (`http://` or `https://`), and a write must say `"confirm": true`.
+
+Client faults (a reset or closed connection, a client too slow to send or
+read) are the client's doing: one debug line, never a traceback; a request
+that arrives once `close()` has begun is refused (503), not served.
 """
 
 from __future__ import annotations
@@ -23,10 +29,11 @@ import ipaddress
 import json
 import logging
 import mimetypes
+import re
 import selectors
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -39,12 +46,13 @@ from ..errors import ConfigError, IllegalStateError, MessageNotFoundError, MQCli
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ..metrics import render_prometheus
 from ..remoting.address import parse_address
-from . import DEFAULT_HISTORY, DEFAULT_INTERVAL
+from . import DEFAULT_HISTORY, DEFAULT_INTERVAL, MIN_INTERVAL
 from .api import Api
 from .history import History
-from .source import DashboardBroker, ForbiddenError, NotFoundError, Source
+from .source import ConflictError, DashboardBroker, ForbiddenError, NotFoundError, Source
 
-__all__ = ["Dashboard"]
+__all__ = ["Dashboard", "RequestError", "MethodNotAllowedError", "UnsupportedMediaTypeError", "RequestTimeoutError",
+           "allowed_host"]
 
 log = logging.getLogger("mqlite.dashboard")
 
@@ -52,6 +60,8 @@ log = logging.getLogger("mqlite.dashboard")
 _MAX_BODY = 1 << 20
 #: Seconds a connection may stay silent before its thread gives up on it.
 _IDLE_TIMEOUT = 30.0
+#: Seconds a POST body may take to arrive once its headers are in (bodies are a few KiB): 408 after.
+_BODY_TIMEOUT = 5.0
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 _CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                   ".mjs": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
@@ -72,16 +82,48 @@ _STATUS_OF: tuple[tuple[type[Exception], HTTPStatus], ...] = (
     (MessageNotFoundError, HTTPStatus.NOT_FOUND),
     (MQClientError, HTTPStatus.BAD_REQUEST),
     (RemotingError, HTTPStatus.BAD_GATEWAY),
+    (ConflictError, HTTPStatus.CONFLICT),
     (IllegalStateError, HTTPStatus.SERVICE_UNAVAILABLE),
 )
+#: Connection faults that are the client's doing (gone, reset, too slow): no error of the dashboard's.
+_CLIENT_FAULTS = (ConnectionError, TimeoutError)
 
 
-class _Refused(Exception):
-    """A request answered with an error status before it reached a route."""
+class RequestError(MQLiteError):
+    """A request refused for its form before it reached a route; `status` is its HTTP status (the base class
+    answers http.server's own refusals: a bad request line, an over-long URI, an unknown method)."""
 
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    status = HTTPStatus.BAD_REQUEST
+
+    def __init__(self, message: str, status: HTTPStatus | None = None) -> None:
         super().__init__(message)
-        self.status = status
+        if status is not None:
+            self.status = status
+
+
+class MethodNotAllowedError(RequestError):
+    """A method the path does not take (HTTP 405)."""
+
+    status = HTTPStatus.METHOD_NOT_ALLOWED
+
+
+class UnsupportedMediaTypeError(RequestError):
+    """A POST that is not `application/json` (HTTP 415)."""
+
+    status = HTTPStatus.UNSUPPORTED_MEDIA_TYPE
+
+
+class RequestTimeoutError(RequestError):
+    """A POST body that did not arrive in time (HTTP 408)."""
+
+    status = HTTPStatus.REQUEST_TIMEOUT
+
+
+def _status_of(exc: Exception) -> HTTPStatus | None:
+    """The HTTP status of a failure the dashboard expects, or None for a fault of its own (500)."""
+    if isinstance(exc, RequestError):
+        return exc.status
+    return next((status for kind, status in _STATUS_OF if isinstance(exc, kind)), None)
 
 
 class _Sampler(Service):
@@ -95,11 +137,13 @@ class _Sampler(Service):
     def run_once(self) -> None:
         try:
             sample = self.source.sample()
-        except MQLiteError as exc:  # the serving broker went away, the broker was closed: say so on the page,
-            # log it once, try again next round
+        except Exception as exc:  # noqa: BLE001 - the serving broker went away, the broker was closed, a file
+            # vanished under a reader: say so on the page, log it once (a traceback for what is no MQLiteError),
+            # try again next round
             if self.source.last_error is None:
-                log.warning("dashboard: sampling %s failed: %s", self.source.broker.path, exc)
-            self.source.last_error = f"the last sampling round failed: {exc}"
+                log.warning("dashboard: sampling %s failed: %s", self.source.broker.path, exc,
+                            exc_info=not isinstance(exc, MQLiteError))
+            self.source.last_error = f"the last sampling round failed: {type(exc).__name__}: {exc}"
             return
         self.source.last_error = None
         self.history.add(sample)
@@ -182,7 +226,7 @@ class _Server(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("dashboard: connection from %s failed", client_address, exc_info=True)
+        log.debug("dashboard: connection from %s failed", client_address)
 
     def close_all(self) -> None:
         """After `shutdown()`: end every connection (a thread waiting for its client wakes at once), join
@@ -205,8 +249,19 @@ class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     timeout = _IDLE_TIMEOUT
 
+    def version_string(self) -> str:
+        """The `Server` header: the name only (no Python version to fingerprint)."""
+        return self.server_version
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("dashboard: %s " + format, self.address_string(), *args)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, URI too long, unknown method, idle timeout) as the
+        dashboard's JSON errors, with its security headers."""
+        self.close_connection = True
+        status = HTTPStatus(code)
+        self.server.dashboard.send_error(self, RequestError(message or status.phrase, status))
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.server.dashboard.handle(self, "GET")
@@ -223,6 +278,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self.server.dashboard.handle(self, "DELETE")
 
+    def do_PATCH(self) -> None:  # noqa: N802
+        self.server.dashboard.handle(self, "PATCH")
+
+    def do_OPTIONS(self) -> None:  # noqa: N802 - a CORS preflight too: answered 405, never with CORS headers
+        self.server.dashboard.handle(self, "OPTIONS")
+
 
 class Dashboard:
     """A web dashboard over `broker`, served at `address` until `close()`.
@@ -230,11 +291,14 @@ class Dashboard:
     `broker` is a `Broker` (its writer or a read-only one, from `mqlite.open`)
     or a `RemoteBroker` (`mqlite.connect`); the dashboard does not close it.
     `address` is `host:port` (port 0 picks a free one; `url` tells which).
-    `interval` is the seconds between two sampling rounds, `history` how many
-    rounds the charts keep. `writable=True` allows re-sending dead letters (a
-    writer or a serving broker only). Takes the first round before it returns,
-    so the first page has figures. Starts three kinds of thread (see the module
-    docstring), all joined by `close()`; use it as a context manager:
+    `interval` is the seconds between two sampling rounds (at least 0.01),
+    `history` how many rounds the charts keep. `writable=True` allows
+    re-sending dead letters (a writer or a serving broker only).
+    `allow_hosts` are more names the page may be reached by (a reverse proxy's
+    public name: `Host` and `Origin` naming them pass, on any port). Takes the
+    first round before it returns, so the first page has figures. Starts three
+    kinds of thread (see the module docstring) and, for a verify, a child
+    process, all joined or ended by `close()`; use it as a context manager:
 
     >>> import mqlite, tempfile, urllib.request, json
     >>> with mqlite.open(tempfile.mkdtemp(), commitlog_file_size=1 << 20) as broker:
@@ -246,14 +310,15 @@ class Dashboard:
     """
 
     def __init__(self, broker: DashboardBroker, address: str = "127.0.0.1:0", *, interval: float = DEFAULT_INTERVAL,
-                 writable: bool = False, history: int = DEFAULT_HISTORY) -> None:
-        if not isinstance(interval, int | float) or isinstance(interval, bool) or not 0 < interval <= 3600:
-            raise ConfigError(f"interval must be a number of seconds in (0, 3600], got {interval!r}")
+                 writable: bool = False, history: int = DEFAULT_HISTORY, allow_hosts: Iterable[str] = ()) -> None:
+        if not isinstance(interval, int | float) or isinstance(interval, bool) or not MIN_INTERVAL <= interval <= 3600:
+            raise ConfigError(f"interval must be a number of seconds from {MIN_INTERVAL} to 3600, got {interval!r}")
+        allowed = {allowed_host(name) for name in ([allow_hosts] if isinstance(allow_hosts, str) else allow_hosts)}
         if not isinstance(history, int) or isinstance(history, bool) or not 2 <= history <= 1_000_000:
             raise ConfigError(f"history must be an int from 2 to 1000000 (rounds kept), got {history!r}")
         host, port = parse_address(address, allow_port_0=True)
         self._source = Source(broker, writable=writable)
-        self._history = History(history)
+        self._history = History(history, self._source.out_window)
         self._api = Api(self._source, self._history)
         self._routes = _routes(self._api)
         self._static = resources.files(__package__).joinpath("static")
@@ -267,7 +332,8 @@ class Dashboard:
         shown = f"[{bound_host}]" if ":" in str(bound_host) else str(bound_host)
         self._address = f"{shown}:{bound_port}"
         self._loopback = _is_loopback(str(bound_host))
-        self._hosts = {self._address} | ({f"{name}:{bound_port}" for name in _LOOPBACK_NAMES} if self._loopback else set())
+        self._names = {shown.lower()} | (set(_LOOPBACK_NAMES) if self._loopback else set())
+        self._allowed = frozenset(allowed)
         self._port = int(bound_port)
         self._closed = False
         self._close_lock = threading.Lock()
@@ -306,6 +372,8 @@ class Dashboard:
             if self._closed:
                 return
             self._closed = True
+        # From here on requests are refused (`handle` reads `_closed`).
+        self._api.verifier.abandon()  # a running verify ends now, not when it has read the whole store
         try:
             self._wake_w.send(b"x")  # the accept loop wakes and ends
             self._serving.join()
@@ -344,6 +412,10 @@ class Dashboard:
     def handle(self, request: _RequestHandler, method: str) -> None:
         """Answer one request (on its connection's thread): checks, then a route, a static file or an error."""
         try:
+            if self._closed:  # e.g. a half-sent request whose socket `close()` just shut
+                raise IllegalStateError("the dashboard is closing")
+            if request.request_version == "HTTP/0.9":  # an answer without a status line or headers
+                raise RequestError("HTTP/0.9 is not served: send HTTP/1.0 or 1.1")
             self._check_host(request)
             url = urlsplit(request.path)
             if url.path.startswith("/api/"):
@@ -351,29 +423,35 @@ class Dashboard:
                 self._send_json(request, status, payload, head=method == "HEAD")
             else:
                 self._send_static(request, method, url.path)
-        except _Refused as exc:
-            self._send_error(request, exc.status, str(exc), exc.status.phrase.replace(" ", ""))
+        except _CLIENT_FAULTS as exc:  # the client went away or stalled: nothing of ours failed
+            log.debug("dashboard: %s %s: the client failed: %r", method, request.path, exc)
         except Exception as exc:  # noqa: BLE001 - every failure is one JSON answer, never a traceback
-            known = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), None)
-            if known is None:
+            if _status_of(exc) is None:
                 log.exception("dashboard: %s %s failed", method, request.path)
-            self._send_error(request, known or HTTPStatus.INTERNAL_SERVER_ERROR, str(exc), type(exc).__name__)
+            self.send_error(request, exc)
 
     def _check_host(self, request: _RequestHandler) -> None:
         host = (request.headers.get("Host") or "").strip().lower()
         if not self._host_allowed(host):
             raise ForbiddenError(f"Host {host!r} is not this dashboard ({self._address}): requests through "
-                                 "another name are refused (DNS rebinding)")
+                                 "another name are refused (DNS rebinding; a proxy's name needs --allow-host)")
 
-    def _host_allowed(self, host: str) -> bool:
-        if host in self._hosts:
+    def _host_allowed(self, host: str, default_port: int = 80) -> bool:
+        """True when `host` (a lower-case `Host` header, or an Origin's host) names this dashboard: an allowed
+        name on any port, else our port (`default_port` when none is given) with our address, a loopback name
+        when we listen on loopback, and beyond loopback any IP literal (a rebinding attack needs a DNS name),
+        the machine's own name or localhost."""
+        split = _split_host(host)
+        if split is None:
+            return False
+        name, port = split
+        if name in self._allowed:
+            return True
+        if (default_port if port is None else port) != self._port:
+            return False
+        if name in self._names:
             return True
         if self._loopback:
-            return False
-        # Listening beyond loopback: any IP literal with our port (a rebinding attack needs a DNS name), the
-        # machine's own name, or localhost.
-        name, _, port = host.rpartition(":")
-        if port != str(self._port):
             return False
         if name in ("localhost", socket.gethostname().lower()):
             return True
@@ -382,6 +460,16 @@ class Dashboard:
         except ValueError:
             return False
         return True
+
+    def _origin_allowed(self, origin: str) -> bool:
+        """An `Origin` header from this dashboard's own page: `http://` and our host, or an allowed name over
+        `http://` or `https://` (a proxy in front may add TLS)."""
+        scheme, sep, rest = origin.lower().partition("://")
+        host = rest.rstrip("/")
+        if sep and scheme == "http":
+            return self._host_allowed(host)
+        split = _split_host(host) if sep and scheme == "https" else None
+        return split is not None and split[0] in self._allowed
 
     def _call_api(self, request: _RequestHandler, method: str, path: str, query_text: str) -> dict[str, Any]:
         segments = [unquote(s) for s in path.strip("/").split("/")]
@@ -397,26 +485,24 @@ class Dashboard:
                 return handler(self._json_body(request, pattern), *args)
             return handler(dict(parse_qsl(query_text, keep_blank_values=True)), *args)
         if allowed:
-            raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} {path}: use {' or '.join(sorted(set(allowed)))}")
+            raise MethodNotAllowedError(f"{method} {path}: use {' or '.join(sorted(set(allowed)))}")
         raise NotFoundError(f"no route {path}; see docs/dashboard.md for the API")
 
     def _json_body(self, request: _RequestHandler, pattern: str) -> dict[str, Any]:
         """A POST's JSON object, after the cross-site checks; writes must carry `"confirm": true`."""
         origin = request.headers.get("Origin")
-        if origin is not None and not (origin.lower().startswith("http://")
-                                       and self._host_allowed(origin.lower()[len("http://"):].rstrip("/"))):
+        if origin is not None and not self._origin_allowed(origin):
             raise ForbiddenError(f"Origin {origin!r} is not this dashboard ({self.url}): cross-site writes are refused")
         kind = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if kind != "application/json":
-            raise _Refused(HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-                           f"a POST must be Content-Type: application/json, not {kind or 'none'!r}")
+            raise UnsupportedMediaTypeError(f"a POST must be Content-Type: application/json, not {kind or 'none'!r}")
         try:
             length = int(request.headers.get("Content-Length") or 0)
         except ValueError:
             raise MQClientError("bad Content-Length") from None
         if not 0 <= length <= _MAX_BODY:
             raise MQClientError(f"the body is {length} bytes; at most {_MAX_BODY}")
-        raw = request.rfile.read(length) if length else b"{}"
+        raw = _read_body(request, length) if length else b"{}"
         try:
             body = json.loads(raw)
         except ValueError as exc:
@@ -431,7 +517,7 @@ class Dashboard:
 
     def _send_static(self, request: _RequestHandler, method: str, path: str) -> None:
         if method not in ("GET", "HEAD"):
-            raise _Refused(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} {path}: static files take GET")
+            raise MethodNotAllowedError(f"{method} {path}: static files take GET")
         if path == "/":
             path = "/static/index.html"
         if path == "/metrics":  # Prometheus' scrape: the figures of `mqlite.metrics`, as text
@@ -450,9 +536,14 @@ class Dashboard:
         data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         self._send(request, status, data, "application/json; charset=utf-8", head=head)
 
-    def _send_error(self, request: _RequestHandler, status: HTTPStatus, message: str, kind: str) -> None:
+    def send_error(self, request: _RequestHandler, exc: Exception) -> None:
+        """Answer `exc` as `{"error", "kind"}` with its status (500 for what `_status_of` does not know)."""
+        status = _status_of(exc) or HTTPStatus.INTERNAL_SERVER_ERROR
+        if request.request_version == "HTTP/0.9":  # a request line too bad to say its version, or HTTP/0.9:
+            request.request_version = "HTTP/1.0"  # http.server would send the body alone
         try:
-            self._send_json(request, status, {"error": message, "kind": kind}, head=request.command == "HEAD")
+            self._send_json(request, status, {"error": str(exc), "kind": type(exc).__name__},
+                            head=request.command == "HEAD")
         except OSError:
             pass  # the client is gone
 
@@ -468,6 +559,58 @@ class Dashboard:
         request.end_headers()
         if not head:
             request.wfile.write(data)
+
+
+def _read_body(request: _RequestHandler, length: int) -> bytes:
+    """`length` bytes of a POST body: 400 when the client ends it early, 408 when it stops sending."""
+    request.connection.settimeout(_BODY_TIMEOUT)
+    try:
+        raw = request.rfile.read(length)
+    except TimeoutError:
+        raise RequestTimeoutError(f"the body did not arrive: Content-Length is {length}, and nothing more came "
+                                  f"for {_BODY_TIMEOUT:g} s") from None
+    finally:
+        request.connection.settimeout(_IDLE_TIMEOUT)  # the answer may take the usual time to be read
+    if len(raw) < length:
+        raise RequestError(f"the body ended after {len(raw)} of the {length} bytes its Content-Length says")
+    return raw
+
+
+def _split_host(host: str) -> tuple[str, int | None] | None:
+    """(name, port or None) of `host[:port]` (`[v6]:port` for IPv6), or None when it is no such thing."""
+    if host.startswith("["):
+        end = host.find("]") + 1
+        if end == 0:
+            return None
+        name, rest = host[:end], host[end:]
+    else:
+        name, sep, port = host.partition(":")
+        rest = sep + port
+    if not name:
+        return None
+    if not rest:
+        return name, None
+    digits = rest[1:]
+    if rest[0] != ":" or not (digits.isascii() and digits.isdigit()) or len(digits) > 5:
+        return None
+    return name, int(digits)
+
+
+_HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?")
+
+
+def allowed_host(name: str) -> str:
+    """A name for `allow_hosts` (a DNS name or IP literal, no port, scheme or path), lower-cased;
+    `ConfigError` saying why otherwise."""
+    text = name.strip().lower() if isinstance(name, str) else ""
+    if _HOST_NAME.fullmatch(text):
+        return text
+    try:
+        ip = ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        raise ConfigError(f"bad host name {name!r} to allow: give a DNS name or an IP address, without a port, "
+                          "scheme or path (e.g. dash.example.com)") from None
+    return f"[{ip}]" if ip.version == 6 else str(ip)
 
 
 def _is_loopback(host: str) -> bool:

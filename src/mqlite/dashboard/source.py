@@ -30,7 +30,7 @@ from ..sendback import DLQ_GROUP_TOPIC_PREFIX, is_dlq_topic, is_retry_topic
 from ..topics import is_system_topic
 from .history import Sample
 
-__all__ = ["Source", "DashboardBroker", "NotFoundError", "ForbiddenError", "topic_kind"]
+__all__ = ["Source", "DashboardBroker", "NotFoundError", "ForbiddenError", "ConflictError", "topic_kind"]
 
 log = logging.getLogger("mqlite.dashboard")
 
@@ -44,6 +44,15 @@ class NotFoundError(MQLiteError, LookupError):
 
 class ForbiddenError(MQLiteError):
     """A write this dashboard may not do, or a request from a page it does not serve (HTTP 403)."""
+
+
+class ConflictError(MQLiteError):
+    """A request that would repeat work already running (a second verify, HTTP 409)."""
+
+
+#: The shortest span consume rates are taken over (seconds): consumers commit in bursts (RocketMQ's clients
+#: every 5 s, `persistConsumerOffsetInterval`), and a reader sees offsets as the writer persists them.
+MIN_OUT_WINDOW = 10.0
 
 
 def topic_kind(topic: str) -> str:
@@ -72,6 +81,10 @@ class Source:
         #: The files' figures (`mqlite.metrics`): queue offsets of every topic in one pass after one refresh,
         #: where a reader's `topic_status` refreshes the whole store on each call. None over the wire.
         self.figures = StoreFigures(self.local.store) if self.local is not None else None
+        #: Seconds consume rates are taken over: at least two of the writer's offset persists for a reader
+        #: (its figures move only then), else `MIN_OUT_WINDOW`.
+        persist = self.local.config.flush_consumer_offset_interval if self.local and self.local.read_only else 0.0
+        self.out_window = max(MIN_OUT_WINDOW, 2 * persist)
         self.lock = threading.RLock()
         #: Why the last sampling round failed (a serving broker gone), or None.
         self.last_error: str | None = None
