@@ -411,13 +411,21 @@ def test_health_and_verify(reader: Dashboard, template: Facts) -> None:
 
 def test_a_store_its_writer_did_not_close_shows_as_unclean(store: Facts) -> None:
     Path(store.path, "abort").touch()  # what a crashed writer leaves
-    with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:
+    with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:  # no writer since
         health = get(board, "api/overview")["health"]
-        assert (health["clean_shutdown"], health["status"]) == (False, "warn")
-        assert "not closed cleanly" in health["notes"][0]
-    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker) as board:  # recovers, and records it
-        assert get(board, "api/health")["clean_shutdown"] is False
-        assert get(board, "api/health")["recovery_history"][-1]["abnormal"] is True
+        assert (health["clean_shutdown"], health["writer_alive"], health["status"]) == (False, False, "warn")
+        assert "no writer has opened it since" in health["notes"][0]
+        assert (get(board, "api/health")["clean_shutdown"], get(board, "api/health")["writer_alive"]) == (False, False)
+    with mqlite.open(store.path, **SMALL_STORE) as writer:  # recovers, and records it
+        with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:  # beside it
+            health = get(board, "api/overview")["health"]
+            assert (health["clean_shutdown"], health["writer_alive"], health["status"]) == (False, True, "warn")
+            assert "which recovered it when it opened" in health["notes"][0]
+            assert "a writer holds the store" in health["notes"][1]
+            assert (get(board, "api/health")["clean_shutdown"], get(board, "api/health")["writer_alive"]) == (False, True)
+        with Dashboard(writer) as board:
+            assert (get(board, "api/health")["clean_shutdown"], get(board, "api/health")["writer_alive"]) == (False, True)
+            assert get(board, "api/health")["recovery_history"][-1]["abnormal"] is True
 
 
 # -- metrics ------------------------------------------------------------------------------------------------------

@@ -570,9 +570,10 @@ def test_live_checkbox_stops_and_resumes_the_refresh(driver: WebDriver, store: D
     wait_for(driver, "the refresh to resume", "return Number(document.getElementById('view').dataset.loaded) > arguments[0]", stopped)
 
 
-def test_a_crashed_store_not_yet_recovered(driver: WebDriver, tmp_path: Path, shots: Path) -> None:
-    """A writer died; no writer opened since: the page says so (not that recovery ran). With --interval 60
-    the charts have one sample: they wait for a second rather than draw an empty axis."""
+def test_a_crashed_store_before_and_after_a_writer_recovers_it(driver: WebDriver, tmp_path: Path, shots: Path) -> None:
+    """A writer died; no writer opened since: the page says so (not that recovery ran); once a writer holds it
+    again, that it recovered it. With --interval 60 the charts have one sample: they wait for a second rather
+    than draw an empty axis."""
     path = str(tmp_path / "store")
     crash = (f"import mqlite, os\nb = mqlite.open({path!r})\n"
              "with mqlite.Producer(b, group='pg') as p: p.send(mqlite.Message('orders', b'x'))\n"
@@ -601,6 +602,11 @@ def test_a_crashed_store_not_yet_recovered(driver: WebDriver, tmp_path: Path, sh
         note = driver.find_element(By.CSS_SELECTOR, "[data-testid=shutdown-note]").text
         assert "did not shut down cleanly" in note and "recovery runs when a writer next opens" in note, note
         screenshot(driver, shots, "crashed-health")
+        with mqlite.open(path):  # a writer opens it (this process) and recovers it: the page says so
+            open_page(driver, crashed.url, "", "overview")
+            health = driver.find_element(By.CSS_SELECTOR, "[data-testid=overview-health]").text
+            assert "that writer recovered the store when it opened it" in health, health
+            assert "recovery runs when a writer next opens" not in health
 
 
 def test_a_narrow_window_keeps_the_nav_reachable(driver: WebDriver, store: Dashboard, shots: Path) -> None:

@@ -18,8 +18,7 @@ from ..admin import check_resend, dlq_messages, find_message, resend_dlq_message
 from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
 from ..sendback import dlq_topic
-from ..store import writer_alive
-from .health import Verifier, clean_shutdown, health, total_disk_bytes
+from .health import Verifier, health, shutdown_state, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
 from .source import Source, topic_kind
@@ -88,18 +87,21 @@ class Api:
         source = self.source
         notes: list[str] = []
         clean: bool | None = None
+        alive: bool | None = None
         if source.last_error is not None:
             notes.append(source.last_error)
         if source.local is not None:
-            clean = clean_shutdown(source.local.path)
+            clean, alive = shutdown_state(source.local.path)
             if clean is False:
-                notes.append("the store was not closed cleanly by its last writer: the current writer recovered "
-                             "it, or the next one will (see the recovery history)")
-            if source.mode == "read-only" and writer_alive(source.local.path):
+                notes.append("the store was not closed cleanly by the writer before the current one, which recovered "
+                             "it when it opened (see the recovery history)" if alive else
+                             "the store was not closed cleanly by its last writer, and no writer has opened it since: "
+                             "the next one recovers it")
+            if source.mode == "read-only" and alive:
                 notes.append("a writer holds the store: figures follow it (committed offsets as it last persisted "
                              "them)")
         status = "warn" if source.last_error is not None or clean is False else "ok"
-        return {"clean_shutdown": clean, "status": status, "notes": notes}
+        return {"clean_shutdown": clean, "writer_alive": alive, "status": status, "notes": notes}
 
     # -- topics ---------------------------------------------------------------------------------------------
     def topic(self, query: Query, topic: str) -> dict[str, Any]:

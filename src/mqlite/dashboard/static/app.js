@@ -273,15 +273,16 @@
   }
 
   /**
-   * What the store's last shutdown means, truthfully: `clean_shutdown` false says the last writer did
-   * not shut down cleanly; a writer recovers the store when it opens, so on a writer dashboard that has
-   * happened, and on a read-only one it has not unless another process holds the store now.
+   * What the store's last shutdown means: `clean_shutdown` false says a writer did not shut down
+   * cleanly; a writer recovers the store when it opens, so with a live writer (`writer_alive`: this
+   * dashboard's, or another process') that has happened, and without one it has not yet.
    */
-  function shutdownText(clean, mode) {
+  function shutdownText(clean, mode, writerAlive) {
     if (clean === null || clean === undefined) return "Shutdown state unknown.";
     if (clean) return "The last writer shut down cleanly.";
     if (mode === "writer") return "The writer before this one did not shut down cleanly: this dashboard's writer recovered the store when it opened it.";
-    return "The last writer did not shut down cleanly: recovery runs when a writer next opens the store (a writer that holds it now has already run it).";
+    if (writerAlive) return "The writer before the one that holds the store now did not shut down cleanly: that writer recovered the store when it opened it.";
+    return "The last writer did not shut down cleanly, and no writer has opened the store since: recovery runs when a writer next opens it.";
   }
 
   function overviewView(ctx) {
@@ -323,7 +324,7 @@
         ]));
         fill(health,
           h("p", {}, badge(d.health.status, d.health.status), " ",
-            shutdownText(d.health.clean_shutdown, d.store.mode),
+            shutdownText(d.health.clean_shutdown, d.store.mode, d.health.writer_alive),
             " ", link("Store health", ["health"])),
           (d.health.notes || []).length ? h("ul", {}, d.health.notes.map((n) => h("li", {}, n))) : null);
         chart.set(d.history.t, [{ label: "in", values: d.history.in_per_s }, { label: "out", values: d.history.out_per_s }]);
@@ -812,7 +813,7 @@
             ["Index files", Array.isArray(d.index_files) ? fmtNum(d.index_files.length) : fmtValue("index_files", d.index_files)],
           ]),
           d.available !== false && d.clean_shutdown === false
-            ? h("p", { class: "note", testid: "shutdown-note" }, shutdownText(false, storeMode)) : null);
+            ? h("p", { class: "note", testid: "shutdown-note" }, shutdownText(false, storeMode, d.writer_alive)) : null);
         for (const panel of files) panel.hidden = d.available === false;
         segmentSize = cl.file_size || 0;
         maxOffset = cl.max_offset || 0;
