@@ -17,6 +17,7 @@ from typing import Any
 from ..admin import check_resend, dlq_messages, find_message, resend_dlq_message
 from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
+from ..offsetfile import group_table
 from ..sendback import dlq_topic
 from .health import Verifier, health, shutdown_state, total_disk_bytes
 from .history import History, Point, Sample, series
@@ -136,7 +137,10 @@ class Api:
                            for group, progress in sorted(sample.progress.items())]}
 
     def group(self, query: Query, group: str) -> dict[str, Any]:
-        """`GET /api/groups/<group>`: lag per queue (live), members, and the lag history by topic and queue."""
+        """`GET /api/groups/<group>`: lag per queue (live), members, and the lag history by topic and queue.
+
+        A queue without a committed offset counts from 0 here (`committed` false), as mqadmin's
+        `consumerProgress` does; `/metrics` follows RocketMQ's `ConsumerLagCalculator` (no lag for it)."""
         source = self.source
         with source.lock:
             source.refresh()
@@ -144,6 +148,7 @@ class Api:
             source.require_group(group, offsets)
             progress = source.progress(group, offsets)
             members = source.members(group)
+        committed = group_table(offsets, group)
         points = self.history.points()
         queues = sorted({ref for point in points for ref in point.group_lag.get(group, {})})
         topics = sorted({topic for topic, _ in queues})
@@ -158,6 +163,7 @@ class Api:
                 "lag": sum(max(p.broker_offset - p.consumer_offset, 0) for p in progress),
                 "queues": [{"topic": p.topic, "queue_id": p.queue_id, "broker_offset": p.broker_offset,
                             "consumer_offset": p.consumer_offset, "lag": max(p.broker_offset - p.consumer_offset, 0),
+                            "committed": committed.get(p.topic, {}).get(p.queue_id, -1) >= 0,
                             "client_id": p.client_id or None, "last_timestamp": p.last_timestamp}
                            for p in progress],
                 "history": {"t": [p.t for p in points],

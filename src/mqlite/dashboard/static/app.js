@@ -397,6 +397,10 @@
     };
   }
 
+  /** A group's queue without a committed offset: why its consumer offset is a dash and what its lag counts. */
+  const NO_OFFSET = "No committed offset: the lag here counts this queue from offset 0 (as mqadmin's consumerProgress); " +
+    "/metrics counts no lag for it (as RocketMQ's ConsumerLagCalculator).";
+
   function groupView(ctx, name) {
     const chart = new TimeChart("group-lag", "messages behind", fmtNum, true);
     chart.host.dataset.testid = "lag-chart";
@@ -405,11 +409,11 @@
       { label: "Topic", cell: (q) => link(q.topic, ["topic", q.topic]) },
       { label: "Queue", num: true, cell: (q) => q.queue_id },
       { label: "Broker offset", num: true, cell: (q) => fmtNum(q.broker_offset) },
-      { label: "Consumer offset", num: true, cell: (q) => fmtNum(q.consumer_offset) },
+      { label: "Consumer offset", num: true, cell: (q) => (q.committed === false ? h("span", { title: NO_OFFSET }, "—") : fmtNum(q.consumer_offset)) },
       { label: "Lag", num: true, cell: (q) => h("span", { class: q.lag > 0 ? "behind" : null }, fmtNum(q.lag)) },
       { label: "Client", cell: (q) => (q.client_id ? h("code", {}, q.client_id) : "—") },
       { label: "Last consumed message stored", cell: (q) => fmtTime(q.last_timestamp) },
-    ], (q) => ({ topic: q.topic, queue: q.queue_id, lag: q.lag }), "This group has no committed offsets.");
+    ], (q) => ({ topic: q.topic, queue: q.queue_id, lag: q.lag, committed: q.committed }), "This group has no committed offsets.");
     put(ctx.root, h("h1", {}, "Group ", h("code", {}, name)), head,
       section("Lag over time", chart.host), section("Lag per queue", queues.el));
     return {
