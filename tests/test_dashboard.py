@@ -732,3 +732,47 @@ def test_the_interval_has_a_floor(template: Facts, capsys: pytest.CaptureFixture
     assert "from 0.1 to 3600" in capsys.readouterr().err
     with mqlite.open(template.path, read_only=True) as broker, pytest.raises(mqlite.ConfigError, match="0.01"):
         Dashboard(broker, interval=0.001)
+
+
+# -- the page's asks (issue 15): dead letters past the first page, and one copy of two sharing a msg_id ----------
+def test_dead_letters_page_from_an_offset(store: Facts) -> None:
+    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker) as board:
+        for offset in (1, 2):  # messages 2 and 4 (queue 0) die too: %DLQ%cg holds 0, 2, 4 at offsets 0, 1, 2
+            broker.send_message_back("cg", broker.query_message_by_offset("orders", 0, offset), delay_level=-1)
+        assert broker.wait_dispatched(10)
+
+        def page(query: str) -> tuple[list[tuple[int, str, str]], bool]:
+            answer = get(board, "api/dlq/cg?" + query)
+            return [(m["queue_offset"], m["msg_id"], m["origin_topic"]) for m in answer["messages"]], answer["truncated"]
+
+        ids = store.msg_ids
+        assert page("limit=2") == ([(0, ids[0], "orders"), (1, ids[2], "orders")], True)
+        assert page("limit=2&offset=2") == ([(2, ids[4], "orders")], False)  # a later page keeps its origin topic
+        assert page("limit=2&offset=0") == page("limit=2")
+        assert page("offset=3") == page("offset=99") == ([], False)  # past the newest: empty, not 404
+        status, error = call(board, "api/dlq/cg?offset=-1")
+        assert status == 400 and "parameter offset" in error["error"]
+
+
+def test_resend_by_offset_msg_id_sends_that_copy_of_two(store: Facts) -> None:
+    """Two dead letters share a msg_id when a re-sent message dies again: the page names the copy it shows
+    by its offset_msg_id, and that copy is the one re-sent (a msg_id finds the newest)."""
+    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker, writable=True) as board:
+        first = broker.query_message_by_offset("%DLQ%cg", 0, 0)
+        broker.put_message("%DLQ%cg", 0, first.body, {**first.properties, "copy": "again"})  # the same msg_id
+        assert broker.wait_dispatched(10)
+        letters = get(board, "api/dlq/cg")["messages"]
+        assert [m["msg_id"] for m in letters] == [store.dead_msg_id] * 2
+        retry = mqlite.MessageQueue("%RETRY%cg", broker.broker_name, 0)
+        for named, copy in [(letters[0]["offset_msg_id"], None), (store.dead_msg_id, "again"),
+                            (letters[1]["offset_msg_id"], "again")]:
+            status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [named], "confirm": True})
+            assert status == 200, result
+            [sent] = result["results"]
+            resent = broker.query_message_by_offset("%RETRY%cg", 0, sent["queue_offset"])
+            assert (resent.msg_id, resent.properties.get("copy")) == (store.dead_msg_id, copy), named
+        # One copy named by both its ids is sent once.
+        before = broker.max_offset(retry)
+        status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [letters[0]["offset_msg_id"], store.dead_msg_id,
+                                                                       letters[1]["offset_msg_id"]], "confirm": True})
+        assert status == 200 and len(result["results"]) == 2 and broker.max_offset(retry) == before + 2, result

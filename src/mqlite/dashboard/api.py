@@ -11,17 +11,18 @@ polls them); a topic, a group, searches and messages are read live.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from ..admin import check_resend, dlq_messages, find_message, resend_dlq_message
+from ..admin import check_resend, find_message, resend_dlq_message, scan_queue
 from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
 from ..offsetfile import group_table
 from ..sendback import dlq_topic
 from .health import Verifier, health, shutdown_state, total_disk_bytes
 from .history import History, Point, Sample, series
-from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
+from .messages import detail, find_one, int_param, limit_param, msg_id_param, origin_topic, search, summary
 from .source import Source, topic_kind
 
 __all__ = ["Api", "MAX_RESEND"]
@@ -208,17 +209,22 @@ class Api:
                            for group in self.source.dlq_groups(list(sample.topics))]}
 
     def dlq_group(self, query: Query, group: str) -> dict[str, Any]:
-        """`GET /api/dlq/<group>?limit=N`: the group's dead letters, oldest first, with their original topic."""
+        """`GET /api/dlq/<group>?limit=N&offset=O`: the group's dead letters from queue offset `O` of the
+        dead-letter topic's queues on (default: the oldest stored), oldest first, with their original topic.
+        An `O` past the newest gives an empty list (a later page that emptied), not a 404."""
         limit = limit_param(query)
+        start = int_param(query, "offset") if "offset" in query else 0
         source = self.source
         with source.lock:
             source.refresh()
             source.require_group(group, source.offsets())
+            broker = source.broker
             letters: list[MessageExt] = []
-            for msg in dlq_messages(source.broker, group):
+            for mq in broker.fetch_subscribe_queues(dlq_topic(group)):  # one, as RocketMQ's (each from `start`)
+                low = max(start, broker.min_offset(mq))
+                letters += itertools.islice(scan_queue(broker, mq, low, broker.max_offset(mq)), limit + 1 - len(letters))
                 if len(letters) > limit:
                     break
-                letters.append(msg)
         return {"group": group, "topic": dlq_topic(group), "truncated": len(letters) > limit,
                 "messages": [{**summary(m), "origin_topic": origin_topic(m)} for m in letters[:limit]]}
 
@@ -235,10 +241,12 @@ class Api:
         to_origin = body.get("to_origin", False)
         if not isinstance(to_origin, bool):
             raise MQClientError('"to_origin" must be true or false')
-        ids = list(dict.fromkeys(msg_id_param(i, "msg_ids") for i in msg_ids))  # an id named twice: sent once
+        ids = list(dict.fromkeys(msg_id_param(i, "msg_ids") for i in msg_ids))  # each checked, then looked up once
         with source.lock:
             source.require_group(group, source.offsets())
-            letters = [find_message(source.broker, msg_id, dlq_topic(group)) for msg_id in ids]
+            # Found by msg_id or offset_msg_id; one copy named by both (or twice) is sent once.
+            letters = list({m.offset_msg_id: m for m in (find_message(source.broker, msg_id, dlq_topic(group))
+                                                         for msg_id in ids)}.values())
             check_resend(source.broker, letters, group, to_origin=to_origin)
             results: list[dict[str, Any]] = []
             for i, msg in enumerate(letters):

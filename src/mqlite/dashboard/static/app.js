@@ -626,7 +626,7 @@
     }
     const retry = "%RETRY%" + group;
     const dlq = "%DLQ%" + group;
-    // The page shown: null is the oldest DLQ_PAGE; otherwise {queue_id, offset} of its first letter.
+    // The page shown: null is the oldest DLQ_PAGE; otherwise the queue offset of its first letter.
     let from = null;
     const pages = [];  // where the earlier pages started, for "Previous"
     const all = h("input", { type: "checkbox", "aria-label": "Choose all on this page", testid: "dlq-all" });
@@ -670,7 +670,7 @@
     next.addEventListener("click", () => {
       const last = shown.at(-1);
       pages.push(from);
-      go({ queue_id: last.queue_id, offset: last.queue_offset + 1 });
+      go(last.queue_offset + 1);
     });
     previous.addEventListener("click", () => go(pages.pop() || null));
     resend.addEventListener("click", async () => {
@@ -716,15 +716,10 @@
       note, pager, messages.el, results));
     async function load() {
       const want = from;
-      // The oldest page (with each letter's origin topic) from the dead-letter route; a later one is the
-      // DLQ topic's queue read on from the offset after the last letter shown (the message search's form).
-      const page = want === null ? api(`api/dlq/${encodeURIComponent(group)}?limit=${DLQ_PAGE}`)
-        : api("api/messages?" + new URLSearchParams({ topic: dlq, queue_id: want.queue_id, offset: want.offset, limit: DLQ_PAGE }));
-      const [list, d] = await Promise.all([api("api/dlq"), page.catch((e) => {
-        // Past the last dead letter (a later page that became empty): there is nothing to read from there.
-        if (want !== null && e instanceof ApiError && e.status === 404) return { messages: [], truncated: false };
-        throw e;
-      })]);
+      // A later page reads the DLQ topic's queue on from the offset after the last letter shown (past the
+      // newest, as when a later page emptied, the list is empty).
+      const page = api(`api/dlq/${encodeURIComponent(group)}?limit=${DLQ_PAGE}` + (want === null ? "" : `&offset=${want}`));
+      const [list, d] = await Promise.all([api("api/dlq"), page]);
       if (!ctx.alive() || want !== from) return;
       writable = list.writable;
       queues.set(list.queues);
