@@ -275,8 +275,9 @@ def test_group_lag_and_its_history_after_a_consumer_falls_behind(store: Facts) -
         wait_until(lambda: get(board, "api/groups/cg")["history"]["lag"][-1:] == [8], "the lag of 8 in the history")
         group = get(board, "api/groups/cg")
         assert group["lag"] == 8 and group["members"] == []  # the writer knows its (absent) members
-        assert [(q["queue_id"], q["broker_offset"], q["consumer_offset"], q["lag"]) for q in group["queues"]] == [
-            (0, 7, 2, 5), (1, 3, 0, 3)]
+        # Queue 1 has no committed offset: counted from 0 (mqadmin's consumerProgress), and marked so.
+        assert [(q["queue_id"], q["broker_offset"], q["consumer_offset"], q["committed"], q["lag"])
+                for q in group["queues"]] == [(0, 7, 2, True, 5), (1, 3, 0, False, 3)]
         history = group["history"]
         assert len(history["t"]) == len(history["lag"]) == len(history["by_topic"]["orders"])
         assert history["by_queue"]["orders/0"][-1] == 5 and history["t"] == sorted(history["t"])
@@ -411,13 +412,21 @@ def test_health_and_verify(reader: Dashboard, template: Facts) -> None:
 
 def test_a_store_its_writer_did_not_close_shows_as_unclean(store: Facts) -> None:
     Path(store.path, "abort").touch()  # what a crashed writer leaves
-    with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:
+    with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:  # no writer since
         health = get(board, "api/overview")["health"]
-        assert (health["clean_shutdown"], health["status"]) == (False, "warn")
-        assert "not closed cleanly" in health["notes"][0]
-    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker) as board:  # recovers, and records it
-        assert get(board, "api/health")["clean_shutdown"] is False
-        assert get(board, "api/health")["recovery_history"][-1]["abnormal"] is True
+        assert (health["clean_shutdown"], health["writer_alive"], health["status"]) == (False, False, "warn")
+        assert "no writer has opened it since" in health["notes"][0]
+        assert (get(board, "api/health")["clean_shutdown"], get(board, "api/health")["writer_alive"]) == (False, False)
+    with mqlite.open(store.path, **SMALL_STORE) as writer:  # recovers, and records it
+        with mqlite.open(store.path, read_only=True) as broker, Dashboard(broker) as board:  # beside it
+            health = get(board, "api/overview")["health"]
+            assert (health["clean_shutdown"], health["writer_alive"], health["status"]) == (False, True, "warn")
+            assert "which recovered it when it opened" in health["notes"][0]
+            assert "a writer holds the store" in health["notes"][1]
+            assert (get(board, "api/health")["clean_shutdown"], get(board, "api/health")["writer_alive"]) == (False, True)
+        with Dashboard(writer) as board:
+            assert (get(board, "api/health")["clean_shutdown"], get(board, "api/health")["writer_alive"]) == (False, True)
+            assert get(board, "api/health")["recovery_history"][-1]["abnormal"] is True
 
 
 # -- metrics ------------------------------------------------------------------------------------------------------
@@ -723,3 +732,47 @@ def test_the_interval_has_a_floor(template: Facts, capsys: pytest.CaptureFixture
     assert "from 0.1 to 3600" in capsys.readouterr().err
     with mqlite.open(template.path, read_only=True) as broker, pytest.raises(mqlite.ConfigError, match="0.01"):
         Dashboard(broker, interval=0.001)
+
+
+# -- the page's asks (issue 15): dead letters past the first page, and one copy of two sharing a msg_id ----------
+def test_dead_letters_page_from_an_offset(store: Facts) -> None:
+    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker) as board:
+        for offset in (1, 2):  # messages 2 and 4 (queue 0) die too: %DLQ%cg holds 0, 2, 4 at offsets 0, 1, 2
+            broker.send_message_back("cg", broker.query_message_by_offset("orders", 0, offset), delay_level=-1)
+        assert broker.wait_dispatched(10)
+
+        def page(query: str) -> tuple[list[tuple[int, str, str]], bool]:
+            answer = get(board, "api/dlq/cg?" + query)
+            return [(m["queue_offset"], m["msg_id"], m["origin_topic"]) for m in answer["messages"]], answer["truncated"]
+
+        ids = store.msg_ids
+        assert page("limit=2") == ([(0, ids[0], "orders"), (1, ids[2], "orders")], True)
+        assert page("limit=2&offset=2") == ([(2, ids[4], "orders")], False)  # a later page keeps its origin topic
+        assert page("limit=2&offset=0") == page("limit=2")
+        assert page("offset=3") == page("offset=99") == ([], False)  # past the newest: empty, not 404
+        status, error = call(board, "api/dlq/cg?offset=-1")
+        assert status == 400 and "parameter offset" in error["error"]
+
+
+def test_resend_by_offset_msg_id_sends_that_copy_of_two(store: Facts) -> None:
+    """Two dead letters share a msg_id when a re-sent message dies again: the page names the copy it shows
+    by its offset_msg_id, and that copy is the one re-sent (a msg_id finds the newest)."""
+    with mqlite.open(store.path, **SMALL_STORE) as broker, Dashboard(broker, writable=True) as board:
+        first = broker.query_message_by_offset("%DLQ%cg", 0, 0)
+        broker.put_message("%DLQ%cg", 0, first.body, {**first.properties, "copy": "again"})  # the same msg_id
+        assert broker.wait_dispatched(10)
+        letters = get(board, "api/dlq/cg")["messages"]
+        assert [m["msg_id"] for m in letters] == [store.dead_msg_id] * 2
+        retry = mqlite.MessageQueue("%RETRY%cg", broker.broker_name, 0)
+        for named, copy in [(letters[0]["offset_msg_id"], None), (store.dead_msg_id, "again"),
+                            (letters[1]["offset_msg_id"], "again")]:
+            status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [named], "confirm": True})
+            assert status == 200, result
+            [sent] = result["results"]
+            resent = broker.query_message_by_offset("%RETRY%cg", 0, sent["queue_offset"])
+            assert (resent.msg_id, resent.properties.get("copy")) == (store.dead_msg_id, copy), named
+        # One copy named by both its ids is sent once.
+        before = broker.max_offset(retry)
+        status, result = call(board, "api/dlq/cg/resend", {"msg_ids": [letters[0]["offset_msg_id"], store.dead_msg_id,
+                                                                       letters[1]["offset_msg_id"]], "confirm": True})
+        assert status == 200 and len(result["results"]) == 2 and broker.max_offset(retry) == before + 2, result

@@ -570,9 +570,10 @@ def test_live_checkbox_stops_and_resumes_the_refresh(driver: WebDriver, store: D
     wait_for(driver, "the refresh to resume", "return Number(document.getElementById('view').dataset.loaded) > arguments[0]", stopped)
 
 
-def test_a_crashed_store_not_yet_recovered(driver: WebDriver, tmp_path: Path, shots: Path) -> None:
-    """A writer died; no writer opened since: the page says so (not that recovery ran). With --interval 60
-    the charts have one sample: they wait for a second rather than draw an empty axis."""
+def test_a_crashed_store_before_and_after_a_writer_recovers_it(driver: WebDriver, tmp_path: Path, shots: Path) -> None:
+    """A writer died; no writer opened since: the page says so (not that recovery ran); once a writer holds it
+    again, that it recovered it. With --interval 60 the charts have one sample: they wait for a second rather
+    than draw an empty axis."""
     path = str(tmp_path / "store")
     crash = (f"import mqlite, os\nb = mqlite.open({path!r})\n"
              "with mqlite.Producer(b, group='pg') as p: p.send(mqlite.Message('orders', b'x'))\n"
@@ -601,6 +602,11 @@ def test_a_crashed_store_not_yet_recovered(driver: WebDriver, tmp_path: Path, sh
         note = driver.find_element(By.CSS_SELECTOR, "[data-testid=shutdown-note]").text
         assert "did not shut down cleanly" in note and "recovery runs when a writer next opens" in note, note
         screenshot(driver, shots, "crashed-health")
+        with mqlite.open(path):  # a writer opens it (this process) and recovers it: the page says so
+            open_page(driver, crashed.url, "", "overview")
+            health = driver.find_element(By.CSS_SELECTOR, "[data-testid=overview-health]").text
+            assert "that writer recovered the store when it opened it" in health, health
+            assert "recovery runs when a writer next opens" not in health
 
 
 def test_a_narrow_window_keeps_the_nav_reachable(driver: WebDriver, store: Dashboard, shots: Path) -> None:
@@ -630,19 +636,29 @@ def test_a_narrow_window_keeps_the_nav_reachable(driver: WebDriver, store: Dashb
 
 def test_dlq_pages_past_the_first_200(driver: WebDriver, writable: Dashboard, shots: Path) -> None:
     open_page(driver, writable.url, "dlq/cg", "dlq")
-    def offsets() -> list[int]:  # in one script: a live refresh may replace the rows between two calls
-        return [int(o) for o in driver.execute_script(
-            "return [...document.querySelectorAll('[data-testid=dlq-messages] tbody tr[data-offset]')].map((r) => r.dataset.offset)")]
-    assert offsets() == list(range(200))
+    def rows() -> list[list[Any]]:  # in one script: a live refresh may replace the rows between two calls
+        return driver.execute_script(  # [offset, origin topic] per row
+            "return [...document.querySelectorAll('[data-testid=dlq-messages] tbody tr[data-offset]')]"
+            ".map((r) => [Number(r.dataset.offset), r.cells[2].textContent])")
+    assert rows() == [[o, "jobs"] for o in range(200)]
     driver.find_element(By.CSS_SELECTOR, "[data-testid=dlq-next]").click()
     wait_for(driver, "the second page", "return document.querySelector('[data-testid=dlq-messages] tbody tr[data-offset]')"
              ".dataset.offset === '200'")
-    assert offsets() == list(range(200, DEAD))
+    assert rows() == [[o, "jobs"] for o in range(200, DEAD)]  # later pages name the origin topic too
     assert not driver.find_element(By.CSS_SELECTOR, "[data-testid=dlq-next]").is_enabled()
     screenshot(driver, shots, "dlq-page-2")
     driver.find_element(By.CSS_SELECTOR, "[data-testid=dlq-previous]").click()
     wait_for(driver, "the first page again", "return document.querySelectorAll('[data-testid=dlq-messages] tbody tr[data-offset]').length === 200")
-    assert offsets() == list(range(200))
+    assert [o for o, _ in rows()] == list(range(200))
+
+
+def test_a_queue_without_a_committed_offset_shows_a_dash(driver: WebDriver, writable: Dashboard) -> None:
+    open_page(driver, writable.url, "group/cg", "group")
+    cells = driver.execute_script(  # [committed, consumer offset cell, its title] per queue of jobs
+        "return [...document.querySelectorAll('[data-testid=lag-table] tbody tr[data-topic=jobs]')].map((r) => "
+        "[r.dataset.committed, r.cells[3].textContent, (r.cells[3].firstElementChild || {}).title || null])")
+    assert cells[0] == ["true", "0", None]  # cg committed offset 0 on queue 0 only
+    assert len(cells) > 1 and all(c[:2] == ["false", "—"] and "ConsumerLagCalculator" in c[2] for c in cells[1:]), cells
 
 
 def test_the_wheel_ships_every_static_file() -> None:

@@ -11,17 +11,18 @@ polls them); a topic, a group, searches and messages are read live.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from ..admin import check_resend, dlq_messages, find_message, resend_dlq_message
+from ..admin import check_resend, find_message, resend_dlq_message, scan_queue
 from ..errors import MQClientError, MQLiteError
 from ..message import MessageExt
+from ..offsetfile import group_table
 from ..sendback import dlq_topic
-from ..store import writer_alive
-from .health import Verifier, clean_shutdown, health, total_disk_bytes
+from .health import Verifier, health, shutdown_state, total_disk_bytes
 from .history import History, Point, Sample, series
-from .messages import detail, find_one, limit_param, msg_id_param, origin_topic, search, summary
+from .messages import detail, find_one, int_param, limit_param, msg_id_param, origin_topic, search, summary
 from .source import Source, topic_kind
 
 __all__ = ["Api", "MAX_RESEND"]
@@ -88,18 +89,21 @@ class Api:
         source = self.source
         notes: list[str] = []
         clean: bool | None = None
+        alive: bool | None = None
         if source.last_error is not None:
             notes.append(source.last_error)
         if source.local is not None:
-            clean = clean_shutdown(source.local.path)
+            clean, alive = shutdown_state(source.local.path)
             if clean is False:
-                notes.append("the store was not closed cleanly by its last writer: the current writer recovered "
-                             "it, or the next one will (see the recovery history)")
-            if source.mode == "read-only" and writer_alive(source.local.path):
+                notes.append("the store was not closed cleanly by the writer before the current one, which recovered "
+                             "it when it opened (see the recovery history)" if alive else
+                             "the store was not closed cleanly by its last writer, and no writer has opened it since: "
+                             "the next one recovers it")
+            if source.mode == "read-only" and alive:
                 notes.append("a writer holds the store: figures follow it (committed offsets as it last persisted "
                              "them)")
         status = "warn" if source.last_error is not None or clean is False else "ok"
-        return {"clean_shutdown": clean, "status": status, "notes": notes}
+        return {"clean_shutdown": clean, "writer_alive": alive, "status": status, "notes": notes}
 
     # -- topics ---------------------------------------------------------------------------------------------
     def topic(self, query: Query, topic: str) -> dict[str, Any]:
@@ -134,7 +138,10 @@ class Api:
                            for group, progress in sorted(sample.progress.items())]}
 
     def group(self, query: Query, group: str) -> dict[str, Any]:
-        """`GET /api/groups/<group>`: lag per queue (live), members, and the lag history by topic and queue."""
+        """`GET /api/groups/<group>`: lag per queue (live), members, and the lag history by topic and queue.
+
+        A queue without a committed offset counts from 0 here (`committed` false), as mqadmin's
+        `consumerProgress` does; `/metrics` follows RocketMQ's `ConsumerLagCalculator` (no lag for it)."""
         source = self.source
         with source.lock:
             source.refresh()
@@ -142,6 +149,7 @@ class Api:
             source.require_group(group, offsets)
             progress = source.progress(group, offsets)
             members = source.members(group)
+        committed = group_table(offsets, group)
         points = self.history.points()
         queues = sorted({ref for point in points for ref in point.group_lag.get(group, {})})
         topics = sorted({topic for topic, _ in queues})
@@ -156,6 +164,7 @@ class Api:
                 "lag": sum(max(p.broker_offset - p.consumer_offset, 0) for p in progress),
                 "queues": [{"topic": p.topic, "queue_id": p.queue_id, "broker_offset": p.broker_offset,
                             "consumer_offset": p.consumer_offset, "lag": max(p.broker_offset - p.consumer_offset, 0),
+                            "committed": committed.get(p.topic, {}).get(p.queue_id, -1) >= 0,
                             "client_id": p.client_id or None, "last_timestamp": p.last_timestamp}
                            for p in progress],
                 "history": {"t": [p.t for p in points],
@@ -200,17 +209,22 @@ class Api:
                            for group in self.source.dlq_groups(list(sample.topics))]}
 
     def dlq_group(self, query: Query, group: str) -> dict[str, Any]:
-        """`GET /api/dlq/<group>?limit=N`: the group's dead letters, oldest first, with their original topic."""
+        """`GET /api/dlq/<group>?limit=N&offset=O`: the group's dead letters from queue offset `O` of the
+        dead-letter topic's queues on (default: the oldest stored), oldest first, with their original topic.
+        An `O` past the newest gives an empty list (a later page that emptied), not a 404."""
         limit = limit_param(query)
+        start = int_param(query, "offset") if "offset" in query else 0
         source = self.source
         with source.lock:
             source.refresh()
             source.require_group(group, source.offsets())
+            broker = source.broker
             letters: list[MessageExt] = []
-            for msg in dlq_messages(source.broker, group):
+            for mq in broker.fetch_subscribe_queues(dlq_topic(group)):  # one, as RocketMQ's (each from `start`)
+                low = max(start, broker.min_offset(mq))
+                letters += itertools.islice(scan_queue(broker, mq, low, broker.max_offset(mq)), limit + 1 - len(letters))
                 if len(letters) > limit:
                     break
-                letters.append(msg)
         return {"group": group, "topic": dlq_topic(group), "truncated": len(letters) > limit,
                 "messages": [{**summary(m), "origin_topic": origin_topic(m)} for m in letters[:limit]]}
 
@@ -227,10 +241,12 @@ class Api:
         to_origin = body.get("to_origin", False)
         if not isinstance(to_origin, bool):
             raise MQClientError('"to_origin" must be true or false')
-        ids = list(dict.fromkeys(msg_id_param(i, "msg_ids") for i in msg_ids))  # an id named twice: sent once
+        ids = list(dict.fromkeys(msg_id_param(i, "msg_ids") for i in msg_ids))  # each checked, then looked up once
         with source.lock:
             source.require_group(group, source.offsets())
-            letters = [find_message(source.broker, msg_id, dlq_topic(group)) for msg_id in ids]
+            # Found by msg_id or offset_msg_id; one copy named by both (or twice) is sent once.
+            letters = list({m.offset_msg_id: m for m in (find_message(source.broker, msg_id, dlq_topic(group))
+                                                         for msg_id in ids)}.values())
             check_resend(source.broker, letters, group, to_origin=to_origin)
             results: list[dict[str, Any]] = []
             for i, msg in enumerate(letters):

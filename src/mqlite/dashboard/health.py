@@ -25,7 +25,7 @@ from ..store import writer_alive
 from ..verify import verify_store
 from .source import ConflictError, Source
 
-__all__ = ["health", "clean_shutdown", "run_verify", "total_disk_bytes", "Verifier"]
+__all__ = ["health", "clean_shutdown", "shutdown_state", "run_verify", "total_disk_bytes", "Verifier"]
 
 
 def total_disk_bytes(path: str) -> int:
@@ -49,16 +49,24 @@ def _files_of(directory: str) -> list[dict[str, Any]]:
     return files
 
 
-def clean_shutdown(path: str) -> bool | None:
-    """Whether the store was closed cleanly before its current (or next) writer.
+def clean_shutdown(path: str, writer: bool) -> bool | None:
+    """Whether the store was closed cleanly before its current (or next) writer; `writer`: whether a live
+    process holds it (`store.writer_alive`, asked once by the caller, so the answer and the figure agree).
 
     Without a live writer: no `abort` file. With one (its `abort` file is there by design): what
     its open recorded in the recovery history (`abnormal`), None when nothing was recorded.
     """
-    if not writer_alive(path):
+    if not writer:
         return not os.path.exists(os.path.join(path, "abort"))
     history = recovery_history(path)
     return not history[-1].abnormal if history else None
+
+
+def shutdown_state(path: str) -> tuple[bool | None, bool]:
+    """`(clean_shutdown, writer_alive)` of the store at `path`: after a crash, whether the writer that holds
+    it now recovered it (True) or no writer has opened it since and the next one will (False)."""
+    alive = writer_alive(path)
+    return clean_shutdown(path, alive), alive
 
 
 def health(source: Source) -> dict[str, Any]:
@@ -68,11 +76,12 @@ def health(source: Source) -> dict[str, Any]:
     if local is None:
         return {"available": False, "path": None, "flush_disk_type": None, "commitlog": None,
                 "consume_queue_bytes": None, "index_files": None, "disk_bytes": None, "disk_bytes_by_kind": None,
-                "clean_shutdown": None, "checkpoint": None, "recovery_history": None}
+                "clean_shutdown": None, "writer_alive": None, "checkpoint": None, "recovery_history": None}
     path = local.path
     config = local.config
     low, high = local.commit_log_range()
     kinds = disk_bytes(path)
+    clean, alive = shutdown_state(path)
     with StoreCheckpoint(os.path.join(path, "checkpoint"), read_only=True) as checkpoint:
         checkpoint_fields = {"physic_msg_timestamp": checkpoint.physic_msg_timestamp,
                              "logics_msg_timestamp": checkpoint.logics_msg_timestamp,
@@ -87,7 +96,8 @@ def health(source: Source) -> dict[str, Any]:
         "index_files": _files_of(os.path.join(path, "index")),
         "disk_bytes": sum(kinds.values()),
         "disk_bytes_by_kind": kinds,
-        "clean_shutdown": clean_shutdown(path),
+        "clean_shutdown": clean,
+        "writer_alive": alive,
         "checkpoint": checkpoint_fields,
         "recovery_history": [record.to_json() for record in recovery_history(path)],
     }

@@ -273,15 +273,16 @@
   }
 
   /**
-   * What the store's last shutdown means, truthfully: `clean_shutdown` false says the last writer did
-   * not shut down cleanly; a writer recovers the store when it opens, so on a writer dashboard that has
-   * happened, and on a read-only one it has not unless another process holds the store now.
+   * What the store's last shutdown means: `clean_shutdown` false says a writer did not shut down
+   * cleanly; a writer recovers the store when it opens, so with a live writer (`writer_alive`: this
+   * dashboard's, or another process') that has happened, and without one it has not yet.
    */
-  function shutdownText(clean, mode) {
+  function shutdownText(clean, mode, writerAlive) {
     if (clean === null || clean === undefined) return "Shutdown state unknown.";
     if (clean) return "The last writer shut down cleanly.";
     if (mode === "writer") return "The writer before this one did not shut down cleanly: this dashboard's writer recovered the store when it opened it.";
-    return "The last writer did not shut down cleanly: recovery runs when a writer next opens the store (a writer that holds it now has already run it).";
+    if (writerAlive) return "The writer before the one that holds the store now did not shut down cleanly: that writer recovered the store when it opened it.";
+    return "The last writer did not shut down cleanly, and no writer has opened the store since: recovery runs when a writer next opens it.";
   }
 
   function overviewView(ctx) {
@@ -323,7 +324,7 @@
         ]));
         fill(health,
           h("p", {}, badge(d.health.status, d.health.status), " ",
-            shutdownText(d.health.clean_shutdown, d.store.mode),
+            shutdownText(d.health.clean_shutdown, d.store.mode, d.health.writer_alive),
             " ", link("Store health", ["health"])),
           (d.health.notes || []).length ? h("ul", {}, d.health.notes.map((n) => h("li", {}, n))) : null);
         chart.set(d.history.t, [{ label: "in", values: d.history.in_per_s }, { label: "out", values: d.history.out_per_s }]);
@@ -396,6 +397,10 @@
     };
   }
 
+  /** A group's queue without a committed offset: why its consumer offset is a dash and what its lag counts. */
+  const NO_OFFSET = "No committed offset: the lag here counts this queue from offset 0 (as mqadmin's consumerProgress); " +
+    "/metrics counts no lag for it (as RocketMQ's ConsumerLagCalculator).";
+
   function groupView(ctx, name) {
     const chart = new TimeChart("group-lag", "messages behind", fmtNum, true);
     chart.host.dataset.testid = "lag-chart";
@@ -404,11 +409,11 @@
       { label: "Topic", cell: (q) => link(q.topic, ["topic", q.topic]) },
       { label: "Queue", num: true, cell: (q) => q.queue_id },
       { label: "Broker offset", num: true, cell: (q) => fmtNum(q.broker_offset) },
-      { label: "Consumer offset", num: true, cell: (q) => fmtNum(q.consumer_offset) },
+      { label: "Consumer offset", num: true, cell: (q) => (q.committed === false ? h("span", { title: NO_OFFSET }, "—") : fmtNum(q.consumer_offset)) },
       { label: "Lag", num: true, cell: (q) => h("span", { class: q.lag > 0 ? "behind" : null }, fmtNum(q.lag)) },
       { label: "Client", cell: (q) => (q.client_id ? h("code", {}, q.client_id) : "—") },
       { label: "Last consumed message stored", cell: (q) => fmtTime(q.last_timestamp) },
-    ], (q) => ({ topic: q.topic, queue: q.queue_id, lag: q.lag }), "This group has no committed offsets.");
+    ], (q) => ({ topic: q.topic, queue: q.queue_id, lag: q.lag, committed: q.committed }), "This group has no committed offsets.");
     put(ctx.root, h("h1", {}, "Group ", h("code", {}, name)), head,
       section("Lag over time", chart.host), section("Lag per queue", queues.el));
     return {
@@ -621,7 +626,7 @@
     }
     const retry = "%RETRY%" + group;
     const dlq = "%DLQ%" + group;
-    // The page shown: null is the oldest DLQ_PAGE; otherwise {queue_id, offset} of its first letter.
+    // The page shown: null is the oldest DLQ_PAGE; otherwise the queue offset of its first letter.
     let from = null;
     const pages = [];  // where the earlier pages started, for "Previous"
     const all = h("input", { type: "checkbox", "aria-label": "Choose all on this page", testid: "dlq-all" });
@@ -665,7 +670,7 @@
     next.addEventListener("click", () => {
       const last = shown.at(-1);
       pages.push(from);
-      go({ queue_id: last.queue_id, offset: last.queue_offset + 1 });
+      go(last.queue_offset + 1);
     });
     previous.addEventListener("click", () => go(pages.pop() || null));
     resend.addEventListener("click", async () => {
@@ -711,15 +716,10 @@
       note, pager, messages.el, results));
     async function load() {
       const want = from;
-      // The oldest page (with each letter's origin topic) from the dead-letter route; a later one is the
-      // DLQ topic's queue read on from the offset after the last letter shown (the message search's form).
-      const page = want === null ? api(`api/dlq/${encodeURIComponent(group)}?limit=${DLQ_PAGE}`)
-        : api("api/messages?" + new URLSearchParams({ topic: dlq, queue_id: want.queue_id, offset: want.offset, limit: DLQ_PAGE }));
-      const [list, d] = await Promise.all([api("api/dlq"), page.catch((e) => {
-        // Past the last dead letter (a later page that became empty): there is nothing to read from there.
-        if (want !== null && e instanceof ApiError && e.status === 404) return { messages: [], truncated: false };
-        throw e;
-      })]);
+      // A later page reads the DLQ topic's queue on from the offset after the last letter shown (past the
+      // newest, as when a later page emptied, the list is empty).
+      const page = api(`api/dlq/${encodeURIComponent(group)}?limit=${DLQ_PAGE}` + (want === null ? "" : `&offset=${want}`));
+      const [list, d] = await Promise.all([api("api/dlq"), page]);
       if (!ctx.alive() || want !== from) return;
       writable = list.writable;
       queues.set(list.queues);
@@ -812,7 +812,7 @@
             ["Index files", Array.isArray(d.index_files) ? fmtNum(d.index_files.length) : fmtValue("index_files", d.index_files)],
           ]),
           d.available !== false && d.clean_shutdown === false
-            ? h("p", { class: "note", testid: "shutdown-note" }, shutdownText(false, storeMode)) : null);
+            ? h("p", { class: "note", testid: "shutdown-note" }, shutdownText(false, storeMode, d.writer_alive)) : null);
         for (const panel of files) panel.hidden = d.available === false;
         segmentSize = cl.file_size || 0;
         maxOffset = cl.max_offset || 0;
