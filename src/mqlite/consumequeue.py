@@ -605,6 +605,10 @@ class ConsumeQueue:
         """Unmap the files."""
         self.mapped_files.close()
 
+    def release(self) -> None:
+        """Read-only: let go of the files of a queue another process deleted (`MappedFileQueue.release`)."""
+        self.mapped_files.release()
+
     def destroy(self) -> None:
         """Delete the queue's files."""
         self.room = 0

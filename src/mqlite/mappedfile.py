@@ -598,6 +598,14 @@ class MappedFileQueue:
                 mf.release()
         return gone
 
+    def release(self) -> None:
+        """Read-only: let go of every file (another process deleted the directory): each is `release`d,
+        so a read of this process still going on in one finishes it; later reads find no file."""
+        with self._lock:
+            files, self.files = self.files, []
+        for mf in files:
+            mf.release()
+
     def destroy(self) -> None:
         """Delete every file and the directory if empty."""
         files, self.files = self.files, []

@@ -126,21 +126,41 @@ class StoreReader(StoreFiles):
                 cq.forget_deleted(min_commit_log_offset)
         self.index.forget_deleted()
 
+    def _forget_gone_queues(self, on_disk: list[tuple[str, int]]) -> None:
+        """Drop the queues whose directories the writer deleted (`Broker.delete_topic`), letting go of
+        their files. Free: `on_disk` is the listing `refresh` does anyway to find new queues."""
+        listed = set(on_disk)
+        gone = [key for key in self.consume_queues if key not in listed]
+        if gone:
+            queues = dict(self.consume_queues)
+            for key in gone:
+                queues.pop(key).release()
+            self.consume_queues = queues
+
     def _end_of_log(self) -> None:
-        """Mark the newest segment as written up to the end of the last dispatched record."""
+        """Mark the newest segment as written up to the end of the last dispatched record, mapping the
+        segments the writer started since the last look first (a look-up by offset, as the index's, reads
+        only below the newest segment's end: found later, a segment would be mapped as empty)."""
+        end = max((cq.max_commit_log_offset for cq in self.consume_queues.values()), default=0)
+        if end > 0:
+            self.commitlog.mapped_files.find(end - 1)
         files = self.commitlog.mapped_files.files
         if not files:
             return
-        end = max((cq.max_commit_log_offset for cq in self.consume_queues.values()), default=0)
         last = files[-1]
         last.wrote_position = max(0, min(last.file_size, end - last.file_from_offset))
 
     def refresh(self) -> None:
-        """Pick up consume queues, segments and units the writer added since the last look, and let go
-        of the segments and queue and index files its retention deleted (their min offsets move up)."""
+        """Pick up consume queues, segments, units and index files the writer added since the last look,
+        and let go of what it deleted: the segments and queue and index files of its retention (their
+        min offsets move up) and the queues of a deleted topic."""
         self._require_open()
         self._forget_deleted()
-        for cq in self._load_consume_queues():
+        self.index.map_new()
+        on_disk, whole = self._queues_on_disk()
+        if whole:
+            self._forget_gone_queues(on_disk)
+        for cq in self._load_consume_queues(on_disk):
             cq.recover()
         for cq in self.consume_queues.values():
             cq.refresh()
