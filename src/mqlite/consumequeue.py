@@ -265,6 +265,11 @@ class ConsumeQueue:
         last = self.mapped_files.last
         assert last is not None
         if last.wrote_position < self.file_size:
+            # Nothing new (an idle queue, the common case): one unit read instead of the search,
+            # which costs ~8 us a queue (a dashboard refreshes every queue of the store).
+            offset, size, _ = CQ_UNIT_STRUCT.unpack_from(last.mm, last.wrote_position)
+            if offset < 0 or size <= 0:
+                return
             count = _valid_prefix(last, start=last.wrote_position // _UNIT)
             if count * _UNIT > last.wrote_position:
                 last.wrote_position = count * _UNIT
