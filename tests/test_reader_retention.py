@@ -94,6 +94,19 @@ def test_a_read_going_on_in_a_dropped_segment_finishes(tmp_path: Path, writer: M
         assert _deleted_maps(tmp_path) == []
 
 
+def test_a_writer_read_going_on_in_a_segment_retention_deletes_finishes(tmp_path: Path, writer: MessageStore) -> None:
+    first = writer.commitlog.mapped_files.files[0].file_from_offset
+    expected = writer.look_message_by_offset(first).body
+    segment = writer.commitlog.mapped_files.find(first)  # a pull of another thread holds it, as `get_messages` does
+    assert segment is not None
+    assert writer.delete_expired_files(force=True) > 0
+    assert writer.commitlog.mapped_files.find(first) is None  # later reads find the record gone
+    assert bytes(segment.mm[: len(expected) + 200]).count(expected) >= 1  # not `ValueError: mmap closed`
+    assert _deleted_maps(tmp_path)
+    del segment  # the map goes with the last reference to it
+    assert _deleted_maps(tmp_path) == []
+
+
 def _put_keyed(store: MessageStore, first: int, count: int) -> None:
     for i in range(first, first + count):
         store.put("T", 0, b"m" * 200, {"KEYS": f"k{i}"})
