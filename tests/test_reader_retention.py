@@ -107,6 +107,15 @@ def test_a_writer_read_going_on_in_a_segment_retention_deletes_finishes(tmp_path
     assert _deleted_maps(tmp_path) == []
 
 
+def test_a_writer_read_going_on_in_a_queue_of_a_deleted_topic_finishes(tmp_path: Path, writer: MessageStore) -> None:
+    queue_file = writer.consume_queues[("T", 0)].mapped_files.files[-1]  # a pull of another thread holds it
+    unit = bytes(queue_file.mm[:20])
+    writer.delete_topic("T")
+    assert bytes(queue_file.mm[:20]) == unit  # not `ValueError: mmap closed`
+    del queue_file
+    assert _deleted_maps(tmp_path) == []
+
+
 def _put_keyed(store: MessageStore, first: int, count: int) -> None:
     for i in range(first, first + count):
         store.put("T", 0, b"m" * 200, {"KEYS": f"k{i}"})

@@ -618,11 +618,13 @@ class MappedFileQueue:
             mf.release()
 
     def destroy(self) -> None:
-        """Delete every file and the directory if empty."""
-        files, self.files = self.files, []
+        """Delete every file and the directory if empty (`retire`: a read of another thread still in a file
+        finishes it; `Broker.delete_topic` beside a pull)."""
+        with self._lock:
+            files, self.files = self.files, []
         self._drop_prepared()
         for mf in files:
-            mf.destroy()
+            mf.retire()
         try:
             os.rmdir(self.directory)
         except OSError:
