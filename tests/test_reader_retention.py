@@ -116,6 +116,23 @@ def test_a_writer_read_going_on_in_a_queue_of_a_deleted_topic_finishes(tmp_path:
     assert _deleted_maps(tmp_path) == []
 
 
+def test_a_reader_follows_a_queue_a_reopened_writer_rebuilt(tmp_path: Path) -> None:
+    with MessageStore(str(tmp_path), StoreConfig(**TINY_STORE)) as writer:
+        for _ in range(100):
+            writer.put("T", 0, b"m")
+    with StoreReader(str(tmp_path)) as reader:
+        # Damage the next open rebuilds the queue for: a directory named like its next file.
+        os.mkdir(tmp_path / "consumequeue" / "T" / "0" / f"{20 * 64 * 2:020d}")
+        with MessageStore(str(tmp_path), StoreConfig(**TINY_STORE)) as writer:
+            assert writer.recovery.queues_repaired  # its files were written anew
+            writer.put("T", 0, b"later")
+            writer.wait_dispatched()
+            reader.refresh()
+            assert _deleted_maps(tmp_path) == []
+            assert reader.max_offset("T", 0) == writer.max_offset("T", 0) == 101
+            assert reader.get_messages("T", 0, 100).messages[0].body == b"later"
+
+
 def _put_keyed(store: MessageStore, first: int, count: int) -> None:
     for i in range(first, first + count):
         store.put("T", 0, b"m" * 200, {"KEYS": f"k{i}"})

@@ -22,10 +22,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .config import StoreConfig
+from .config import StoreConfig, file_signature
 from .errors import StoreCorruptedError
 from .mappedfile import offset_to_file_name
 from .recovery import load_set_aside
+from .recoveryhistory import recovery_history_path
 from .storebase import StoreFiles, config_for
 
 __all__ = ["StoreReader", "StoreLayout", "store_config"]
@@ -94,6 +95,9 @@ class StoreReader(StoreFiles):
         if not os.path.isdir(root):
             raise StoreCorruptedError(f"{root} is not a store directory (it does not exist)")
         super().__init__(root, config_for(root, settings), read_only=True)
+        # Every writer open rewrites it once its recovery is done: how `refresh` notices one.
+        self._history = recovery_history_path(root)
+        self._writer_open = file_signature(self._history)
         self.load_files(last_exit_ok=True)
         for cq in self.consume_queues.values():
             cq.recover()
@@ -137,6 +141,19 @@ class StoreReader(StoreFiles):
                 queues.pop(key).release()
             self.consume_queues = queues
 
+    def _after_writer_open(self) -> None:
+        """A writer opened the store since the last look: its recovery may have rebuilt queues (their files
+        replaced, the directory kept) or cut their ends back after a crash. A queue with a file gone is
+        forgotten (the listing that follows maps it anew); the others find their ends again. Cost, once a
+        writer open: one `fstat` a queue file and a queue's `recover`."""
+        queues = dict(self.consume_queues)
+        for key, cq in self.consume_queues.items():
+            if any(mf.deleted() for mf in cq.mapped_files.files):
+                queues.pop(key).release()
+            else:
+                cq.recover()
+        self.consume_queues = queues
+
     def _end_of_log(self) -> None:
         """Mark the newest segment as written up to the end of the last dispatched record, mapping the
         segments the writer started since the last look first (a look-up by offset, as the index's, reads
@@ -157,6 +174,10 @@ class StoreReader(StoreFiles):
         self._require_open()
         self._forget_deleted()
         self.index.map_new()
+        opened = file_signature(self._history)
+        if opened != self._writer_open:
+            self._writer_open = opened
+            self._after_writer_open()
         on_disk, whole = self._queues_on_disk()
         if whole:
             self._forget_gone_queues(on_disk)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import load_json_file, write_json_atomic
+from .config import file_signature, load_json_file, write_json_atomic
 from .errors import MQClientError
 from .validators import (  # the name rules live in L0; re-exported here, where callers found them first
     MAX_TOPIC_LENGTH,
@@ -112,16 +112,6 @@ class TopicConfig:
                    topic_sys_flag=int(doc.get("topicSysFlag", 0)), order=bool(doc.get("order", False)))
 
 
-def _file_signature(path: str) -> tuple[int, int, int] | None:
-    """What tells one version of a file from the next: inode (each save renames a new file in), size and
-    modification time; None when it is missing."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
 class TopicTable:
     """The topics of a broker. Thread-safe; every change is persisted at once (changes are rare)."""
 
@@ -133,7 +123,7 @@ class TopicTable:
         #: Changes with every create, delete or resize (lets clients cache queue lists). A plain
         #: attribute, not a property: every send reads it (`Broker.routes_version`).
         self.version = 0
-        self._seen = _file_signature(self.path)  # read-only: the file as last read (`reload`)
+        self._seen = file_signature(self.path)  # read-only: the file as last read (`reload`)
         self._topics: dict[str, TopicConfig] = self._read()
 
     def _read(self) -> dict[str, TopicConfig]:
@@ -159,7 +149,7 @@ class TopicTable:
         from the disk are dropped then (learn them again). Cost: one `stat` when nothing changed."""
         if not self.read_only:
             return False
-        seen = _file_signature(self.path)
+        seen = file_signature(self.path)
         if seen == self._seen:
             return False
         self._seen = seen
