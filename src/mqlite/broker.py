@@ -165,7 +165,7 @@ class Broker:
         _OPENED.add(self)
         self.config = store.config
         self.topics = TopicTable(store.root, read_only=store.read_only, clock=store.clock)
-        self.topics.learn((t, max(store.queue_ids(t)) + 1) for t in store.topics())
+        self._learn_topics(store)
         self._clients_lock = threading.Lock()
         self._producers: dict[str, list[TransactionChecker]] = {}
         # Traced clients' dispatchers (each owned by its client), flushed by query_trace.
@@ -360,7 +360,22 @@ class Broker:
     def topic_list(self) -> list[str]:
         """Every topic: user, retry, DLQ and system topics, from the table and from the disk."""
         store = self._check()
+        self._follow_topics(store)
         return sorted(set(self.topics.names()) | set(store.topics()))
+
+    def _follow_topics(self, store: StoreFiles) -> None:
+        """A reader: the topic table as the writer last saved it (a topic created or deleted since).
+        One `stat` while the file is unchanged."""
+        if store.read_only and self.topics.reload():
+            self._learn_topics(store)
+
+    def _learn_topics(self, store: StoreFiles) -> None:
+        """Topics with queues on disk join the table when it lacks them, with as many queues as found.
+        From one snapshot of the queues (a reader's refresh in another thread may replace them)."""
+        counts: dict[str, int] = {}
+        for topic, queue_id in store.consume_queues:
+            counts[topic] = max(counts.get(topic, 0), queue_id + 1)
+        self.topics.learn(counts.items())
 
     def topic_config(self, topic: str) -> TopicConfig | None:
         """A topic's settings, or None."""
@@ -582,6 +597,7 @@ class Broker:
         _topic_str(topic)
         if store.read_only:
             store.refresh()
+            self._follow_topics(store)
         rows = []
         # Every queue of the topic's config, as mqadmin lists them (0/0 for one never written), and any
         # other queue that has files.

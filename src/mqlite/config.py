@@ -24,7 +24,7 @@ from typing import Any
 from .errors import ConfigError, MQClientError, StoreCorruptedError, disk_full_error
 
 __all__ = ["StoreConfig", "FORMAT_SETTINGS", "DEFAULT_DELAY_LEVELS", "parse_delay_levels", "write_json_atomic", "read_json",
-           "load_json_file", "resolve_config", "store_config_path", "check_int", "check_seconds",
+           "file_signature", "load_json_file", "resolve_config", "store_config_path", "check_int", "check_seconds",
            "MAX_MESSAGE_SIZE_LIMIT", "JAVA_INT_MAX", "check_store_path"]
 
 log = logging.getLogger("mqlite")
@@ -243,6 +243,17 @@ class StoreConfig:
                 )
         merged.update(explicit)
         return StoreConfig.from_kwargs(merged)
+
+
+def file_signature(path: str) -> tuple[int, int, int] | None:
+    """What tells one version of a file from the next: inode (`write_json_atomic` renames a new file in),
+    size and modification time; None when it is missing. One `stat`: how a reader notices that another
+    process rewrote a file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def write_json_atomic(path: str, document: Any) -> None:

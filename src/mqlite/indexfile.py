@@ -787,6 +787,7 @@ class IndexService:
         self._files: list[IndexFile] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._skipped: set[str] = set()  # read-only: damaged files ``map_new`` warned about once
         #: After ``load()``: the commit-log offset from which the index must be rebuilt
         #: (the files were missing or damaged), or None when it is whole.
         self.rebuild_from: int | None = None
@@ -843,6 +844,7 @@ class IndexService:
                     f = self._open_existing(path)
                     if f is None:
                         if self.read_only:
+                            self._skipped.add(os.path.basename(path))
                             continue
                         self._drop_damaged(paths[i:])
                         break
@@ -1112,6 +1114,49 @@ class IndexService:
             self._check_open()
             # Index file names are times and never reused: a name gone is a file deleted.
             return self._drop_oldest(self._files, lambda f: not os.path.exists(f.path), IndexFile.close)
+
+    def map_new(self) -> int:
+        """Read-only: map the files the writer created since the last look; returns how many.
+
+        A writer starts a file only when its newest is full or when it has none (``_writable_file``,
+        ``mark_indexed_to``), or when a restarted writer's recovery dropped its newest ones. So the
+        directory is listed only when this view's newest file is full, gone, or there is none; files
+        gone from the listing are closed, new ones mapped in name order. A file not yet sized (the
+        writer is creating it) is left for the next look; a damaged one is skipped once, with a warning.
+        Cost: one ``stat`` of the newest file while it has room.
+        """
+        with self._lock:
+            self._check_open()
+            last = self._files[-1] if self._files else None
+            if last is not None and not last.is_write_full() and os.path.exists(last.path):
+                return 0
+            names = set(self._file_names())
+            kept = [f for f in self._files if f.file_name in names]
+            for f in self._files:
+                if f.file_name not in names:
+                    f.close()
+            known = {f.file_name for f in kept} | self._skipped
+            fresh = []
+            for name in sorted(names - known):
+                path = os.path.join(self.index_dir, name)
+                with contextlib.suppress(OSError):
+                    if os.path.getsize(path) == 0:
+                        continue  # being created: its size and header come next
+                opened = self._open_existing(path)
+                if opened is None:
+                    self._skipped.add(name)
+                else:
+                    fresh.append(opened)
+            self._files = sorted(kept + fresh, key=lambda f: f.file_name)
+            return len(fresh)
+
+    def _file_names(self) -> list[str]:
+        """The names in the directory that are index file names, sorted (none when there is no directory)."""
+        try:
+            names = os.listdir(self.index_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(n for n in names if _parse_name(n) is not None)
 
     def _drop_oldest(self, files: list[IndexFile], doomed: Callable[[IndexFile], bool],
                      drop: Callable[[IndexFile], None]) -> int:

@@ -256,16 +256,26 @@ class MappedFile:
             return True
 
     def release(self) -> None:
-        """Read-only: let go of a file another process deleted. The descriptor closes now; the map goes
-        with the last reference to this object, so a thread of this process still reading it finishes
-        its read (`close()` would pull the map from under it). Idempotent."""
+        """Let go of a file that is deleted (by another process, or `retire`). The descriptor closes now;
+        the map goes with the last reference to this object, so a thread of this process still reading it
+        finishes its read (`close()` would pull the map from under it). Idempotent."""
         if not self._closed:
             self._closed = True
             os.close(self._fd)
 
+    def retire(self) -> None:
+        """Delete the file and `release` it: the writer's retention, while a read of another thread (a pull
+        of the oldest messages) may still be in it; that read finishes with its bytes instead of meeting a
+        closed map (RocketMQ reference-counts its `MappedFile`s for the same reason)."""
+        self.release()
+        self._unlink()
+
     def destroy(self) -> None:
         """Close and delete the file."""
         self.close()
+        self._unlink()
+
+    def _unlink(self) -> None:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -564,6 +574,7 @@ class MappedFileQueue:
         Stops at the first file that is not a victim (no holes), after `batch_max`.
         `before(new_min_offset)` runs once the victims are chosen and before any goes
         (the store records the commit log's new head there, see `recovery.save_log_head`).
+        The files are `retire`d: a read of another thread still in one finishes it.
         """
         files = self.files
         doomed: list[MappedFile] = []
@@ -578,7 +589,7 @@ class MappedFileQueue:
         with self._lock:
             self.files = files[len(doomed) :]
         for mf in doomed:
-            mf.destroy()
+            mf.retire()  # not destroy(): a read of another thread may still be in it
         return len(doomed)
 
     def forget_deleted(self, candidate: Callable[[MappedFile], bool] | None = None) -> int:
@@ -598,12 +609,22 @@ class MappedFileQueue:
                 mf.release()
         return gone
 
+    def release(self) -> None:
+        """Read-only: let go of every file (another process deleted the directory): each is `release`d,
+        so a read of this process still going on in one finishes it; later reads find no file."""
+        with self._lock:
+            files, self.files = self.files, []
+        for mf in files:
+            mf.release()
+
     def destroy(self) -> None:
-        """Delete every file and the directory if empty."""
-        files, self.files = self.files, []
+        """Delete every file and the directory if empty (`retire`: a read of another thread still in a file
+        finishes it; `Broker.delete_topic` beside a pull)."""
+        with self._lock:
+            files, self.files = self.files, []
         self._drop_prepared()
         for mf in files:
-            mf.destroy()
+            mf.retire()
         try:
             os.rmdir(self.directory)
         except OSError:

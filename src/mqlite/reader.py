@@ -22,10 +22,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .config import StoreConfig
+from .config import StoreConfig, file_signature
 from .errors import StoreCorruptedError
 from .mappedfile import offset_to_file_name
 from .recovery import load_set_aside
+from .recoveryhistory import recovery_history_path
 from .storebase import StoreFiles, config_for
 
 __all__ = ["StoreReader", "StoreLayout", "store_config"]
@@ -94,6 +95,9 @@ class StoreReader(StoreFiles):
         if not os.path.isdir(root):
             raise StoreCorruptedError(f"{root} is not a store directory (it does not exist)")
         super().__init__(root, config_for(root, settings), read_only=True)
+        # Every writer open rewrites it once its recovery is done: how `refresh` notices one.
+        self._history = recovery_history_path(root)
+        self._writer_open = file_signature(self._history)
         self.load_files(last_exit_ok=True)
         for cq in self.consume_queues.values():
             cq.recover()
@@ -126,21 +130,58 @@ class StoreReader(StoreFiles):
                 cq.forget_deleted(min_commit_log_offset)
         self.index.forget_deleted()
 
+    def _forget_gone_queues(self, on_disk: list[tuple[str, int]]) -> None:
+        """Drop the queues whose directories the writer deleted (`Broker.delete_topic`), letting go of
+        their files. Free: `on_disk` is the listing `refresh` does anyway to find new queues."""
+        listed = set(on_disk)
+        gone = [key for key in self.consume_queues if key not in listed]
+        if gone:
+            queues = dict(self.consume_queues)
+            for key in gone:
+                queues.pop(key).release()
+            self.consume_queues = queues
+
+    def _after_writer_open(self) -> None:
+        """A writer opened the store since the last look: its recovery may have rebuilt queues (their files
+        replaced, the directory kept) or cut their ends back after a crash. A queue with a file gone is
+        forgotten (the listing that follows maps it anew); the others find their ends again. Cost, once a
+        writer open: one `fstat` a queue file and a queue's `recover`."""
+        queues = dict(self.consume_queues)
+        for key, cq in self.consume_queues.items():
+            if any(mf.deleted() for mf in cq.mapped_files.files):
+                queues.pop(key).release()
+            else:
+                cq.recover()
+        self.consume_queues = queues
+
     def _end_of_log(self) -> None:
-        """Mark the newest segment as written up to the end of the last dispatched record."""
+        """Mark the newest segment as written up to the end of the last dispatched record, mapping the
+        segments the writer started since the last look first (a look-up by offset, as the index's, reads
+        only below the newest segment's end: found later, a segment would be mapped as empty)."""
+        end = max((cq.max_commit_log_offset for cq in self.consume_queues.values()), default=0)
+        if end > 0:
+            self.commitlog.mapped_files.find(end - 1)
         files = self.commitlog.mapped_files.files
         if not files:
             return
-        end = max((cq.max_commit_log_offset for cq in self.consume_queues.values()), default=0)
         last = files[-1]
         last.wrote_position = max(0, min(last.file_size, end - last.file_from_offset))
 
     def refresh(self) -> None:
-        """Pick up consume queues, segments and units the writer added since the last look, and let go
-        of the segments and queue and index files its retention deleted (their min offsets move up)."""
+        """Pick up consume queues, segments, units and index files the writer added since the last look,
+        and let go of what it deleted: the segments and queue and index files of its retention (their
+        min offsets move up) and the queues of a deleted topic."""
         self._require_open()
         self._forget_deleted()
-        for cq in self._load_consume_queues():
+        self.index.map_new()
+        opened = file_signature(self._history)
+        if opened != self._writer_open:
+            self._writer_open = opened
+            self._after_writer_open()
+        on_disk, whole = self._queues_on_disk()
+        if whole:
+            self._forget_gone_queues(on_disk)
+        for cq in self._load_consume_queues(on_disk):
             cq.recover()
         for cq in self.consume_queues.values():
             cq.refresh()

@@ -176,17 +176,37 @@ class StoreFiles:
         if self.config.message_index_enable or self.read_only:
             self.index.load(last_exit_ok, self.checkpoint.index_msg_timestamp)
 
-    def _load_consume_queues(self) -> list[ConsumeQueue]:
-        """Map the consume queues on disk that are not mapped yet; returns the new ones."""
+    def _queues_on_disk(self) -> tuple[list[tuple[str, int]], bool]:
+        """`(topic, queue id)` of the consume-queue directories on disk, sorted, and whether the listing
+        is whole (a directory that could not be listed for another reason than being gone is no proof
+        that its queues went). One `listdir` per topic."""
+        cq_root = os.path.join(self.root, "consumequeue")
+        found: list[tuple[str, int]] = []
+        try:
+            topics = sorted(os.listdir(cq_root))
+        except OSError:
+            return found, False
+        whole = True
+        for topic in topics:
+            try:
+                qids = os.listdir(os.path.join(cq_root, topic))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError:
+                whole = False
+                continue
+            found += [(topic, int(qid)) for qid in sorted(qids) if qid.isdigit()]
+        return found, whole
+
+    def _load_consume_queues(self, on_disk: list[tuple[str, int]] | None = None) -> list[ConsumeQueue]:
+        """Map the consume queues on disk (`on_disk`, else listed now) that are not mapped yet; returns the new ones."""
         cq_root = os.path.join(self.root, "consumequeue")
         fresh: dict[tuple[str, int], ConsumeQueue] = {}
-        for topic in sorted(_listdir(cq_root)):
-            for qid in sorted(_listdir(os.path.join(cq_root, topic))):
-                if qid.isdigit() and (topic, int(qid)) not in self.consume_queues:
-                    cq = ConsumeQueue(cq_root, topic, int(qid), self.config.consumequeue_file_size,
-                                      read_only=self.read_only)
-                    cq.load()
-                    fresh[(topic, int(qid))] = cq
+        for topic, qid in self._queues_on_disk()[0] if on_disk is None else on_disk:
+            if (topic, qid) not in self.consume_queues:
+                cq = ConsumeQueue(cq_root, topic, qid, self.config.consumequeue_file_size, read_only=self.read_only)
+                cq.load()
+                fresh[(topic, qid)] = cq
         if fresh:
             self.consume_queues = {**self.consume_queues, **fresh}
         return list(fresh.values())

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .clock import SYSTEM_CLOCK, Clock
-from .config import load_json_file, write_json_atomic
+from .config import file_signature, load_json_file, write_json_atomic
 from .errors import MQClientError
 from .validators import (  # the name rules live in L0; re-exported here, where callers found them first
     MAX_TOPIC_LENGTH,
@@ -120,10 +120,15 @@ class TopicTable:
         self.read_only = read_only
         self._clock = clock
         self._lock = threading.Lock()
-        self._topics: dict[str, TopicConfig] = {}
         #: Changes with every create, delete or resize (lets clients cache queue lists). A plain
         #: attribute, not a property: every send reads it (`Broker.routes_version`).
         self.version = 0
+        self._seen = file_signature(self.path)  # read-only: the file as last read (`reload`)
+        self._topics: dict[str, TopicConfig] = self._read()
+
+    def _read(self) -> dict[str, TopicConfig]:
+        """The table in the file (sets `version` from it); empty when there is none."""
+        topics: dict[str, TopicConfig] = {}
         document = load_json_file(self.path, check=_check_topics_document,
                                   fix="delete it (and its .bak): topics are learned back from the consume "
                                       "queues, with 4 queues or as many as found and read-write permission")
@@ -131,11 +136,28 @@ class TopicTable:
             for name, doc in (document.get("topicConfigTable") or {}).items():
                 try:
                     _check_stored_name(name)  # a topic names directories: never a path
-                    self._topics[name] = TopicConfig.from_json(doc)
+                    topics[name] = TopicConfig.from_json(doc)
                 except (KeyError, TypeError, ValueError, AttributeError):  # MQClientError is a ValueError
                     # The queues on disk still say the topic exists: it is learned back from them.
                     log.warning("%s: ignoring the damaged entry of topic %r: %r", self.path, name, doc)
-            self.version = int((document.get("dataVersion") or {}).get("counter", 0) or 0)
+            self.version = max(self.version, int((document.get("dataVersion") or {}).get("counter", 0) or 0))
+        return topics
+
+    def reload(self) -> bool:
+        """Read-only: take the table as the writer last saved it, when the file changed since it was read
+        (a topic created or deleted in the writer's process). True when it was re-read; topics learned
+        from the disk are dropped then (learn them again). Cost: one `stat` when nothing changed."""
+        if not self.read_only:
+            return False
+        seen = file_signature(self.path)
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        topics = self._read()
+        with self._lock:
+            self._topics = topics
+            self.version += 1
+        return True
 
     # -- reads ----------------------------------------------------------------------------------------
     def get(self, topic: str) -> TopicConfig | None:
