@@ -37,7 +37,8 @@ from mqlite.clock import ManualClock
 from mqlite.broker import QueueProgress
 from mqlite.dashboard import Dashboard
 from mqlite.dashboard import server as server_module
-from mqlite.dashboard.history import History, Sample
+from mqlite.dashboard.api import _in_total, _out_total
+from mqlite.dashboard.history import History, Point, Sample
 from mqlite.dashboard.server import _static_file
 from mqlite.dashboard.source import Source
 
@@ -670,17 +671,30 @@ def test_verify_gives_up_when_the_dashboard_closes_and_runs_once_at_a_time(templ
         assert status == 200 and verify["ok"] is True and verify["records"] == 7
 
 
+def _steady_consumer(seconds: int) -> History:
+    """A history of `seconds` rounds, one a second, of a group consuming 25/s whose offsets are seen every 5 s
+    (as a reader sees a writer persist them), over a 10 s consume window."""
+    history = History(100, out_window=10.0)
+    for second in range(seconds):
+        consumed = 125 * (second // 5)
+        history.add(Sample(second * 1000, {}, {"cg": (QueueProgress("t", "b", 0, 10_000, consumed, "", 0),)}))
+    return history
+
+
+def test_the_overview_totals_are_unknown_until_a_rate_is_known() -> None:
+    """Before the consume window is spanned the total is null, as docs/dashboard.md says, not a rate of 0."""
+
+    totals = [_out_total(p) for p in _steady_consumer(13).points()]
+    assert totals[:9] == [None] * 9 and totals[9:] == [25.0] * 3
+    assert _out_total(Point(0, {}, {}, {})) == 0  # no group at all: nothing is consumed
+    assert _in_total(Point(0, {"orders": None, "%RETRY%cg": 3.0}, {}, {})) is None  # a new user topic: unknown
+    assert _in_total(Point(0, {"orders": 2.0, "new": None}, {}, {})) == 2.0
+
+
 def test_consume_rates_span_the_offset_persist_interval() -> None:
     """A consumer steady at 25/s whose offsets a reader sees every 5 s (as the writer persists them)."""
 
-    def sample(second: int) -> Sample:
-        consumed = 125 * (second // 5)
-        return Sample(second * 1000, {}, {"cg": (QueueProgress("t", "b", 0, 10_000, consumed, "", 0),)})
-
-    history = History(100, out_window=10.0)
-    for second in range(31):
-        history.add(sample(second))
-    rates = [p.group_out["cg"] for p in history.points()]
+    rates = [p.group_out["cg"] for p in _steady_consumer(31).points()]
     assert rates[:9] == [None] * 9  # seconds 1-9: the window is not spanned yet
     assert rates[9:] == [25.0] * 21
 

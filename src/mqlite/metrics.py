@@ -83,7 +83,7 @@ from .storeservices import HistogramSnapshot
 from .topics import TopicConfig, is_system_topic
 
 __all__ = ["MetricsSource", "MetricsSnapshot", "TopicFigures", "GroupTopicFigures", "StoreFacts", "StoreFigures",
-           "Counters", "QueueRow", "collect", "disk_bytes", "render_prometheus", "CONTENT_TYPE"]
+           "Counters", "QueueRow", "collect", "disk_bytes", "render_prometheus", "topic_kind", "CONTENT_TYPE"]
 
 #: The `Content-Type` of `render_prometheus`' text.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -438,7 +438,8 @@ def _group_of(topic: str) -> str:
     return topic[len(prefix):]
 
 
-def _kind(topic: str) -> str:
+def topic_kind(topic: str) -> str:
+    """`retry`, `dlq`, `system` or `user`: the kind of topic a figure is about (and the dashboard groups by)."""
     if is_retry_topic(topic):
         return "retry"
     if is_dlq_topic(topic):
@@ -463,7 +464,7 @@ def _topic_figures(topic: str, config: TopicConfig | None, status: Sequence[Queu
         bytes_in = sum(figures.unit_bytes((topic, q.queue_id), topic, q.queue_id, q.min_offset, q.max_offset)
                        for q in status)
     return TopicFigures(
-        topic=topic, kind=_kind(topic), message_type=_message_type(topic, config), queues=len(status),
+        topic=topic, kind=topic_kind(topic), message_type=_message_type(topic, config), queues=len(status),
         messages_in=sum(q.max_offset for q in status),
         messages_stored=sum(max(q.max_offset - q.min_offset, 0) for q in status), bytes_in=bytes_in,
         last_store_timestamp=max((q.last_update_timestamp for q in status), default=0))

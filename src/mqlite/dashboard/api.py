@@ -23,7 +23,8 @@ from ..sendback import dlq_topic
 from .health import Verifier, health, shutdown_state, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, int_param, limit_param, msg_id_param, origin_topic, search, summary
-from .source import Source, topic_kind
+from ..metrics import topic_kind
+from .source import Source
 
 __all__ = ["Api", "MAX_RESEND"]
 
@@ -285,15 +286,21 @@ def _in_total(point: Point | None) -> float | None:
     """Messages sent per second at `point`: user topics only (retry, dead-letter and system copies are no sends)."""
     if point is None:
         return None
-    rates = [r for t, r in point.topic_in.items() if r is not None and topic_kind(t) == "user"]
-    return round(sum(rates), 3)
+    rates = [r for t, r in point.topic_in.items() if topic_kind(t) == "user"]
+    known = [r for r in rates if r is not None]
+    if rates and not known:  # every topic new in this round: no rate yet, not a rate of 0
+        return None
+    return round(sum(known), 3)
 
 
 def _out_total(point: Point | None) -> float | None:
     """Messages consumed per second at `point`, over every group."""
     if point is None:
         return None
-    return round(sum(r for r in point.group_out.values() if r is not None), 3)
+    known = [r for r in point.group_out.values() if r is not None]
+    if point.group_out and not known:  # the window is not spanned yet (docs/dashboard.md): unknown, not 0
+        return None
+    return round(sum(known), 3)
 
 
 def _queue_lag(point: Point, group: str, ref: tuple[str, int]) -> int | None:

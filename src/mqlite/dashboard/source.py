@@ -26,11 +26,10 @@ from ..broker import Broker, QueueProgress
 from ..errors import ConfigError, MQLiteError
 from ..metrics import MetricsSnapshot, QueueStatusLike, StoreFigures
 from ..remoting.remote import RemoteBroker
-from ..sendback import DLQ_GROUP_TOPIC_PREFIX, is_dlq_topic, is_retry_topic
-from ..topics import is_system_topic
+from ..sendback import DLQ_GROUP_TOPIC_PREFIX, is_dlq_topic
 from .history import Sample
 
-__all__ = ["Source", "DashboardBroker", "NotFoundError", "ForbiddenError", "ConflictError", "topic_kind"]
+__all__ = ["Source", "DashboardBroker", "NotFoundError", "ForbiddenError", "ConflictError"]
 
 log = logging.getLogger("mqlite.dashboard")
 
@@ -53,15 +52,6 @@ class ConflictError(MQLiteError):
 #: The shortest span consume rates are taken over (seconds): consumers commit in bursts (RocketMQ's clients
 #: every 5 s, `persistConsumerOffsetInterval`), and a reader sees offsets as the writer persists them.
 MIN_OUT_WINDOW = 10.0
-
-
-def topic_kind(topic: str) -> str:
-    """`retry`, `dlq`, `system` or `user`: how the overview groups a topic."""
-    if is_retry_topic(topic):
-        return "retry"
-    if is_dlq_topic(topic):
-        return "dlq"
-    return "system" if is_system_topic(topic) else "user"
 
 
 class Source:
