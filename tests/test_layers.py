@@ -38,7 +38,7 @@ PACKAGE_DIR = Path(mqlite.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     # L0 basics
     "errors": 0, "config": 0, "message": 0, "clock": 0, "_service": 0, "compression": 0, "validators": 0,
-    "propertybatch": 0, "_wiring": 0,
+    "propertybatch": 0, "wiring": 0,
     # L1 storage
     "mappedfile": 1, "record": 1, "commitlog": 1, "consumequeue": 1, "indexfile": 1, "checkpoint": 1, "store": 1,
     "storebase": 1, "storeservices": 1, "recovery": 1, "reader": 1, "verify": 1, "offsetfile": 1,

@@ -19,7 +19,7 @@ except ImportError:
 import importlib as _importlib
 import typing as _typing
 
-from . import _wiring
+from . import wiring
 from .remoting import serve_broker as _serve_broker
 
 if _typing.TYPE_CHECKING:
@@ -83,8 +83,8 @@ def _connect_to_holder(path: str) -> RemoteBroker:
 
 # Clients given the path of a store another process holds connect to that process, and Broker.serve (layer L2)
 # builds servers of mqlite.remoting (L4): installed before mqlite.broker is imported, which takes them from here.
-_wiring.remote_connector = _connect_to_holder
-_wiring.server_factory = _serve_broker
+wiring.remote_connector = _connect_to_holder
+wiring.server_factory = _serve_broker
 
 #: Public name -> the module that defines it (and the name there). `import mqlite` imports none of them:
 #: the broker pulls in the store and numpy, the server asyncio, and a process that only loads the

@@ -318,15 +318,17 @@ def topic_stats(broker: AdminSurface, topic: str, now_ms: int, offsets: OffsetTa
 
 
 # -- dead letters -----------------------------------------------------------------------------------------------
-def dlq_messages(broker: AdminSurface, group: str, begin: int | None = None, end: int | None = None) -> Iterator[MessageExt]:
-    """The messages in `%DLQ%<group>` stored in `[begin, end)`, oldest first; none when the topic does not exist.
+def dlq_messages(broker: AdminSurface, group: str, begin: int | None = None, end: int | None = None, *,
+                 from_offset: int = 0) -> Iterator[MessageExt]:
+    """The messages in `%DLQ%<group>` stored in `[begin, end)`, oldest first, from queue offset `from_offset`
+    of each queue on (a later page); none when the topic does not exist.
 
-    The dashboard's `queryDlqMessageByConsumerGroup` (a missing DLQ topic is an empty page there too).
+    rocketmq-dashboard's `queryDlqMessageByConsumerGroup` (a missing DLQ topic is an empty page there too).
     """
     topic = dlq_topic(group)
     for mq in broker.fetch_subscribe_queues(topic):
         low, high = offset_range(broker, mq, begin, end)
-        yield from scan_queue(broker, mq, low, high)
+        yield from scan_queue(broker, mq, max(low, from_offset), high)
 
 
 @dataclass(frozen=True, slots=True)

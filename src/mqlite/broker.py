@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import _wiring
+from . import wiring
 from ._service import Service, close_at_exit, forget_at_exit
 from .clock import SYSTEM_CLOCK, Clock
 from .commitlog import PutResult
@@ -138,8 +138,8 @@ class Serving(Protocol):
 
 
 #: Builds a server for `Broker.serve`: mqlite.remoting's (an upper layer), which `import mqlite` put in
-#: `_wiring` before this module was imported (see `set_server_factory`).
-_SERVER_FACTORY: Callable[..., Serving] | None = _wiring.server_factory
+#: `wiring` before this module was imported (see `set_server_factory`).
+_SERVER_FACTORY: Callable[..., Serving] | None = wiring.server_factory
 
 
 def set_server_factory(factory: Callable[..., Serving]) -> None:
@@ -1267,8 +1267,8 @@ if hasattr(os, "register_at_fork"):
 
 #: How `acquire` reaches a store another process holds: `connector(path) -> BrokerPort` (see `set_remote_connector`).
 RemoteConnector = Callable[[str], BrokerPort]
-#: mqlite.remoting's, which `import mqlite` put in `_wiring` before this module was imported.
-_remote_connector: RemoteConnector | None = _wiring.remote_connector
+#: mqlite.remoting's, which `import mqlite` put in `wiring` before this module was imported.
+_remote_connector: RemoteConnector | None = wiring.remote_connector
 
 
 def set_remote_connector(connector: RemoteConnector | None) -> RemoteConnector | None:

@@ -71,6 +71,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .clock import Clock
+from .config import file_signature
 from .consumequeue import BLANK_UNIT
 from .errors import MQLiteError
 from .message import MessageExt
@@ -341,12 +342,7 @@ class StoreFigures(Counters):
 
     def _last_recovery(self) -> RecoveryRecord | None:
         """The newest line of the recovery history, read again only when the file changed (one `stat`)."""
-        path = recovery_history_path(self.files.root)
-        try:
-            st = os.stat(path)
-            key: tuple[int, ...] | None = (st.st_ino, st.st_size, st.st_mtime_ns)
-        except OSError:
-            key = None
+        key = file_signature(recovery_history_path(self.files.root))
         with self._lock:
             if key is not None and key == self._history_key:
                 return self._history_last

@@ -24,7 +24,7 @@ from ..errors import IllegalStateError, StoreLockedError
 from ..remoting.remote import RemoteBroker, connect
 from .output import Progress
 
-__all__ = ["UsageError", "CommandError", "Context", "find_store", "STORE_ENV", "REMOTE_COMMANDS"]
+__all__ = ["UsageError", "CommandError", "Context", "find_store", "lock_holder", "STORE_ENV", "REMOTE_COMMANDS"]
 
 #: Commands that work over `-n HOST:PORT`: they use only the admin surface a `RemoteBroker` shares with
 #: `Broker` (topics, offsets, messages by id, key and offset, queue reads, sends, resets, traces, dead-letter
@@ -70,6 +70,14 @@ def find_store(*given: str | None, create: bool = False) -> str:
         raise UsageError(f"{chosen} is not a store (it has no commitlog, consumequeue, checkpoint or "
                          "config/store.json); create one with mqlite.open(path)")
     return str(chosen)
+
+
+def lock_holder(exc: StoreLockedError) -> str:
+    """Who holds a store `exc` says is locked, for a one-line refusal: "process N", "this process" or
+    "another process" (no pid recorded)."""
+    if exc.pid == os.getpid():
+        return "this process"
+    return f"process {exc.pid}" if exc.pid else "another process"
 
 
 class Context:
@@ -126,12 +134,9 @@ class Context:
             try:
                 self._broker = open_broker(self.path)
             except StoreLockedError as exc:
-                who = f"process {exc.pid}" if exc.pid else "another process"
-                if exc.pid == os.getpid():
-                    who = "this process"
-                raise CommandError(f"{self.path} is locked by a live writer ({who}); {self.command} changes the "
-                                   "store and needs the writer lock: stop that process or make the change "
-                                   "through its Broker") from None
+                raise CommandError(f"{self.path} is locked by a live writer ({lock_holder(exc)}); {self.command} "
+                                   "changes the store and needs the writer lock: stop that process or make the "
+                                   "change through its Broker") from None
         return self._broker
 
     def progress(self, label: str) -> Progress:

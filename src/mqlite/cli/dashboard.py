@@ -16,7 +16,7 @@ from ..dashboard import DEFAULT_INTERVAL, MIN_CLI_INTERVAL
 from ..errors import ConfigError, StoreLockedError
 from ..remoting.address import parse_address
 from ..remoting.remote import RemoteBroker
-from .context import CommandError, Context, UsageError
+from .context import CommandError, Context, UsageError, lock_holder
 from .output import Report
 
 __all__ = ["dashboard", "interval_arg", "listen_arg", "host_arg", "DEFAULT_INTERVAL"]
@@ -57,10 +57,9 @@ def _writer(ctx: Context) -> Broker:
     try:
         return open_broker(ctx.path)
     except StoreLockedError as exc:
-        who = f"process {exc.pid}" if exc.pid else "another process"
-        raise CommandError(f"{ctx.path} is held by a live writer ({who}); --write needs the store to itself: drop "
-                           "--write to watch it read-only, or serve it from that process (Broker.serve, mqlite "
-                           "serve) and run the dashboard with -n HOST:PORT") from None
+        raise CommandError(f"{ctx.path} is held by a live writer ({lock_holder(exc)}); --write needs the store to "
+                           "itself: drop --write to watch it read-only, or serve it from that process (Broker.serve, "
+                           "mqlite serve) and run the dashboard with -n HOST:PORT") from None
 
 
 def dashboard(ctx: Context, args: argparse.Namespace) -> Report:

@@ -15,15 +15,14 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from ..admin import check_resend, find_message, resend_dlq_message, scan_queue
+from ..admin import check_resend, dlq_messages, find_message, resend_dlq_message
 from ..errors import MQClientError, MQLiteError
-from ..message import MessageExt
+from ..metrics import topic_kind
 from ..offsetfile import group_table
 from ..sendback import dlq_topic
 from .health import Verifier, health, shutdown_state, total_disk_bytes
 from .history import History, Point, Sample, series
 from .messages import detail, find_one, int_param, limit_param, msg_id_param, origin_topic, search, summary
-from ..metrics import topic_kind
 from .source import Source
 
 __all__ = ["Api", "MAX_RESEND"]
@@ -219,13 +218,8 @@ class Api:
         with source.lock:
             source.refresh()
             source.require_group(group, source.offsets())
-            broker = source.broker
-            letters: list[MessageExt] = []
-            for mq in broker.fetch_subscribe_queues(dlq_topic(group)):  # one, as RocketMQ's (each from `start`)
-                low = max(start, broker.min_offset(mq))
-                letters += itertools.islice(scan_queue(broker, mq, low, broker.max_offset(mq)), limit + 1 - len(letters))
-                if len(letters) > limit:
-                    break
+            # One queue, as RocketMQ's dead-letter topics have (each read from `start`).
+            letters = list(itertools.islice(dlq_messages(source.broker, group, from_offset=start), limit + 1))
         return {"group": group, "topic": dlq_topic(group), "truncated": len(letters) > limit,
                 "messages": [{**summary(m), "origin_topic": origin_topic(m)} for m in letters[:limit]]}
 

@@ -25,7 +25,7 @@ from ..store import writer_alive
 from ..verify import verify_store
 from .source import ConflictError, Source
 
-__all__ = ["health", "clean_shutdown", "shutdown_state", "run_verify", "total_disk_bytes", "Verifier"]
+__all__ = ["health", "clean_shutdown", "shutdown_state", "total_disk_bytes", "Verifier"]
 
 
 def total_disk_bytes(path: str) -> int:
@@ -103,17 +103,9 @@ def health(source: Source) -> dict[str, Any]:
     }
 
 
-def run_verify(source: Source) -> dict[str, Any]:
-    """`POST /api/verify` in this process: `verify_store` on the store's files (read-only; safe beside the
-    writer). Cost: reads every record, unit and index entry (seconds per GiB)."""
-    local = source.local
-    if local is None:
-        raise MQClientError(f"verify reads the store's files; this dashboard reaches {source.broker.path} over "
-                            "the wire: run `mqlite verify PATH` where the files are")
-    return _verify_json(local.path)
-
-
 def _verify_json(path: str) -> dict[str, Any]:
+    """`verify_store` on the store's files (read-only; safe beside the writer) as the route's JSON.
+    Cost: reads every record, unit and index entry (seconds per GiB)."""
     report = verify_store(path)
     return {"ok": report.ok, "records": report.records, "units": report.units, "queues": report.queues,
             "index_files": report.index_files, "problems": list(report.problems), "summary": report.summary()}
@@ -135,10 +127,12 @@ class Verifier:
         self._abandoned = False
 
     def run(self, source: Source) -> dict[str, Any]:
-        """`run_verify` in the child; `ConflictError` while a run is going, `IllegalStateError` once abandoned."""
+        """`POST /api/verify`: `verify_store` in the child; `ConflictError` while a run is going,
+        `IllegalStateError` once abandoned, `MQClientError` over the wire (the files are out of reach)."""
         local = source.local
         if local is None:
-            return run_verify(source)  # says why not
+            raise MQClientError(f"verify reads the store's files; this dashboard reaches {source.broker.path} over "
+                                "the wire: run `mqlite verify PATH` where the files are")
         with self._lock:
             if self._abandoned:
                 raise IllegalStateError("the dashboard is closing")

@@ -1,12 +1,13 @@
 """`Dashboard`: the HTTP server, its routes, static files, request checks and the sampler thread.
 
 Threads, each named and owned by the `Dashboard` and joined by `close()`:
-`mqlite-dashboard-http` (the accept loop, `serve_forever`), one
-`mqlite-dashboard-request` per connection (HTTP/1.0: one request each), and
-`mqlite-dashboard-sampler` (a `Service`: one round per `interval`, woken at
-once by `close()`). `close()` stops accepting, shuts the open connections'
-sockets (an idle browser pre-connection would otherwise hold its thread),
-joins every request thread, then stops the sampler.
+`mqlite-dashboard-http` (the accept loop: one `select` on the listening socket
+and a wake socket), one `mqlite-dashboard-request` per connection (HTTP/1.0: one
+request each), and `mqlite-dashboard-sampler` (a `Service`: one round per
+`interval`, woken at once by `close()`). `close()` ends a running verify's child,
+stops accepting, shuts the open connections' sockets (an idle browser
+pre-connection would otherwise hold its thread), joins every request thread,
+then stops the sampler.
 
 Request checks (the dashboard has no login; see docs/dashboard.md):
 - `Host` must name this server (a loopback name when it listens on loopback; no
