@@ -11,6 +11,7 @@ regression fails the test instead of killing pytest.
 from __future__ import annotations
 
 import errno
+import faulthandler
 import json
 import os
 import signal
@@ -385,6 +386,9 @@ def _scenario_ratio(root: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    # A child killed by a signal (SIGBUS: a write into a page the full disk could not give) prints where it
+    # was, so the failure says more than the signal's name.
+    faulthandler.enable()
     scenarios = {"full": _scenario_full, "index": _scenario_index, "txn": _scenario_txn, "ratio": _scenario_ratio,
                  "crash": _scenario_crash, "crash-writer": _scenario_crash_writer}
     print(json.dumps(scenarios[sys.argv[1]](sys.argv[2])))
